@@ -1,0 +1,58 @@
+# Shared build settings and the one way a module is declared.
+
+set(ROWLM_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wno-missing-field-initializers
+    -Wno-restrict)  # GCC 12 reports false -Wrestrict positives inside std::string
+
+if(ROWLM_SANITIZE)
+  add_compile_options(-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address,undefined)
+endif()
+
+# Per-ISA translation units: a kernel file named *_avx512.cc or *_avx2.cc is
+# compiled for that instruction set only; callers pick one at run time.
+set(ROWLM_AVX512_FLAGS -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c -mbmi2)
+set(ROWLM_AVX2_FLAGS -mavx2 -mfma -mf16c -mbmi2)
+
+# rowlm_module(NAME DEPS dep...) declares the static library rowlm_NAME from
+# every *.cc in the current folder, and the test binary NAME_tests from every
+# *_test.cc beside them. Tests are registered with CTest.
+function(rowlm_module name)
+  cmake_parse_arguments(M "" "" "DEPS;TEST_DEPS" ${ARGN})
+  file(GLOB_RECURSE all_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
+  set(sources "")
+  set(tests "")
+  foreach(f IN LISTS all_sources)
+    if(f MATCHES "_test\\.cc$")
+      list(APPEND tests ${f})
+    else()
+      list(APPEND sources ${f})
+    endif()
+    if(f MATCHES "_avx512\\.cc$")
+      set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS "${ROWLM_AVX512_FLAGS}")
+    elseif(f MATCHES "_avx2\\.cc$")
+      set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS "${ROWLM_AVX2_FLAGS}")
+    endif()
+  endforeach()
+  if(sources)
+    add_library(rowlm_${name} STATIC ${sources})
+    target_link_libraries(rowlm_${name} PUBLIC ${M_DEPS})
+  else()
+    add_library(rowlm_${name} INTERFACE)
+    target_link_libraries(rowlm_${name} INTERFACE ${M_DEPS})
+  endif()
+  if(sources)
+    target_include_directories(rowlm_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
+    target_compile_options(rowlm_${name} PRIVATE ${ROWLM_WARNINGS})
+  else()
+    target_include_directories(rowlm_${name} INTERFACE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
+  endif()
+  if(ROWLM_TESTS AND tests)
+    add_executable(${name}_tests ${tests})
+    target_link_libraries(${name}_tests PRIVATE rowlm_${name} ${M_TEST_DEPS} GTest::gtest GTest::gtest_main)
+    target_compile_options(${name}_tests PRIVATE ${ROWLM_WARNINGS})
+    target_compile_definitions(${name}_tests PRIVATE
+      ROWLM_SOURCE_DIR="${PROJECT_SOURCE_DIR}" ROWLM_BINARY_DIR="${PROJECT_BINARY_DIR}")
+    gtest_discover_tests(${name}_tests DISCOVERY_MODE PRE_TEST
+      PROPERTIES ENVIRONMENT "ROWLM_SOURCE_DIR=${PROJECT_SOURCE_DIR}" LABELS unit)
+  endif()
+endfunction()

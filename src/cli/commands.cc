@@ -1,0 +1,49 @@
+#include "cli/commands.h"
+
+#include <cstdio>
+#include <iostream>
+
+#include "core/error.h"
+
+namespace rowlm::cli {
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> all = {};
+  return all;
+}
+
+namespace {
+
+void print_usage() {
+  std::cout << "rowlm: an LLM inference engine with row-structured batched KV caches\n\n"
+               "usage: rowlm <command> [arguments] [options]\n\ncommands:\n";
+  for (const auto& c : commands()) std::printf("  %-12s %s\n", c.name, c.summary);
+  std::cout << "\nRun 'rowlm <command> --help' for a command's options.\n";
+}
+
+}  // namespace
+
+int run_main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    print_usage();
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version") {
+    std::cout << "rowlm 0.1.0\n";
+    return 0;
+  }
+  for (const auto& c : commands()) {
+    if (args[0] != c.name) continue;
+    try {
+      return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
+    } catch (const std::exception& e) {
+      std::cerr << "rowlm " << c.name << ": error: " << e.what() << "\n";
+      return 1;
+    }
+  }
+  std::cerr << "rowlm: unknown command '" << args[0] << "' (run 'rowlm --help')\n";
+  return 2;
+}
+
+}  // namespace rowlm::cli

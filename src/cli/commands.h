@@ -1,0 +1,24 @@
+#pragma once
+// The rowlm subcommands. Each takes its arguments (after the command name)
+// and returns the process exit status; errors are thrown as rowlm::Error.
+
+#include <string>
+#include <vector>
+
+namespace rowlm::cli {
+
+using CommandFn = int (*)(const std::vector<std::string>& args);
+
+struct Command {
+  const char* name;
+  const char* summary;
+  CommandFn run;
+};
+
+// Every subcommand, in the order `rowlm --help` lists them.
+const std::vector<Command>& commands();
+
+// Runs `rowlm argv...`; catches errors, prints them, returns the exit status.
+int run_main(int argc, char** argv);
+
+}  // namespace rowlm::cli

@@ -1,0 +1,103 @@
+#include "core/thread_pool.h"
+
+#include <algorithm>
+#include <chrono>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace rowlm {
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
+
+}  // namespace
+
+int ThreadPool::hardware_threads() {
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : int(n);
+}
+
+ThreadPool::ThreadPool(int threads) {
+  if (threads <= 0) threads = hardware_threads();
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true);
+  generation_.fetch_add(1);
+  generation_.notify_all();
+  workers_.clear();  // joins
+}
+
+void ThreadPool::drain() {
+  for (;;) {
+    const int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
+    if (i >= job_size_) break;
+    try {
+      (*job_)(i);
+    } catch (...) {
+      std::lock_guard lock(error_mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+  }
+}
+
+void ThreadPool::worker_loop() {
+  uint64_t seen = 0;  // the generation at construction; a job may start before this thread runs
+  for (;;) {
+    // Spin for a short while, then sleep until the generation changes.
+    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+    uint64_t g = generation_.load(std::memory_order_acquire);
+    while (g == seen && std::chrono::steady_clock::now() < spin_until) {
+      for (int k = 0; k < 64; ++k) cpu_relax();
+      g = generation_.load(std::memory_order_acquire);
+    }
+    if (g == seen) {
+      generation_.wait(seen);
+      g = generation_.load(std::memory_order_acquire);
+    }
+    seen = g;
+    if (stop_.load()) return;
+    drain();
+    active_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+void ThreadPool::run(int64_t n, const std::function<void(int64_t)>& fn) {
+  if (n <= 0) return;
+  if (workers_.empty() || n == 1) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  job_ = &fn;
+  job_size_ = n;
+  next_.store(0, std::memory_order_relaxed);
+  error_ = nullptr;
+  active_.store(int(workers_.size()), std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  drain();
+  while (active_.load(std::memory_order_acquire) != 0) cpu_relax();
+  job_ = nullptr;
+  if (error_) std::rethrow_exception(error_);
+}
+
+void ThreadPool::parallel_for(int64_t n, int64_t grain,
+                              const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t chunks = std::clamp<int64_t>(n / grain, 1, size());
+  const int64_t per = (n + chunks - 1) / chunks;
+  run(chunks, [&](int64_t c) {
+    const int64_t b = c * per, e = std::min(n, b + per);
+    if (b < e) fn(b, e);
+  });
+}
+
+}  // namespace rowlm
