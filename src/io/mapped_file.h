@@ -1,6 +1,9 @@
 #pragma once
 // A whole file mapped read-only into memory (POSIX mmap). The mapping lives
 // as long as the MappedFile; tensors viewing it hold a shared_ptr to it.
+// Deleting or replacing the file is safe (the mapping keeps the old pages);
+// truncating it in place while mapped makes later reads fault, which no
+// validation can prevent.
 
 #include <cstddef>
 #include <memory>

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <functional>
 #include <random>
 
@@ -388,6 +389,90 @@ TEST(Gemma4Config, MalformedConfigsNameTheField) {
   EXPECT_THROW(parse_config("{", "bad.json"), Error);
   EXPECT_THROW(parse_config("[]", "bad.json"), Error);
   EXPECT_THROW(load_config("/nonexistent-dir"), Error);
+}
+
+// transformers' own resolution of the same configs, recorded from the
+// modules it builds (tools/oracle/gemma4_config_resolution.py).
+TEST(Gemma4Config, MatchesTransformersResolution) {
+  const std::string path = std::string(ROWLM_SOURCE_DIR) + "/tests/fixtures/gemma4_config_resolution.json";
+  std::ifstream in(path);
+  if (!in) GTEST_SKIP() << path << " not generated yet: run tools/oracle/gemma4_config_resolution.py";
+  const json fixture = json::parse(in);
+  ASSERT_FALSE(fixture.at("cases").empty());
+  for (const json& c : fixture.at("cases")) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    const Config got = parse_config(c.at("config").dump(), "fixture");
+    const json& layers = c.at("layers");
+    ASSERT_EQ(got.layers.size(), layers.size());
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      SCOPED_TRACE("layer " + std::to_string(l));
+      const json& want = layers[l];
+      const LayerConfig& g = got.layers[l];
+      EXPECT_EQ(g.type == F ? "full_attention" : "sliding_attention", want.at("type").get<std::string>());
+      EXPECT_EQ(g.head_dim, want.at("head_dim").get<int>());
+      EXPECT_EQ(got.num_heads, want.at("q_heads").get<int>());
+      EXPECT_EQ(g.kv_heads, want.at("kv_heads").get<int>());
+      EXPECT_EQ(g.owns_kv(), want.at("has_k_proj").get<bool>());
+      EXPECT_EQ(g.owns_kv() && !g.k_eq_v, want.at("has_v_proj").get<bool>());
+      if (!want.at("kv_source").is_null()) {
+        EXPECT_EQ(g.kv_source, want.at("kv_source").get<int>());
+      }
+      EXPECT_EQ(g.intermediate, want.at("intermediate").get<int>());
+      EXPECT_EQ(g.window, want.at("window").get<int>());
+    }
+  }
+}
+
+// Fuzz: every field of a rich config replaced by values of every JSON type.
+// Each result is a rowlm::Error or a config whose resolution is coherent.
+TEST(Gemma4Config, AnyFieldValueGivesAnErrorOrACoherentConfig) {
+  const std::vector<json> values = {nullptr, -1, 0, 1, 2, 3, 7, int64_t(1) << 40, 1e300, 0.5, "x", true,
+                                    json::array(), json::array({1, "a"}), json::object(), json::array({0, 0, 0})};
+  const TinyConfig base = tiny_configs()[4];  // everything
+  int accepted = 0, rejected = 0;
+  auto check = [&](const json& j) {
+    try {
+      const Config c = parse_config(j.dump(), "fuzz.json");
+      ++accepted;
+      ASSERT_EQ(int(c.layers.size()), c.num_layers);
+      for (const LayerConfig& l : c.layers) {
+        ASSERT_GT(l.head_dim, 0);
+        ASSERT_GT(l.kv_heads, 0);
+        ASSERT_EQ(c.num_heads % l.kv_heads, 0);
+        ASSERT_TRUE(l.kv_source >= 0 && l.kv_source <= l.index);
+        ASSERT_EQ(c.layers[l.kv_source].type, l.type);
+        ASSERT_GT(l.intermediate, 0);
+      }
+      for (int id : c.eos_token_ids) ASSERT_TRUE(id >= 0 && id < c.vocab_size);
+    } catch (const Error&) {
+      ++rejected;
+    }
+  };
+  for (const json& form : {flat_form(base), per_layer_form(base), nested(per_layer_form(base))}) {
+    std::vector<json::json_pointer> paths;
+    std::function<void(const json&, const json::json_pointer&)> walk = [&](const json& v, const json::json_pointer& at) {
+      paths.push_back(at);
+      if (v.is_object()) {
+        for (const auto& [k, child] : v.items()) walk(child, at / k);
+      } else if (v.is_array()) {
+        for (std::size_t i = 0; i < v.size(); ++i) walk(v[i], at / i);
+      }
+    };
+    walk(form, json::json_pointer());
+    for (const auto& path : paths) {
+      if (path.empty()) continue;
+      for (const json& value : values) {
+        json j = form;
+        j[path] = value;
+        check(j);
+      }
+      json j = form;  // and removed
+      j[path.parent_pointer()].is_object() ? void(j[path.parent_pointer()].erase(path.back())) : void();
+      check(j);
+    }
+  }
+  EXPECT_GT(accepted, 50);
+  EXPECT_GT(rejected, 500);
 }
 
 }  // namespace
