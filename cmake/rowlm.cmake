@@ -10,8 +10,11 @@ endif()
 
 # Per-ISA translation units: a kernel file named *_avx512.cc or *_avx2.cc is
 # compiled for that instruction set only; callers pick one at run time.
-set(ROWLM_AVX512_FLAGS -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c -mbmi2)
-set(ROWLM_AVX2_FLAGS -mavx2 -mfma -mf16c -mbmi2)
+# -ffp-contract=off: with FMA enabled GCC would otherwise fuse a*b+c (even
+# written with intrinsics) where it likes, so ISA paths would round differently
+# from each other and from the portable path; kernels ask for FMA explicitly.
+set(ROWLM_AVX512_FLAGS -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c -mbmi2 -ffp-contract=off)
+set(ROWLM_AVX2_FLAGS -mavx2 -mfma -mf16c -mbmi2 -ffp-contract=off)
 
 # rowlm_module(NAME DEPS dep...) declares the static library rowlm_NAME from
 # every *.cc in the current folder, and the test binary NAME_tests from every

@@ -3,8 +3,30 @@
 //
 // A KvCache holds the K/V of every storage layer of a model for many rows.
 // Each row has its own length and, per layer, a block table; rows advance,
-// roll back, join and leave independently. This header is the part the
-// forward pass uses; row operations for the engine live beside it.
+// roll back, join and leave independently. The first part of the class is
+// what the forward pass uses; the row operations for the engine follow.
+//
+// Storage. Every layer has its own pool of blocks; a block holds
+// `block_size` consecutive positions of one row (or of several rows that
+// share it by reference count). Blocks sit at absolute positions: position p
+// of a row is slot p % block_size of its block p / block_size, so attention
+// splits at multiples of the block size depend only on the row's positions.
+// Tokens are encoded once, when written (quantized codecs quantize then);
+// every later operation moves bytes unchanged.
+//
+// Window layers (window W > 0). A query at position p sees keys
+// p - W < j <= p. A row keeps the blocks holding positions >= length - W + 1
+// (what its next query needs) and frees blocks wholly older than that when
+// its length settles: at end_step outside a speculative round, at
+// commit_round / rollback_round inside one (a rollback may need them again).
+//
+// Failure atomicity. Every operation either succeeds or throws rowlm::Error
+// (OutOfBlocks for capacity) and leaves every row exactly as it was. The
+// prefix cache may have evicted unused blocks before a capacity failure is
+// known; that changes no row.
+//
+// Threads. Mutating calls must not overlap each other or attention; any
+// number of attend() calls may read concurrently.
 
 #include <cstddef>
 #include <cstdint>
@@ -15,10 +37,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kv/codec_id.h"
 
 namespace rowlm::kv {
-
-enum class Codec : uint8_t { F32, BF16, F16, Q8, Q4 };
 
 struct CodecSpec {
   Codec codec = Codec::BF16;
@@ -40,10 +61,23 @@ struct LayerSpec {
   bool operator==(const LayerSpec&) const = default;
 };
 
+// The layout descriptor: which layers, geometries and codecs a cache (or a
+// saved row) holds. Rows move only between identical layouts.
+// e.g. "L0 kv1x256 bf16 w512; L1 kv1x512 q4:64 full".
+std::string layout_signature(std::span<const LayerSpec> layers);
+
+// A per-layer codec choice: `--kv-codec q8` for every layer, or a map such as
+// "bf16,3=q8,7=q4:32" (default first, then layer=codec overrides). Returns one
+// CodecSpec per layer; errors name the bad entry.
+std::vector<CodecSpec> parse_codec_map(std::string_view text, int num_layers);
+
 struct CacheOptions {
   std::vector<LayerSpec> layers;
   int block_size = 16;             // token positions per block
-  std::size_t capacity_bytes = 0;  // pool budget for all layers' blocks
+  std::size_t capacity_bytes = 0;  // pool budget for all layers' blocks; 0 = no limit
+  // Bytes the prefix cache may keep in blocks that no row references (least
+  // recently used go first). 0 = keep a published block only while a row uses it.
+  std::size_t prefix_cache_bytes = 0;
 };
 
 using RowId = int32_t;
@@ -55,6 +89,8 @@ class OutOfBlocks : public Error {
   using Error::Error;
 };
 
+struct RowCache;  // row_cache.h: one row, standalone, savable
+
 class KvCache {
  public:
   explicit KvCache(CacheOptions options);
@@ -65,9 +101,11 @@ class KvCache {
   const CacheOptions& options() const;
   int num_layers() const;
   const LayerSpec& layer(int index) const;
+  std::string layout() const;  // layout_signature(options().layers)
 
   RowId create_row();
-  // Releases the row's blocks; the id is not reused by later rows.
+  // Releases the row's blocks (blocks it published stay in the prefix cache);
+  // the id is not reused by later rows.
   void retire(RowId row);
   // Tokens stored for the row; also the position of its next token.
   int64_t length(RowId row) const;
@@ -85,14 +123,124 @@ class KvCache {
   void end_step();
   // Drops the pending step (after a failed forward): rows are as before begin_step.
   void abort_step();
+  bool step_open() const;
+  // Tokens reserved for the row in the open step (0 if none).
+  int64_t pending(RowId row) const;
 
   // Memory accounting.
   std::size_t bytes_per_token(int layer) const;
   std::size_t used_bytes() const;
-  std::size_t free_bytes() const;
+  std::size_t free_bytes() const;  // capacity - used (SIZE_MAX when unlimited)
+
+  // --- Row lifecycle (the engine) ----------------------------------------
+  // The seed's mergeRows has four doors: create_row (empty), fork, restore
+  // and attach_prefix. None of them moves another row's K/V.
+
+  // A new row holding the same tokens as `parent` by sharing its blocks;
+  // the first write into a shared block copies it (copy-on-write).
+  RowId fork(RowId parent);
+  // A standalone copy of the row (every layer, codec kept, length, minimum
+  // reusable offset). With limit >= 0 only the last `limit` positions are
+  // kept; window layers never keep more than the W - 1 positions their next
+  // query sees. Not while the row has a pending step.
+  RowCache extract(RowId row, int64_t limit = -1) const;
+  // A new row from a saved one. Throws (changing nothing) when the layout
+  // differs or the blocks do not fit.
+  RowId restore(const RowCache& saved);
+  // Drops the last `count` tokens (not inside a speculative round, not below
+  // the minimum reusable offset, not below what a window layer still holds).
+  // Blocks wholly past the new length are released.
+  void trim(RowId row, int64_t count);
+  // The smallest length trim() can reach (limited by the minimum reusable
+  // offset, the first stored position and window layers' freed blocks).
+  int64_t min_trim_length(RowId row) const;
+
+  bool has_row(RowId row) const;
+  int num_rows() const;
+  std::vector<RowId> row_ids() const;  // ascending
+
+  // Positions below this were stored at another precision (e.g. imported);
+  // prefix reuse and trims never cut below it. Carried by extract/restore.
+  int64_t minimum_reusable_offset(RowId row) const;
+  void set_minimum_reusable_offset(RowId row, int64_t offset);
+
+  // The first position whose K/V the row still holds in `layer` (0 unless
+  // restored with a limit or a window layer freed older blocks).
+  int64_t first_position(RowId row, int layer) const;
+
+  // --- Speculative rounds ------------------------------------------------
+  // begin_round records each row's length; steps may then append draft or
+  // verification tokens. commit_round keeps everything appended;
+  // rollback_round sets length = length at begin + keep[i] (0 <= keep[i] <=
+  // tokens appended in the round). Blocks past the new length stay with the
+  // row and are overwritten by its next step. Rows round independently.
+  void begin_round(std::span<const RowId> rows);
+  void commit_round(std::span<const RowId> rows);
+  void rollback_round(std::span<const RowId> rows, std::span<const int64_t> keep);
+  bool in_round(RowId row) const;
+
+  // --- Prefix cache ------------------------------------------------------
+  // Content-addressed full blocks: a block's key is its parent block's key,
+  // its tokens and the layout. Published blocks are shared by reference
+  // count; blocks no row uses stay cached within prefix_cache_bytes (least
+  // recently used evicted first) and are evicted on demand before a capacity
+  // failure.
+  //
+  // publish: registers the row's committed full blocks (positions below its
+  // length, or below its round start inside a round). `tokens` are the
+  // row's tokens from position 0 (at least that many). Cheap to call after
+  // every step: it resumes where the last call stopped. Calling it while a
+  // window layer still holds blocks is what lets later requests reuse a
+  // prefix after the window has moved on. Rows with a minimum reusable
+  // offset or a truncated history publish nothing. Returns the number of
+  // positions now published.
+  int64_t publish(RowId row, std::span<const int32_t> tokens);
+  // Makes an empty row hold the longest cached prefix of `tokens` it can use,
+  // at most `max_tokens` long (pass tokens.size() - 1 to leave one token to
+  // compute). A full layer needs every block of the prefix, a window layer
+  // only those covering its last W - 1 positions. The prefix may end inside a
+  // block; the row's next write there copies it. Returns the reused length.
+  int64_t attach_prefix(RowId row, std::span<const int32_t> tokens, int64_t max_tokens);
+  // The length attach_prefix would reuse, without changing anything.
+  int64_t match_prefix(std::span<const int32_t> tokens, int64_t max_tokens) const;
+  // Drops every cached block no row uses, and forgets all keys.
+  void clear_prefix_cache();
+  // Bytes of blocks held only by the prefix cache (evictable on demand).
+  std::size_t prefix_cache_bytes() const;
+  // Number of cached blocks (all layers), in use by rows or not.
+  int64_t prefix_cache_blocks() const;
+
+  // --- Memory accounting for admission ------------------------------------
+  // Bytes of one block of `layer` (K and V of block_size positions).
+  std::size_t block_bytes(int layer) const;
+  // Sum over layers of bytes_per_token(layer).
+  std::size_t bytes_per_token() const;
+  // An upper bound on the bytes a row reaching `tokens` positions will hold
+  // if it appends at most `step_tokens` between settle points (the largest
+  // prefill chunk, or the tokens of one speculative round):
+  // Σ_layers blocks · block_bytes with blocks = ⌈tokens / B⌉ for full layers
+  // and min(⌈tokens / B⌉, ⌈(W - 1 + step_tokens) / B⌉ + 1) for window layers.
+  std::size_t projected_bytes(int64_t tokens, int64_t step_tokens = 1) const;
+  // Bytes of the blocks the row references (shared blocks counted in full).
+  std::size_t row_bytes(RowId row) const;
+  // Blocks currently allocated in `layer`'s pool.
+  int64_t blocks_in_use(int layer) const;
+
+  // --- Inspection (tests and tools) ----------------------------------------
+  // The canonical token record (codec.h) of `position` in `layer`; the
+  // position must be held by the row. out.size() == token_record_bytes(layer).
+  void read_token(int layer, RowId row, int64_t position, std::span<std::byte> out) const;
+  std::size_t token_record_bytes(int layer) const;
+  // The pool block holding block `index` of the row in `layer`, or -1.
+  int32_t physical_block(int layer, RowId row, int64_t index) const;
+  // Recomputes every reference count and byte total from the row tables and
+  // the prefix cache; throws rowlm::Error describing the first mismatch.
+  void check_consistency() const;
+
+  struct Impl;
+  const Impl& impl() const { return *impl_; }
 
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -44,6 +44,7 @@ struct Weights {
   Tensor embed_tokens_per_layer;      // [V_ple, L·P]
   Tensor per_layer_model_projection;  // [L·P, H]
   Tensor per_layer_projection_norm;   // f32 [P]
+  Tensor lm_head;                     // [V, H] only when !tie_word_embeddings; else empty
   std::vector<LayerWeights> layers;
   // Keeps the mmapped checkpoint files alive for the views above.
   std::shared_ptr<const void> storage;

@@ -1,0 +1,16 @@
+#pragma once
+// The CPU backend (make_cpu_backend in backend.h) on an explicit instruction
+// set, for tests and benchmarks that compare ISA paths. make_cpu_backend(t)
+// is make_cpu_backend(t, cpu::isa_from_env()).
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "backend/cpu/isa.h"
+
+namespace rowlm {
+
+// An Error if this CPU cannot run `isa`.
+std::unique_ptr<Backend> make_cpu_backend(int threads, cpu::Isa isa);
+
+}  // namespace rowlm

@@ -1,0 +1,372 @@
+#pragma once
+// The kernel algorithms, written once over a 16-lane vector type V and
+// instantiated by each ISA translation unit (kernels_scalar.cc,
+// kernels_avx2.cc, kernels_avx512.cc). Because every ISA runs the same
+// sequence of IEEE operations (loads, exact widenings, FMA, add, mul, div,
+// exact scaling by powers of two), their results agree bitwise.
+//
+// Everything is in an unnamed namespace on purpose: each ISA file gets its own
+// copy compiled for its instruction set, so the linker can never pick an
+// AVX-512 copy for baseline code. For the same reason this header calls no
+// std:: templates that could be emitted out of line.
+//
+// V provides: R (16 floats), Mask, kMR/kNR (matmul micro-tile), zero, set1,
+// load/store (+ _partial for n < 16 lanes, zero-filling loads), load_bf16,
+// load_f16 (+ _partial), add, sub, mul, div, fma(a, b, c) = a·b + c, abs,
+// min(a, b) = a < b ? a : b, round_even, ldexp(x, n) = x·2^n (n integral),
+// copysign, less, is_nan, select(mask, a, b), reduce (the canonical tree),
+// prefetch.
+
+#include <cstdint>
+
+#include "backend/cpu/kernels.h"
+
+namespace rowlm::cpu {
+namespace {
+
+constexpr int kLanes = 16;
+
+// Weight loaders by storage type: the widening to f32 is exact.
+template <class V>
+struct LoadF32 {
+  using T = float;
+  static typename V::R full(const T* p) { return V::load(p); }
+  static typename V::R partial(const T* p, int n) { return V::load_partial(p, n); }
+};
+template <class V>
+struct LoadBF16 {
+  using T = uint16_t;
+  static typename V::R full(const T* p) { return V::load_bf16(p); }
+  static typename V::R partial(const T* p, int n) { return V::load_bf16_partial(p, n); }
+};
+template <class V>
+struct LoadF16 {
+  using T = uint16_t;
+  static typename V::R full(const T* p) { return V::load_f16(p); }
+  static typename V::R partial(const T* p, int n) { return V::load_f16_partial(p, n); }
+};
+
+// How far ahead a streaming GEMV prefetches each weight row.
+constexpr int64_t kPrefetchBytes = 1024;
+
+// ---------------------------------------------------------------- matmul --
+
+// One MR x NR tile of dot products over the whole K, in the canonical order.
+template <class V, class L, int MR, int NR, bool kPrefetch>
+inline void dot_tile(const float* x, int64_t ldx, const typename L::T* w, int64_t ldw, int64_t K,
+                     float* y, int64_t ldy) {
+  using R = typename V::R;
+  R acc[MR][NR];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 8
+    for (int n = 0; n < NR; ++n) acc[m][n] = V::zero();
+  int64_t k = 0;
+  for (; k + kLanes <= K; k += kLanes) {
+    R xv[MR];
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) xv[m] = V::load(x + m * ldx + k);
+#pragma GCC unroll 8
+    for (int n = 0; n < NR; ++n) {
+      if constexpr (kPrefetch)
+        V::prefetch(reinterpret_cast<const char*>(w + n * ldw + k) + kPrefetchBytes);
+      const R wv = L::full(w + n * ldw + k);
+#pragma GCC unroll 8
+      for (int m = 0; m < MR; ++m) acc[m][n] = V::fma(xv[m], wv, acc[m][n]);
+    }
+  }
+  if (k < K) {  // the zero-padded tail block: every lane still gets its FMA
+    const int rest = int(K - k);
+    R xv[MR];
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) xv[m] = V::load_partial(x + m * ldx + k, rest);
+#pragma GCC unroll 8
+    for (int n = 0; n < NR; ++n) {
+      const R wv = L::partial(w + n * ldw + k, rest);
+#pragma GCC unroll 8
+      for (int m = 0; m < MR; ++m) acc[m][n] = V::fma(xv[m], wv, acc[m][n]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 8
+    for (int n = 0; n < NR; ++n) y[m * ldy + n] = V::reduce(acc[m][n]);
+}
+
+// Dispatches a tile with NR' = r rows of w, for 1 <= r <= kMax.
+template <class V, class L, int MR, bool kPrefetch, int kMax>
+inline void dot_tile_rows(int r, const float* x, int64_t ldx, const typename L::T* w, int64_t ldw,
+                          int64_t K, float* y, int64_t ldy) {
+  if constexpr (kMax > 0) {
+    if (r == kMax)
+      dot_tile<V, L, MR, kMax, kPrefetch>(x, ldx, w, ldw, K, y, ldy);
+    else
+      dot_tile_rows<V, L, MR, kPrefetch, kMax - 1>(r, x, ldx, w, ldw, K, y, ldy);
+  }
+}
+
+// MR rows of x against all N rows of w.
+template <class V, class L, int MR, bool kPrefetch>
+inline void dot_group(const float* x, int64_t ldx, const typename L::T* w, int64_t ldw, int64_t N,
+                      int64_t K, float* y, int64_t ldy) {
+  constexpr int NR = V::kNR;
+  int64_t n = 0;
+  for (; n + NR <= N; n += NR) dot_tile<V, L, MR, NR, kPrefetch>(x, ldx, w + n * ldw, ldw, K, y + n, ldy);
+  if (n < N)
+    dot_tile_rows<V, L, MR, kPrefetch, NR - 1>(int(N - n), x, ldx, w + n * ldw, ldw, K, y + n, ldy);
+}
+
+template <class V, class L, bool kPrefetch, int kMax>
+inline void dot_group_rows(int r, const float* x, int64_t ldx, const typename L::T* w, int64_t ldw,
+                           int64_t N, int64_t K, float* y, int64_t ldy) {
+  if constexpr (kMax > 0) {
+    if (r == kMax)
+      dot_group<V, L, kMax, kPrefetch>(x, ldx, w, ldw, N, K, y, ldy);
+    else
+      dot_group_rows<V, L, kPrefetch, kMax - 1>(r, x, ldx, w, ldw, N, K, y, ldy);
+  }
+}
+
+template <class V, class L, bool kPrefetch>
+void dot_block_typed(const float* x, int64_t ldx, int64_t M, const typename L::T* w, int64_t ldw,
+                     int64_t N, int64_t K, float* y, int64_t ldy) {
+  constexpr int MR = V::kMR;
+  int64_t m = 0;
+  for (; m + MR <= M; m += MR) dot_group<V, L, MR, kPrefetch>(x + m * ldx, ldx, w, ldw, N, K, y + m * ldy, ldy);
+  if (m < M)
+    dot_group_rows<V, L, kPrefetch, MR - 1>(int(M - m), x + m * ldx, ldx, w, ldw, N, K, y + m * ldy, ldy);
+}
+
+template <class V, class L>
+void dot_block_dispatch(const float* x, int64_t ldx, int64_t M, const WeightRows& w, int64_t N,
+                        int64_t K, float* y, int64_t ldy) {
+  const auto* wp = static_cast<const typename L::T*>(w.data);
+  // A single row group reads each weight row exactly once: that is the
+  // streaming (decode) case, where prefetching ahead pays.
+  if (M <= V::kMR)
+    dot_block_typed<V, L, true>(x, ldx, M, wp, w.ld, N, K, y, ldy);
+  else
+    dot_block_typed<V, L, false>(x, ldx, M, wp, w.ld, N, K, y, ldy);
+}
+
+template <class V>
+void dot_block(const float* x, int64_t ldx, int64_t M, const WeightRows& w, int64_t N, int64_t K,
+               float* y, int64_t ldy) {
+  switch (w.dtype) {
+    case DType::BF16: dot_block_dispatch<V, LoadBF16<V>>(x, ldx, M, w, N, K, y, ldy); return;
+    case DType::F16: dot_block_dispatch<V, LoadF16<V>>(x, ldx, M, w, N, K, y, ldy); return;
+    default: dot_block_dispatch<V, LoadF32<V>>(x, ldx, M, w, N, K, y, ldy); return;
+  }
+}
+
+template <class V, class L>
+void widen_rows_typed(const WeightRows& w, int64_t N, int64_t K, float* dst, int64_t ld_dst) {
+  const auto* wp = static_cast<const typename L::T*>(w.data);
+  for (int64_t r = 0; r < N; ++r) {
+    const typename L::T* src = wp + r * w.ld;
+    float* out = dst + r * ld_dst;
+    int64_t k = 0;
+    for (; k + kLanes <= K; k += kLanes) V::store(out + k, L::full(src + k));
+    if (k < K) V::store(out + k, L::partial(src + k, int(K - k)));  // zero-fills to a lane multiple
+  }
+}
+
+template <class V>
+void widen_rows(const WeightRows& w, int64_t N, int64_t K, float* dst, int64_t ld_dst) {
+  switch (w.dtype) {
+    case DType::BF16: widen_rows_typed<V, LoadBF16<V>>(w, N, K, dst, ld_dst); return;
+    case DType::F16: widen_rows_typed<V, LoadF16<V>>(w, N, K, dst, ld_dst); return;
+    default: widen_rows_typed<V, LoadF32<V>>(w, N, K, dst, ld_dst); return;
+  }
+}
+
+// ----------------------------------------------------------- elementwise --
+
+template <class V>
+inline typename V::R load_n(const float* p, int64_t i, int64_t n) {
+  return i + kLanes <= n ? V::load(p + i) : V::load_partial(p + i, int(n - i));
+}
+template <class V>
+inline void store_n(float* p, int64_t i, int64_t n, typename V::R v) {
+  if (i + kLanes <= n)
+    V::store(p + i, v);
+  else
+    V::store_partial(p + i, v, int(n - i));
+}
+
+template <class V, class L>
+void convert_scale_typed(const void* src, int64_t n, float scale, float* out) {
+  const auto* p = static_cast<const typename L::T*>(src);
+  const auto s = V::set1(scale);
+  for (int64_t i = 0; i < n; i += kLanes) {
+    const auto v = i + kLanes <= n ? L::full(p + i) : L::partial(p + i, int(n - i));
+    store_n<V>(out, i, n, V::mul(v, s));
+  }
+}
+
+template <class V>
+void convert_scale(DType dtype, const void* src, int64_t n, float scale, float* out) {
+  switch (dtype) {
+    case DType::BF16: convert_scale_typed<V, LoadBF16<V>>(src, n, scale, out); return;
+    case DType::F16: convert_scale_typed<V, LoadF16<V>>(src, n, scale, out); return;
+    default: convert_scale_typed<V, LoadF32<V>>(src, n, scale, out); return;
+  }
+}
+
+template <class V>
+float sum_squares(const float* x, int64_t n) {
+  auto acc = V::zero();
+  for (int64_t i = 0; i < n; i += kLanes) {
+    const auto v = load_n<V>(x, i, n);
+    acc = V::fma(v, v, acc);
+  }
+  return V::reduce(acc);
+}
+
+template <class V>
+void norm_apply(const float* x, const float* w, bool w_plus_one, int64_t n, float inv, float* y) {
+  const auto vinv = V::set1(inv);
+  const auto one = V::set1(1.0f);
+  for (int64_t i = 0; i < n; i += kLanes) {
+    auto v = V::mul(load_n<V>(x, i, n), vinv);
+    if (w != nullptr) {
+      auto g = load_n<V>(w, i, n);
+      if (w_plus_one) g = V::add(one, g);
+      v = V::mul(v, g);
+    }
+    store_n<V>(y, i, n, v);
+  }
+}
+
+template <class V>
+void rope_head(float* x, const float* cos, const float* sin, int64_t half) {
+  for (int64_t i = 0; i < half; i += kLanes) {
+    const auto a = load_n<V>(x, i, half);
+    const auto b = load_n<V>(x + half, i, half);
+    const auto c = load_n<V>(cos, i, half);
+    const auto s = load_n<V>(sin, i, half);
+    store_n<V>(x, i, half, V::sub(V::mul(a, c), V::mul(b, s)));
+    store_n<V>(x + half, i, half, V::add(V::mul(b, c), V::mul(a, s)));
+  }
+}
+
+// exp(y) for y in [0, 20]: y = n·ln2 + r with |r| <= ln2/2, a degree-7
+// Taylor polynomial for exp(r) (truncation < 1e-8 relative), then an exact
+// scaling by 2^n.
+template <class V>
+inline typename V::R exp_0_20(typename V::R y) {
+  const auto n = V::round_even(V::mul(y, V::set1(1.44269504088896341f)));
+  auto r = V::fma(n, V::set1(-0.693145751953125f), y);  // ln2 high part: n·hi is exact
+  r = V::fma(n, V::set1(-1.42860682030941723212e-6f), r);
+  auto p = V::set1(1.0f / 5040.0f);
+  p = V::fma(p, r, V::set1(1.0f / 720.0f));
+  p = V::fma(p, r, V::set1(1.0f / 120.0f));
+  p = V::fma(p, r, V::set1(1.0f / 24.0f));
+  p = V::fma(p, r, V::set1(1.0f / 6.0f));
+  p = V::fma(p, r, V::set1(0.5f));
+  p = V::fma(p, r, V::set1(1.0f));
+  p = V::fma(p, r, V::set1(1.0f));
+  return V::ldexp(p, n);
+}
+
+// tanh in f32, within a few ulp of the exact value. |x| < 0.5: odd Taylor
+// series to x^17 (next term < 1e-9 relative); otherwise 1 − 2/(e^{2|x|} + 1)
+// with |x| clamped to 10, where tanh already rounds to 1. Sign restored at
+// the end; NaN passes through.
+template <class V>
+inline typename V::R tanh_v(typename V::R x) {
+  const auto a = V::abs(x);
+  const auto a2 = V::mul(a, a);
+  auto p = V::set1(float(6404582.0 / 10854718875.0));
+  p = V::fma(p, a2, V::set1(float(-929569.0 / 638512875.0)));
+  p = V::fma(p, a2, V::set1(float(21844.0 / 6081075.0)));
+  p = V::fma(p, a2, V::set1(float(-1382.0 / 155925.0)));
+  p = V::fma(p, a2, V::set1(float(62.0 / 2835.0)));
+  p = V::fma(p, a2, V::set1(float(-17.0 / 315.0)));
+  p = V::fma(p, a2, V::set1(float(2.0 / 15.0)));
+  p = V::fma(p, a2, V::set1(float(-1.0 / 3.0)));
+  const auto small = V::fma(V::mul(a, a2), p, a);
+  const auto ac = V::min(a, V::set1(10.0f));  // NaN becomes 10 here; restored below
+  const auto e = exp_0_20<V>(V::add(ac, ac));
+  const auto large = V::sub(V::set1(1.0f), V::div(V::set1(2.0f), V::add(e, V::set1(1.0f))));
+  const auto t = V::copysign(V::select(V::less(a, V::set1(0.5f)), small, large), x);
+  return V::select(V::is_nan(x), x, t);
+}
+
+template <class V>
+void tanh_n(const float* x, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; i += kLanes) store_n<V>(out, i, n, tanh_v<V>(load_n<V>(x, i, n)));
+}
+
+// PyTorch's gelu(approximate="tanh") in f32:
+// (0.5·x)·(1 + tanh(β·(x + κ·x³))) with x³ = (x·x)·x, then · up.
+template <class V>
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
+  const auto beta = V::set1(float(1.41421356237309504880 * 1.12837916709551257390 * 0.5));
+  const auto kappa = V::set1(0.044715f);
+  const auto half = V::set1(0.5f);
+  const auto one = V::set1(1.0f);
+  for (int64_t i = 0; i < n; i += kLanes) {
+    const auto x = load_n<V>(gate, i, n);
+    const auto u = load_n<V>(up, i, n);
+    const auto x3 = V::mul(V::mul(x, x), x);
+    const auto inner = V::mul(beta, V::add(x, V::mul(kappa, x3)));
+    const auto g = V::mul(V::mul(half, x), V::add(one, tanh_v<V>(inner)));
+    store_n<V>(out, i, n, V::mul(g, u));
+  }
+}
+
+template <class V>
+void add(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; i += kLanes)
+    store_n<V>(y, i, n, V::add(load_n<V>(y, i, n), load_n<V>(x, i, n)));
+}
+
+template <class V>
+void scale(float* y, float s, int64_t n) {
+  const auto vs = V::set1(s);
+  for (int64_t i = 0; i < n; i += kLanes) store_n<V>(y, i, n, V::mul(load_n<V>(y, i, n), vs));
+}
+
+// HF: logits / cap, tanh, · cap.
+template <class V>
+void softcap(float* y, float cap, int64_t n) {
+  const auto c = V::set1(cap);
+  for (int64_t i = 0; i < n; i += kLanes)
+    store_n<V>(y, i, n, V::mul(tanh_v<V>(V::div(load_n<V>(y, i, n), c)), c));
+}
+
+template <class V>
+void add_scaled(float* y, float a, const float* x, int64_t n) {
+  const auto va = V::set1(a);
+  for (int64_t i = 0; i < n; i += kLanes)
+    store_n<V>(y, i, n, V::add(load_n<V>(y, i, n), V::mul(load_n<V>(x, i, n), va)));
+}
+
+// The table every ISA file returns, filled from the algorithms above.
+template <class V>
+Kernels make_kernels(Isa isa, uint64_t (*stream_read)(const void*, std::size_t),
+                               double (*fma_chains)(int64_t, float*)) {
+  Kernels k;
+  k.isa = isa;
+  k.mr = V::kMR;
+  k.nr = V::kNR;
+  k.dot_block = &dot_block<V>;
+  k.widen_rows = &widen_rows<V>;
+  k.convert_scale = &convert_scale<V>;
+  k.sum_squares = &sum_squares<V>;
+  k.norm_apply = &norm_apply<V>;
+  k.rope_head = &rope_head<V>;
+  k.gelu_tanh_mul = &gelu_tanh_mul<V>;
+  k.add = &add<V>;
+  k.scale = &scale<V>;
+  k.softcap = &softcap<V>;
+  k.add_scaled = &add_scaled<V>;
+  k.tanh = &tanh_n<V>;
+  k.stream_read = stream_read;
+  k.fma_chains = fma_chains;
+  return k;
+}
+
+}  // namespace
+}  // namespace rowlm::cpu

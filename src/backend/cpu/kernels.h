@@ -1,0 +1,75 @@
+#pragma once
+// The per-ISA kernel table. Each ISA translation unit (kernels_scalar.cc,
+// kernels_avx2.cc, kernels_avx512.cc) instantiates the same algorithms from
+// kernel_algorithms.h with its own 16-lane vector type, so every entry
+// computes bitwise the same result on every ISA. The backend (cpu_backend.cc)
+// validates arguments and splits work across threads; these functions trust
+// their arguments.
+//
+// Canonical reduction order (matmul, sum of squares): 16 lanes; lane j
+// accumulates with FMA the products for k ≡ j (mod 16) in increasing k, the
+// K tail zero-padded; then lanes j and j+8 are added, then j and j+4, j+2,
+// j+1.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/isa.h"
+#include "core/dtype.h"
+
+namespace rowlm::cpu {
+
+// Rows of a weight matrix: row r starts at element r * ld of `data`.
+struct WeightRows {
+  DType dtype = DType::F32;  // F32, BF16 or F16
+  const void* data = nullptr;
+  int64_t ld = 0;
+};
+
+struct Kernels {
+  Isa isa = Isa::Scalar;
+  int mr = 1;  // x rows per matmul micro-tile
+  int nr = 1;  // w rows per matmul micro-tile
+
+  // y[m*ldy + n] = Σ_k x[m*ldx + k] · w[n][k] for m < M, n < N, in the
+  // canonical order. Tiles run m-major: each mr-row group of x meets all N
+  // rows of w before the next group starts.
+  void (*dot_block)(const float* x, int64_t ldx, int64_t M, const WeightRows& w, int64_t N,
+                    int64_t K, float* y, int64_t ldy);
+  // dst[r*ld_dst + k] = float(w[r][k]) for r < N, k < K, and 0 for
+  // K <= k < round_up(K, 16) (ld_dst must leave room for that).
+  void (*widen_rows)(const WeightRows& w, int64_t N, int64_t K, float* dst, int64_t ld_dst);
+
+  // out[i] = float(src[i]) · scale.
+  void (*convert_scale)(DType dtype, const void* src, int64_t n, float scale, float* out);
+  // Σ x[i]² in the canonical order (each term an FMA).
+  float (*sum_squares)(const float* x, int64_t n);
+  // y[i] = (x[i] · inv) · g[i], g = w (w_plus_one false), 1 + w (true), or
+  // y[i] = x[i] · inv when w is null.
+  void (*norm_apply)(const float* x, const float* w, bool w_plus_one, int64_t n, float inv,
+                     float* y);
+  // Rotate-half RoPE of one head in place: for i < half,
+  // (a, b) = (x[i], x[i + half]) → (a·c − b·s, b·c + a·s) with c = cos[i], s = sin[i].
+  void (*rope_head)(float* x, const float* cos, const float* sin, int64_t half);
+  // out[i] = gelu_tanh(gate[i]) · up[i] (PyTorch's approximate="tanh" formula).
+  void (*gelu_tanh_mul)(const float* gate, const float* up, int64_t n, float* out);
+  void (*add)(float* y, const float* x, int64_t n);            // y += x
+  void (*scale)(float* y, float s, int64_t n);                 // y *= s
+  void (*softcap)(float* y, float cap, int64_t n);             // y = cap · tanh(y / cap)
+  void (*add_scaled)(float* y, float a, const float* x, int64_t n);  // y += (a · x), two roundings
+  void (*tanh)(const float* x, int64_t n, float* out);         // the tanh the others use
+
+  // Ceiling probes (ceilings.h): read `bytes` (a multiple of 64) with vector
+  // loads; run `iters` rounds of independent FMA chains, returning their
+  // flop count. Both return values only to keep the work observable.
+  uint64_t (*stream_read)(const void* data, std::size_t bytes);
+  double (*fma_chains)(int64_t iters, float* sink);
+};
+
+const Kernels& scalar_kernels();
+const Kernels& avx2_kernels();
+const Kernels& avx512_kernels();
+// The table for `isa`; an Error if this CPU cannot run it.
+const Kernels& kernels_for(Isa isa);
+
+}  // namespace rowlm::cpu

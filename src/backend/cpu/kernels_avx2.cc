@@ -1,0 +1,144 @@
+// AVX2 + FMA + F16C kernels: each 16-lane vector is two 8-lane halves,
+// lanes 0-7 and 8-15, so the canonical tree starts by adding the halves.
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "backend/cpu/kernel_algorithms.h"
+
+namespace rowlm::cpu {
+namespace {
+
+struct VAvx2 {
+  struct R {
+    __m256 lo, hi;
+  };
+  using Mask = R;
+  // 2 x 2 tiles: 8 accumulator registers + 4 for x + 2 for w fit the 16 ymm.
+  static constexpr int kMR = 2;
+  static constexpr int kNR = 2;
+
+  static R zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+  static R set1(float f) { return {_mm256_set1_ps(f), _mm256_set1_ps(f)}; }
+  static R load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+  static R load_partial(const float* p, int n) {
+    alignas(32) float buf[kLanes] = {};
+    std::memcpy(buf, p, sizeof(float) * n);
+    return load(buf);
+  }
+  static __m256 widen_bf16(__m128i h) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static R load_bf16(const uint16_t* p) {
+    return {widen_bf16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+            widen_bf16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};
+  }
+  static R load_bf16_partial(const uint16_t* p, int n) {
+    alignas(32) uint16_t buf[kLanes] = {};
+    std::memcpy(buf, p, sizeof(uint16_t) * n);
+    return load_bf16(buf);
+  }
+  static R load_f16(const uint16_t* p) {
+    return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};
+  }
+  static R load_f16_partial(const uint16_t* p, int n) {
+    alignas(32) uint16_t buf[kLanes] = {};
+    std::memcpy(buf, p, sizeof(uint16_t) * n);
+    return load_f16(buf);
+  }
+  static void store(float* p, const R& a) {
+    _mm256_storeu_ps(p, a.lo);
+    _mm256_storeu_ps(p + 8, a.hi);
+  }
+  static void store_partial(float* p, const R& a, int n) {
+    alignas(32) float buf[kLanes];
+    store(buf, a);
+    std::memcpy(p, buf, sizeof(float) * n);
+  }
+
+  static R add(const R& a, const R& b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
+  static R sub(const R& a, const R& b) { return {_mm256_sub_ps(a.lo, b.lo), _mm256_sub_ps(a.hi, b.hi)}; }
+  static R mul(const R& a, const R& b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
+  static R div(const R& a, const R& b) { return {_mm256_div_ps(a.lo, b.lo), _mm256_div_ps(a.hi, b.hi)}; }
+  static R fma(const R& a, const R& b, const R& c) {
+    return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
+  }
+  static __m256 abs1(__m256 a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+  static R abs(const R& a) { return {abs1(a.lo), abs1(a.hi)}; }
+  static R min(const R& a, const R& b) { return {_mm256_min_ps(a.lo, b.lo), _mm256_min_ps(a.hi, b.hi)}; }
+  static R round_even(const R& a) {
+    constexpr int kMode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    return {_mm256_round_ps(a.lo, kMode), _mm256_round_ps(a.hi, kMode)};
+  }
+  static __m256 pow2(__m256 n) {  // 2^n for integral n in the normal range, built exactly
+    const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+  }
+  static R ldexp(const R& a, const R& n) { return {_mm256_mul_ps(a.lo, pow2(n.lo)), _mm256_mul_ps(a.hi, pow2(n.hi))}; }
+  static __m256 copysign1(__m256 mag, __m256 sign) {
+    const __m256 s = _mm256_set1_ps(-0.0f);
+    return _mm256_or_ps(_mm256_andnot_ps(s, mag), _mm256_and_ps(s, sign));
+  }
+  static R copysign(const R& mag, const R& sign) { return {copysign1(mag.lo, sign.lo), copysign1(mag.hi, sign.hi)}; }
+  static Mask less(const R& a, const R& b) {
+    return {_mm256_cmp_ps(a.lo, b.lo, _CMP_LT_OQ), _mm256_cmp_ps(a.hi, b.hi, _CMP_LT_OQ)};
+  }
+  static Mask is_nan(const R& a) {
+    return {_mm256_cmp_ps(a.lo, a.lo, _CMP_UNORD_Q), _mm256_cmp_ps(a.hi, a.hi, _CMP_UNORD_Q)};
+  }
+  static R select(const Mask& m, const R& a, const R& b) {
+    return {_mm256_blendv_ps(b.lo, a.lo, m.lo), _mm256_blendv_ps(b.hi, a.hi, m.hi)};
+  }
+
+  static float reduce(const R& a) {
+    const __m256 s8 = _mm256_add_ps(a.lo, a.hi);  // lanes j + (j + 8)
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    const __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
+    return _mm_cvtss_f32(s1);
+  }
+  static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+};
+
+uint64_t stream_read(const void* data, std::size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  std::size_t i = 0;
+  for (; i + 128 <= bytes; i += 128) {
+    a0 = _mm256_xor_si256(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_xor_si256(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    a2 = _mm256_xor_si256(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    a3 = _mm256_xor_si256(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  for (; i < bytes; i += 32)
+    a0 = _mm256_xor_si256(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+  const __m256i a = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), a);
+  return lanes[0] ^ lanes[1] ^ lanes[2] ^ lanes[3];
+}
+
+double fma_chains(int64_t iters, float* sink) {
+  // 12 independent chains cover FMA latency x throughput on current cores.
+  __m256 acc[12];
+  for (int j = 0; j < 12; ++j) acc[j] = _mm256_set1_ps(float(j));
+  const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(0.5f);
+  for (int64_t i = 0; i < iters; ++i)
+#pragma GCC unroll 12
+    for (int j = 0; j < 12; ++j) acc[j] = _mm256_fmadd_ps(acc[j], m, c);
+  __m256 s = acc[0];
+  for (int j = 1; j < 12; ++j) s = _mm256_add_ps(s, acc[j]);
+  *sink = _mm256_cvtss_f32(s);
+  return double(iters) * 12 * 8 * 2;
+}
+
+}  // namespace
+
+const Kernels& avx2_kernels() {
+  static const Kernels k = make_kernels<VAvx2>(Isa::Avx2, &stream_read, &fma_chains);
+  return k;
+}
+
+}  // namespace rowlm::cpu

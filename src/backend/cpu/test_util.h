@@ -1,0 +1,78 @@
+#pragma once
+// Helpers shared by the backend's unit tests (not part of the library).
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+
+namespace rowlm::testing {
+
+inline uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// A backend for every ISA this machine runs, with 1 and 2 threads.
+struct BackendCase {
+  cpu::Isa isa;
+  int threads;
+  std::unique_ptr<Backend> backend;
+  std::string label() const { return std::string(cpu::isa_name(isa)) + "/" + std::to_string(threads) + "t"; }
+};
+
+inline std::vector<BackendCase> all_backends() {
+  std::vector<BackendCase> out;
+  for (cpu::Isa isa : cpu::supported_isas())
+    for (int threads : {1, 2}) out.push_back({isa, threads, make_cpu_backend(threads, isa)});
+  return out;
+}
+
+inline Tensor random_f32(Shape shape, std::mt19937& rng, float scale = 1.0f) {
+  Tensor t(DType::F32, std::move(shape));
+  std::normal_distribution<float> dist(0.0f, scale);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
+  return t;
+}
+
+// The same values stored as bf16 or f16 (rounded to nearest even).
+inline Tensor narrowed(const Tensor& f, DType dtype) {
+  Tensor t(dtype, f.shape());
+  const float* src = f.data<float>();
+  auto* dst = t.data<uint16_t>();
+  for (int64_t i = 0; i < f.numel(); ++i) dst[i] = dtype == DType::BF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
+  return t;
+}
+
+// f32 values of a f32/bf16/f16 tensor.
+inline std::vector<float> widened(const Tensor& t) {
+  std::vector<float> out(std::size_t(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    switch (t.dtype()) {
+      case DType::BF16: out[i] = bf16_to_f32(t.data<uint16_t>()[i]); break;
+      case DType::F16: out[i] = f16_to_f32(t.data<uint16_t>()[i]); break;
+      default: out[i] = t.data<float>()[i]; break;
+    }
+  }
+  return out;
+}
+
+// Number of representable floats between a and b (0 when equal).
+inline int64_t ulp_distance(float a, float b) {
+  auto key = [](float f) {
+    const int64_t u = float_bits(f);
+    return u & 0x80000000 ? -(u & 0x7fffffff) : u;
+  };
+  const int64_t d = key(a) - key(b);
+  return d < 0 ? -d : d;
+}
+
+}  // namespace rowlm::testing

@@ -1,0 +1,305 @@
+// The attention kernel, included once per instruction set inside its own
+// namespace (attention_kernel_{portable,avx2,avx512}.cc). Written with GCC
+// vector extensions over 16 float lanes; every operation is elementwise IEEE
+// arithmetic with the rounding written out (the module builds with
+// -ffp-contract=off), so each compilation gives the same bits. Nothing from
+// the standard library is instantiated here: an inline function compiled
+// for AVX-512 must never be shared with the portable copy.
+//
+// Per block (one split of the online softmax):
+//   1. dequantize the block's keys into a feature-major tile kt[d][slot]
+//      (16 slots per vector) and its values into vt[slot][d];
+//   2. per query head: score lanes s[slot] = Σ_d q[d]·kt[d][slot], summed in
+//      four interleaved partial sums (d mod 4) combined as (a0+a1)+(a2+a3),
+//      times scale, optional softcap, slots outside [lo, hi] masked;
+//   3. m' = max(m, max s), α = exp(m − m'), p = exp(s − m'),
+//      l = l·α + Σ p (slot order), acc = acc·α + Σ p·v (slot order).
+// Output = acc / l.
+
+// 64-byte vectors in files built without AVX-512 only change the ABI of
+// these internal (file-local) functions, which nothing outside calls.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+typedef float vf __attribute__((vector_size(64)));
+typedef int32_t vi __attribute__((vector_size(64)));
+typedef uint32_t vu __attribute__((vector_size(64)));
+typedef uint16_t vh __attribute__((vector_size(32)));
+typedef uint8_t vb __attribute__((vector_size(16)));
+
+static inline vf splat(float x) {
+  vf v = {};
+  return v + x;
+}
+static inline vu splatu(uint32_t x) {
+  vu v = {};
+  return v + x;
+}
+static inline vf loadf(const float* p) {
+  vf v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+static inline void storef(float* p, vf v) { memcpy(p, &v, sizeof v); }
+static inline vf as_float(vu u) {
+  vf f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+static inline vu as_uint(vf f) {
+  vu u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+static inline float bf16_scalar(const std::byte* p) {
+  uint16_t h;
+  memcpy(&h, p, 2);
+  const uint32_t u = uint32_t(h) << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+// n (<= 16) consecutive 16-bit / 8-bit / 32-bit lanes, zero beyond n.
+static inline vu load_u16(const std::byte* p, int n) {
+  vh h = {};
+  memcpy(&h, p, std::size_t(n) * 2);
+  return __builtin_convertvector(h, vu);
+}
+static inline vu load_u8(const std::byte* p, int n) {
+  vb b = {};
+  memcpy(&b, p, std::size_t(n));
+  return __builtin_convertvector(b, vu);
+}
+static inline vf load_f32(const std::byte* p, int n) {
+  vf f = {};
+  memcpy(&f, p, std::size_t(n) * 4);
+  return f;
+}
+
+static inline vf from_bf16(vu h) { return as_float(h << 16); }
+
+// Exact binary16 -> binary32, as rowlm::f16_to_f32.
+static inline vf from_f16(vu h) {
+  const vu sign = (h & 0x8000u) << 16;
+  const vu em = h & 0x7fffu;
+  vu normal = (em << 13) + splatu((127u - 15u) << 23);
+  normal = (em >= 0x7c00u) ? normal + splatu((128u - 16u) << 23) : normal;
+  const vf sub = __builtin_convertvector((vi)em, vf) * splat(5.9604644775390625e-08f);  // em · 2^-24, exact
+  const vu mag = (em < 0x0400u) ? as_uint(sub) : normal;
+  return as_float(mag | sign);
+}
+
+static inline vf codes_to_float(vu c) { return __builtin_convertvector((vi)c, vf); }
+
+// exp for x <= 0 (Cody-Waite reduction, Cephes' degree-6 polynomial); 0
+// below -87.3. Every step is an elementwise mul/add/sub/convert.
+static inline vf vexp(vf x) {
+  const vf lo = splat(-87.3365447f);
+  const vf hi = splat(88.3762626f);
+  vf xc = (x < lo) ? lo : x;
+  xc = (xc > hi) ? hi : xc;
+  const vf magic = splat(12582912.0f);  // 1.5 · 2^23: adding it rounds to an integer
+  vf n = xc * splat(1.44269504088896341f) + magic;
+  n = n - magic;
+  vf r = xc - n * splat(0.693359375f);
+  r = r - n * splat(-2.12194440e-4f);
+  vf p = splat(1.9875691500e-4f);
+  p = p * r + splat(1.3981999507e-3f);
+  p = p * r + splat(8.3334519073e-3f);
+  p = p * r + splat(4.1665795894e-2f);
+  p = p * r + splat(1.6666665459e-1f);
+  p = p * r + splat(5.0000001201e-1f);
+  vf y = p * (r * r) + r;
+  y = y + splat(1.0f);
+  const vi e = __builtin_convertvector(n, vi) + 127;
+  y = y * as_float((vu)(e << 23));
+  return (x < lo) ? splat(0.0f) : y;
+}
+
+static inline float lane(vf v, int i) {
+  float a[16];
+  memcpy(a, &v, sizeof a);
+  return a[i];
+}
+
+// Keys of chunk c (slots 16c .. 16c+15) of one kv head, feature-major.
+static void key_tile(const KernelLayer& L, const std::byte* kh, int c, float* kt) {
+  const int bs = L.block_size;
+  const int n = bs - 16 * c < 16 ? bs - 16 * c : 16;
+  const std::size_t base = std::size_t(16 * c);
+  const int stride = L.chunks * 16;  // floats between feature rows of the tile
+  float* dst = kt + 16 * c;
+  switch (L.codec) {
+    case Codec::F32:
+      for (int d = 0; d < L.head_dim; ++d)
+        storef(dst + d * stride, load_f32(kh + (std::size_t(d) * bs + base) * 4, n));
+      break;
+    case Codec::BF16:
+      for (int d = 0; d < L.head_dim; ++d)
+        storef(dst + d * stride, from_bf16(load_u16(kh + (std::size_t(d) * bs + base) * 2, n)));
+      break;
+    case Codec::F16:
+      for (int d = 0; d < L.head_dim; ++d)
+        storef(dst + d * stride, from_f16(load_u16(kh + (std::size_t(d) * bs + base) * 2, n)));
+      break;
+    case Codec::Q8:
+    case Codec::Q4:
+      for (int g = 0; g < L.groups; ++g) {
+        const vf s = from_bf16(load_u16(kh + L.k_scales_offset + (std::size_t(g) * bs + base) * 2, n));
+        const vf b = from_bf16(load_u16(kh + L.k_biases_offset + (std::size_t(g) * bs + base) * 2, n));
+        const int d0 = g * L.group_size;
+        if (L.codec == Codec::Q8) {
+          for (int d = d0; d < d0 + L.group_size; ++d) {
+            const vf q = codes_to_float(load_u8(kh + std::size_t(d) * bs + base, n));
+            storef(dst + d * stride, s * q + b);
+          }
+        } else {
+          for (int d = d0; d < d0 + L.group_size; d += 2) {
+            const vu pair = load_u8(kh + std::size_t(d / 2) * bs + base, n);
+            storef(dst + d * stride, s * codes_to_float(pair & 15u) + b);
+            storef(dst + (d + 1) * stride, s * codes_to_float(pair >> 4) + b);
+          }
+        }
+      }
+      break;
+  }
+}
+
+// The value record of one slot, as hd16 floats (zero beyond head_dim).
+static void value_row(const KernelLayer& L, const std::byte* rec, float* dst) {
+  const int hd = L.head_dim;
+  switch (L.codec) {
+    case Codec::F32:
+      for (int d = 0; d < hd; d += 16) storef(dst + d, load_f32(rec + std::size_t(d) * 4, hd - d < 16 ? hd - d : 16));
+      break;
+    case Codec::BF16:
+      for (int d = 0; d < hd; d += 16)
+        storef(dst + d, from_bf16(load_u16(rec + std::size_t(d) * 2, hd - d < 16 ? hd - d : 16)));
+      break;
+    case Codec::F16:
+      for (int d = 0; d < hd; d += 16)
+        storef(dst + d, from_f16(load_u16(rec + std::size_t(d) * 2, hd - d < 16 ? hd - d : 16)));
+      break;
+    case Codec::Q8:
+    case Codec::Q4:
+      for (int g = 0; g < L.groups; ++g) {
+        const vf s = splat(bf16_scalar(rec + L.value_bytes + std::size_t(g) * 2));
+        const vf b = splat(bf16_scalar(rec + L.value_bytes + std::size_t(L.groups + g) * 2));
+        for (int d = g * L.group_size; d < (g + 1) * L.group_size; d += 16) {
+          vu c;
+          if (L.codec == Codec::Q8) {
+            c = load_u8(rec + d, 16);
+          } else {
+            // Byte k of the 8 holds features 2k (low nibble) and 2k+1 (high).
+            vb raw = {};
+            memcpy(&raw, rec + d / 2, 8);
+            const vb dup = __builtin_shuffle(raw, vb{0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7});
+            const vu shift = {0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4};
+            c = (__builtin_convertvector(dup, vu) >> shift) & 15u;
+          }
+          storef(dst + d, s * codes_to_float(c) + b);
+        }
+      }
+      break;
+  }
+}
+
+static float* align16(float* p) {
+  const std::uintptr_t u = reinterpret_cast<std::uintptr_t>(p);
+  return reinterpret_cast<float*>((u + 63) & ~std::uintptr_t(63));
+}
+
+static void run_kernel(const KernelLayer& L, const KernelWork& W, float* scratch) {
+  const int bs = L.block_size, hd = L.head_dim, hd4 = L.hd4, hd16 = L.hd16, H = W.heads;
+  const int stride = L.chunks * 16;
+  float* kt = align16(scratch);
+  float* vt = kt + std::size_t(hd4) * stride;
+  float* qp = vt + std::size_t(bs) * hd16;
+  float* acc = qp + std::size_t(H) * hd4;
+  float* sc = acc + std::size_t(H) * hd16;
+  float* ml = sc + stride;  // m and l per head
+
+  for (int d = hd; d < hd4; ++d)
+    for (int i = 0; i < stride; ++i) kt[d * stride + i] = 0.0f;
+  for (int h = 0; h < H; ++h) {
+    for (int d = 0; d < hd4; ++d) qp[h * hd4 + d] = d < hd ? W.q[h * hd + d] : 0.0f;
+    for (int d = 0; d < hd16; ++d) acc[h * hd16 + d] = 0.0f;
+    ml[2 * h] = -__builtin_inff();
+    ml[2 * h + 1] = 0.0f;
+  }
+  vi slot_of_lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+  for (int64_t b = W.lo / bs; b <= W.hi / bs; ++b) {
+    const std::byte* blk = W.blocks[W.table[b]];
+    const int s0 = b == W.lo / bs ? int(W.lo % bs) : 0;
+    const int s1 = b == W.hi / bs ? int(W.hi % bs) : bs - 1;
+    const int c0 = s0 / 16, c1 = s1 / 16;
+    const std::byte* kh = blk + std::size_t(W.kv_head) * L.k_head_bytes;
+    const std::byte* vhd = blk + L.k_bytes + std::size_t(W.kv_head) * L.v_head_bytes;
+    for (int c = c0; c <= c1; ++c) key_tile(L, kh, c, kt);
+    for (int s = s0; s <= s1; ++s) value_row(L, vhd + std::size_t(s) * L.head_bytes, vt + std::size_t(s) * hd16);
+
+    for (int h = 0; h < H; ++h) {
+      const float* qh = qp + h * hd4;
+      // Scores of this block's slots.
+      float mx = -__builtin_inff();
+      for (int c = c0; c <= c1; ++c) {
+        vf a0 = {}, a1 = {}, a2 = {}, a3 = {};
+        const float* k = kt + 16 * c;
+        for (int d = 0; d < hd4; d += 4) {
+          a0 = a0 + splat(qh[d]) * loadf(k + d * stride);
+          a1 = a1 + splat(qh[d + 1]) * loadf(k + (d + 1) * stride);
+          a2 = a2 + splat(qh[d + 2]) * loadf(k + (d + 2) * stride);
+          a3 = a3 + splat(qh[d + 3]) * loadf(k + (d + 3) * stride);
+        }
+        vf s = ((a0 + a1) + (a2 + a3)) * W.scale;
+        if (W.softcap > 0.0f) {
+          float t[16];
+          memcpy(t, &s, sizeof t);
+          for (int i = 0; i < 16; ++i) t[i] = W.softcap * ::tanhf(t[i] / W.softcap);
+          memcpy(&s, t, sizeof t);
+        }
+        const vi slot = slot_of_lane + 16 * c;
+        s = ((slot < s0) | (slot > s1)) ? splat(-__builtin_inff()) : s;
+        storef(sc + 16 * c, s);
+      }
+      for (int i = s0; i <= s1; ++i) mx = mx < sc[i] ? sc[i] : mx;
+      float& m = ml[2 * h];
+      float& l = ml[2 * h + 1];
+      const float m_new = m < mx ? mx : m;
+      const float alpha = m == -__builtin_inff() ? 0.0f : lane(vexp(splat(m - m_new)), 0);
+      for (int c = c0; c <= c1; ++c) storef(sc + 16 * c, vexp(loadf(sc + 16 * c) - m_new));
+      l = l * alpha;
+      for (int i = s0; i <= s1; ++i) l = l + sc[i];
+      m = m_new;
+
+      float* ah = acc + h * hd16;
+      int d = 0;
+      for (; d + 64 <= hd16; d += 64) {
+        vf x0 = loadf(ah + d) * alpha, x1 = loadf(ah + d + 16) * alpha;
+        vf x2 = loadf(ah + d + 32) * alpha, x3 = loadf(ah + d + 48) * alpha;
+        for (int i = s0; i <= s1; ++i) {
+          const float* v = vt + std::size_t(i) * hd16 + d;
+          const vf p = splat(sc[i]);
+          x0 = x0 + p * loadf(v);
+          x1 = x1 + p * loadf(v + 16);
+          x2 = x2 + p * loadf(v + 32);
+          x3 = x3 + p * loadf(v + 48);
+        }
+        storef(ah + d, x0);
+        storef(ah + d + 16, x1);
+        storef(ah + d + 32, x2);
+        storef(ah + d + 48, x3);
+      }
+      for (; d < hd16; d += 16) {
+        vf x = loadf(ah + d) * alpha;
+        for (int i = s0; i <= s1; ++i) x = x + splat(sc[i]) * loadf(vt + std::size_t(i) * hd16 + d);
+        storef(ah + d, x);
+      }
+    }
+  }
+  for (int h = 0; h < H; ++h) {
+    const float l = ml[2 * h + 1];
+    for (int d = 0; d < hd; ++d) W.out[h * hd + d] = acc[h * hd16 + d] / l;
+  }
+}

@@ -1,0 +1,52 @@
+#pragma once
+// Plain data shared by the attention driver and the per-ISA kernel files.
+// Deliberately free of standard-library types: see attention_kernel.inl.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kv/codec_id.h"
+
+namespace rowlm::kv::detail {
+
+// Geometry of the storage layer, in the block layout of codec.h.
+struct KernelLayer {
+  Codec codec = Codec::BF16;
+  int head_dim = 0;
+  int hd4 = 0;             // head_dim rounded up to 4 (score lanes)
+  int hd16 = 0;            // head_dim rounded up to 16 (value lanes)
+  int bits = 0;
+  int group_size = 0;
+  int groups = 0;
+  int block_size = 0;
+  int chunks = 0;          // ceil(block_size / 16)
+  std::size_t head_bytes = 0;
+  std::size_t value_bytes = 0;
+  std::size_t k_head_bytes = 0;
+  std::size_t k_scales_offset = 0;
+  std::size_t k_biases_offset = 0;
+  std::size_t k_bytes = 0;
+  std::size_t v_head_bytes = 0;
+};
+
+// One unit of work: `heads` consecutive query heads of one query token, all
+// reading kv head `kv_head`, over key positions [lo, hi] (lo <= hi).
+struct KernelWork {
+  const int32_t* table = nullptr;      // the row's block table
+  std::byte* const* blocks = nullptr;  // pool block id -> bytes
+  int64_t lo = 0, hi = 0;
+  int kv_head = 0;
+  int heads = 0;
+  const float* q = nullptr;            // [heads][head_dim]
+  float* out = nullptr;                // [heads][head_dim]
+  float scale = 1.0f;
+  float softcap = 0.0f;
+};
+
+using KernelFn = void (*)(const KernelLayer&, const KernelWork&, float* scratch);
+
+void attend_portable(const KernelLayer&, const KernelWork&, float* scratch);
+void attend_avx2(const KernelLayer&, const KernelWork&, float* scratch);
+void attend_avx512(const KernelLayer&, const KernelWork&, float* scratch);
+
+}  // namespace rowlm::kv::detail

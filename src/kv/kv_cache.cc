@@ -1,0 +1,722 @@
+#include "kv/kv_cache.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <unordered_set>
+
+#include "core/error.h"
+#include "kv/codec.h"
+#include "kv/kv_cache_impl.h"
+#include "kv/row_cache.h"
+
+namespace rowlm::kv {
+namespace {
+
+std::string row_name(RowId id) { return "kv row " + std::to_string(id); }
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Layout descriptors and codec maps
+
+std::string layout_signature(std::span<const LayerSpec> layers) {
+  std::string s;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const LayerSpec& l = layers[i];
+    if (i) s += "; ";
+    s += "L" + std::to_string(i) + " kv" + std::to_string(l.kv_heads) + "x" + std::to_string(l.head_dim) + " " +
+         codec_name(l.codec) + " " + (l.window ? "w" + std::to_string(l.window) : std::string("full"));
+  }
+  return s;
+}
+
+std::vector<CodecSpec> parse_codec_map(std::string_view text, int num_layers) {
+  if (num_layers <= 0) throw Error("KV codec map: the model has no storage layers");
+  std::vector<CodecSpec> out;
+  std::size_t pos = 0;
+  bool first = true;
+  while (pos <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string_view item = text.substr(pos, comma - pos);
+    if (item.empty()) throw Error("KV codec map '" + std::string(text) + "': empty entry");
+    const std::size_t eq = item.find('=');
+    if (eq == std::string_view::npos) {
+      if (!first) throw Error("KV codec map '" + std::string(text) + "': only the first entry may omit 'layer='");
+      out.assign(std::size_t(num_layers), parse_codec(item));
+    } else {
+      if (first) throw Error("KV codec map '" + std::string(text) + "': the first entry must be the default codec");
+      const std::string idx(item.substr(0, eq));
+      int layer = -1;
+      try {
+        std::size_t used = 0;
+        layer = std::stoi(idx, &used);
+        if (used != idx.size()) layer = -1;
+      } catch (const std::exception&) {
+        layer = -1;
+      }
+      if (layer < 0 || layer >= num_layers)
+        throw Error("KV codec map '" + std::string(text) + "': '" + idx + "' is not a storage layer index (0.." +
+                    std::to_string(num_layers - 1) + ")");
+      out[std::size_t(layer)] = parse_codec(item.substr(eq + 1));
+    }
+    first = false;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Impl: blocks and references
+
+KvCache::Impl::Impl(CacheOptions opts) : options(std::move(opts)) {
+  if (options.layers.empty()) throw Error("KV cache: no storage layers");
+  if (options.block_size <= 0 || options.block_size > 4096)
+    throw Error("KV cache: block_size must be in [1, 4096], not " + std::to_string(options.block_size));
+  pools.resize(options.layers.size());
+  for (std::size_t i = 0; i < options.layers.size(); ++i) {
+    check_layer_spec(options.layers[i], int(i));
+    pools[i].spec = options.layers[i];
+    pools[i].layout = BlockLayout(options.layers[i], options.block_size);
+  }
+  // The root key binds cached blocks to this layout and block size.
+  const std::string sig = layout_signature(options.layers) + " B" + std::to_string(options.block_size);
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (char c : sig) h = (h ^ uint8_t(c)) * 0x100000001b3ull;
+  root_key = h;
+}
+
+Row& KvCache::Impl::row(RowId id) {
+  auto it = rows.find(id);
+  if (it == rows.end()) throw Error("unknown " + row_name(id));
+  return it->second;
+}
+
+const Row& KvCache::Impl::row(RowId id) const {
+  auto it = rows.find(id);
+  if (it == rows.end()) throw Error("unknown " + row_name(id));
+  return it->second;
+}
+
+int32_t KvCache::Impl::allocate(int layer) {
+  LayerPool& p = pools[std::size_t(layer)];
+  int32_t id;
+  if (!p.free_ids.empty()) {
+    id = p.free_ids.back();
+    p.free_ids.pop_back();
+  } else {
+    if (p.storage.size() >= std::size_t(std::numeric_limits<int32_t>::max()))
+      throw OutOfBlocks("KV layer " + std::to_string(layer) + ": block ids exhausted");
+    p.storage.emplace_back(p.layout.block_bytes);
+    id = int32_t(p.storage.size() - 1);
+    p.data.push_back(p.storage.back().data());
+    p.refs.push_back(0);
+    p.cache_entry.push_back(-1);
+    p.released_at.push_back(0);
+  }
+  p.refs[std::size_t(id)] = 1;
+  p.in_use += 1;
+  used += p.layout.block_bytes;
+  return id;
+}
+
+void KvCache::Impl::acquire(int layer, int32_t id) {
+  LayerPool& p = pools[std::size_t(layer)];
+  int32_t& refs = p.refs[std::size_t(id)];
+  ROWLM_CHECK(refs > 0, "acquire of a free block");
+  if (refs == 1 && p.cache_entry[std::size_t(id)] >= 0) {
+    lru.erase({p.released_at[std::size_t(id)], layer, id});
+    evictable -= p.layout.block_bytes;
+  }
+  refs += 1;
+}
+
+void KvCache::Impl::release(int layer, int32_t id) {
+  LayerPool& p = pools[std::size_t(layer)];
+  int32_t& refs = p.refs[std::size_t(id)];
+  ROWLM_CHECK(refs > 0, "release of a free block");
+  refs -= 1;
+  if (refs == 0) {
+    ROWLM_CHECK(p.cache_entry[std::size_t(id)] < 0, "freeing a cached block");
+    p.free_ids.push_back(id);
+    p.in_use -= 1;
+    used -= p.layout.block_bytes;
+  } else if (refs == 1 && p.cache_entry[std::size_t(id)] >= 0) {
+    p.released_at[std::size_t(id)] = ++clock;
+    lru.insert({p.released_at[std::size_t(id)], layer, id});
+    evictable += p.layout.block_bytes;
+  }
+}
+
+std::size_t KvCache::Impl::available() const {
+  if (options.capacity_bytes == 0) return std::numeric_limits<std::size_t>::max();
+  return options.capacity_bytes > used ? options.capacity_bytes - used : 0;
+}
+
+void KvCache::Impl::reserve(std::size_t bytes, const char* what) {
+  if (bytes <= available()) return;
+  if (bytes > available() + evictable)
+    throw OutOfBlocks(std::string("KV cache: ") + what + " needs " + std::to_string(bytes) + " bytes but only " +
+                      std::to_string(available()) + " are free (" + std::to_string(evictable) +
+                      " more in evictable prefix blocks) of " + std::to_string(options.capacity_bytes) +
+                      "; nothing was changed");
+  while (bytes > available()) evict_one();
+}
+
+std::vector<std::vector<int32_t>> KvCache::Impl::allocate_all(const std::vector<int64_t>& count, const char* what) {
+  std::size_t bytes = 0;
+  for (std::size_t l = 0; l < pools.size(); ++l) bytes += std::size_t(count[l]) * pools[l].layout.block_bytes;
+  reserve(bytes, what);
+  std::vector<std::vector<int32_t>> got(pools.size());
+  try {
+    for (std::size_t l = 0; l < pools.size(); ++l)
+      for (int64_t i = 0; i < count[l]; ++i) got[l].push_back(allocate(int(l)));
+  } catch (...) {
+    for (std::size_t l = 0; l < pools.size(); ++l)
+      for (int32_t id : got[l]) release(int(l), id);
+    throw;
+  }
+  return got;
+}
+
+void KvCache::Impl::settle(Row& r) {
+  for (std::size_t l = 0; l < pools.size(); ++l) {
+    const int w = pools[l].spec.window;
+    if (w == 0) continue;
+    LayerRow& lr = r.layers[l];
+    const int64_t cut = r.length - w + 1;  // first position the next query sees
+    if (cut <= lr.first) continue;
+    const int64_t dead = std::min<int64_t>(cut / bs(), int64_t(lr.blocks.size()));
+    for (int64_t b = dead - 1; b >= lr.first / bs(); --b) {
+      int32_t& id = lr.blocks[std::size_t(b)];
+      if (id != kNoBlock) release(int(l), id);
+      id = kNoBlock;
+    }
+    lr.first = std::max(lr.first, dead * bs());
+  }
+}
+
+void KvCache::Impl::release_row(Row& r) {
+  // Highest positions first, so the prefix cache evicts chain tails first.
+  for (std::size_t l = 0; l < pools.size(); ++l) {
+    auto& blocks = r.layers[l].blocks;
+    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it)
+      if (*it != kNoBlock) release(int(l), *it);
+    blocks.clear();
+  }
+}
+
+// ---------------------------------------------------------------------------
+// KvCache: forward-facing part
+
+KvCache::KvCache(CacheOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+KvCache::~KvCache() = default;
+
+const CacheOptions& KvCache::options() const { return impl_->options; }
+int KvCache::num_layers() const { return int(impl_->pools.size()); }
+
+const LayerSpec& KvCache::layer(int index) const {
+  if (index < 0 || index >= num_layers())
+    throw Error("KV layer " + std::to_string(index) + " out of range (cache has " + std::to_string(num_layers()) +
+                " layers)");
+  return impl_->pools[std::size_t(index)].spec;
+}
+
+std::string KvCache::layout() const { return layout_signature(impl_->options.layers); }
+
+RowId KvCache::create_row() {
+  Impl& m = *impl_;
+  if (m.next_row == std::numeric_limits<RowId>::max()) throw Error("KV cache: row ids exhausted");
+  Row r;
+  r.layers.resize(m.pools.size());
+  const RowId id = m.next_row++;
+  m.rows.emplace(id, std::move(r));
+  return id;
+}
+
+void KvCache::retire(RowId id) {
+  Impl& m = *impl_;
+  Row& r = m.row(id);
+  if (r.in_step) throw Error("cannot retire " + row_name(id) + ": it is part of the open step");
+  m.release_row(r);
+  m.rows.erase(id);
+  m.enforce_prefix_budget();
+}
+
+int64_t KvCache::length(RowId row) const { return impl_->row(row).length; }
+
+void KvCache::begin_step(std::span<const RowId> rows, std::span<const int32_t> counts) {
+  Impl& m = *impl_;
+  if (m.step_open) throw Error("KV cache: begin_step while a step is open (call end_step or abort_step)");
+  if (rows.size() != counts.size())
+    throw Error("KV cache: begin_step got " + std::to_string(rows.size()) + " rows but " +
+                std::to_string(counts.size()) + " counts");
+  std::unordered_set<RowId> seen;
+  const int bs = m.bs();
+  const std::size_t L = m.pools.size();
+  std::vector<int64_t> need(L, 0);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = m.row(rows[i]);
+    if (!seen.insert(rows[i]).second) throw Error("KV cache: " + row_name(rows[i]) + " appears twice in one step");
+    if (counts[i] < 0) throw Error("KV cache: negative token count for " + row_name(rows[i]));
+    if (counts[i] == 0) continue;
+    const int64_t b0 = r.length / bs, b1 = (r.length + counts[i] - 1) / bs;
+    for (std::size_t l = 0; l < L; ++l) {
+      const auto& blocks = r.layers[l].blocks;
+      for (int64_t b = b0; b <= b1; ++b) {
+        const int32_t id = b < int64_t(blocks.size()) ? blocks[std::size_t(b)] : kNoBlock;
+        if (id == kNoBlock || m.pools[l].refs[std::size_t(id)] > 1) need[l] += 1;  // new, or a copy
+      }
+    }
+  }
+  auto fresh = m.allocate_all(need, "begin_step");
+  // Nothing below can fail.
+  std::vector<std::size_t> next(L, 0);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    Row& r = m.row(rows[i]);
+    r.in_step = true;
+    r.pending = counts[i];
+    if (counts[i] == 0) continue;
+    const int64_t b0 = r.length / bs, b1 = (r.length + counts[i] - 1) / bs;
+    for (std::size_t l = 0; l < L; ++l) {
+      auto& blocks = r.layers[l].blocks;
+      if (int64_t(blocks.size()) <= b1) blocks.resize(std::size_t(b1 + 1), kNoBlock);
+      for (int64_t b = b0; b <= b1; ++b) {
+        int32_t& id = blocks[std::size_t(b)];
+        if (id == kNoBlock) {
+          id = fresh[l][next[l]++];
+          m.step_allocs.push_back({int(l), rows[i], b});
+        } else if (m.pools[l].refs[std::size_t(id)] > 1) {
+          // Copy-on-write: the row's earlier positions in this block are kept.
+          const int32_t copy = fresh[l][next[l]++];
+          LayerPool& p = m.pools[l];
+          std::memcpy(p.data[std::size_t(copy)], p.data[std::size_t(id)], p.layout.block_bytes);
+          m.release(int(l), id);
+          id = copy;
+        }
+      }
+    }
+  }
+  m.step_rows.assign(rows.begin(), rows.end());
+  m.step_open = true;
+}
+
+void KvCache::write(int layer_index, RowId row_id, int64_t first, int count, const float* k, const float* v) {
+  Impl& m = *impl_;
+  if (!m.step_open) throw Error("KV cache: write outside a step (call begin_step first)");
+  (void)layer(layer_index);
+  Row& r = m.row(row_id);
+  if (!r.in_step) throw Error("KV cache: write to " + row_name(row_id) + ", which is not part of the open step");
+  if (count < 0) throw Error("KV cache: negative write count for " + row_name(row_id));
+  if (first < r.length || first + count > r.length + r.pending)
+    throw Error("KV cache: write of positions [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                ") to " + row_name(row_id) + " outside its reserved positions [" + std::to_string(r.length) + ", " +
+                std::to_string(r.length + r.pending) + ")");
+  if (count > 0 && (!k || !v)) throw Error("KV cache: write with null K or V");
+  LayerPool& p = m.pools[std::size_t(layer_index)];
+  const BlockLayout& bl = p.layout;
+  const int hd = bl.head.head_dim, kvh = bl.kv_heads;
+  std::vector<std::byte> record(token_record_bytes(layer_index));
+  for (int t = 0; t < count; ++t) {
+    const int64_t pos = first + t;
+    for (int h = 0; h < kvh; ++h) {
+      encode_head(bl.head, k + (int64_t(t) * kvh + h) * hd, record.data() + std::size_t(h) * bl.head.head_bytes);
+      encode_head(bl.head, v + (int64_t(t) * kvh + h) * hd,
+                  record.data() + std::size_t(kvh + h) * bl.head.head_bytes);
+    }
+    const int32_t id = r.layers[std::size_t(layer_index)].blocks[std::size_t(pos / m.bs())];
+    ROWLM_CHECK(id != kNoBlock && p.refs[std::size_t(id)] == 1, "write into a block the row does not own alone");
+    bl.store_token(p.data[std::size_t(id)], int(pos % m.bs()), record.data());
+  }
+}
+
+void KvCache::end_step() {
+  Impl& m = *impl_;
+  if (!m.step_open) throw Error("KV cache: end_step without an open step");
+  for (RowId id : m.step_rows) {
+    Row& r = m.row(id);
+    r.length += r.pending;
+    r.pending = 0;
+    r.in_step = false;
+    if (!r.in_round) m.settle(r);
+  }
+  m.step_rows.clear();
+  m.step_allocs.clear();
+  m.step_open = false;
+  m.enforce_prefix_budget();
+}
+
+void KvCache::abort_step() {
+  Impl& m = *impl_;
+  if (!m.step_open) throw Error("KV cache: abort_step without an open step");
+  for (auto it = m.step_allocs.rbegin(); it != m.step_allocs.rend(); ++it) {
+    auto& blocks = m.row(it->row).layers[std::size_t(it->layer)].blocks;
+    m.release(it->layer, blocks[std::size_t(it->index)]);
+    blocks[std::size_t(it->index)] = kNoBlock;
+  }
+  for (RowId id : m.step_rows) {
+    Row& r = m.row(id);
+    r.pending = 0;
+    r.in_step = false;
+    for (auto& lr : r.layers)
+      while (!lr.blocks.empty() && lr.blocks.back() == kNoBlock) lr.blocks.pop_back();
+  }
+  m.step_rows.clear();
+  m.step_allocs.clear();
+  m.step_open = false;
+}
+
+bool KvCache::step_open() const { return impl_->step_open; }
+
+int64_t KvCache::pending(RowId row) const { return impl_->row(row).pending; }
+
+std::size_t KvCache::bytes_per_token(int layer_index) const { return token_record_bytes(layer_index); }
+
+std::size_t KvCache::used_bytes() const { return impl_->used; }
+
+std::size_t KvCache::free_bytes() const { return impl_->available(); }
+
+// ---------------------------------------------------------------------------
+// Row lifecycle
+
+RowId KvCache::fork(RowId parent_id) {
+  Impl& m = *impl_;
+  const Row& parent = m.row(parent_id);
+  if (parent.in_step) throw Error("cannot fork " + row_name(parent_id) + ": it is part of the open step");
+  Row child = parent;
+  child.in_round = false;
+  child.round_start = 0;
+  const RowId id = create_row();
+  for (std::size_t l = 0; l < m.pools.size(); ++l)
+    for (int32_t b : child.layers[l].blocks)
+      if (b != kNoBlock) m.acquire(int(l), b);
+  m.rows[id] = std::move(child);
+  return id;
+}
+
+RowCache KvCache::extract(RowId id, int64_t limit) const {
+  const Impl& m = *impl_;
+  const Row& r = m.row(id);
+  if (r.in_step) throw Error("cannot extract " + row_name(id) + ": it is part of the open step");
+  RowCache out;
+  out.layers = m.options.layers;
+  out.length = r.length;
+  out.minimum_reusable_offset = r.min_reusable;
+  out.data.resize(m.pools.size());
+  for (std::size_t l = 0; l < m.pools.size(); ++l) {
+    const LayerPool& p = m.pools[l];
+    int64_t start = r.layers[l].first;
+    if (p.spec.window) start = std::max<int64_t>(start, r.length - p.spec.window + 1);
+    if (limit >= 0) start = std::max<int64_t>(start, r.length - limit);
+    start = std::clamp<int64_t>(start, 0, r.length);
+    const std::size_t rec = token_record_bytes(int(l));
+    out.data[l].first = start;
+    out.data[l].records.resize(std::size_t(r.length - start) * rec);
+    for (int64_t pos = start; pos < r.length; ++pos) {
+      const int32_t b = r.layers[l].blocks[std::size_t(pos / m.bs())];
+      p.layout.load_token(p.data[std::size_t(b)], int(pos % m.bs()),
+                          out.data[l].records.data() + std::size_t(pos - start) * rec);
+    }
+  }
+  return out;
+}
+
+RowId KvCache::restore(const RowCache& saved) {
+  Impl& m = *impl_;
+  check_row_cache(saved, "KV row to restore");
+  if (saved.layers != m.options.layers)
+    throw Error("KV row to restore has layout [" + layout_signature(saved.layers) + "] but the cache holds [" +
+                layout() + "]");
+  const int bs = m.bs();
+  std::vector<int64_t> need(m.pools.size(), 0);
+  for (std::size_t l = 0; l < m.pools.size(); ++l) {
+    const int64_t first = saved.data[l].first;
+    if (first < saved.length) need[l] = (saved.length - 1) / bs - first / bs + 1;
+  }
+  auto fresh = m.allocate_all(need, "restore");
+  const RowId id = create_row();
+  Row& r = m.rows[id];
+  r.length = saved.length;
+  r.min_reusable = saved.minimum_reusable_offset;
+  for (std::size_t l = 0; l < m.pools.size(); ++l) {
+    LayerRow& lr = r.layers[l];
+    const int64_t first = saved.data[l].first;
+    lr.first = first;
+    if (need[l] == 0) continue;
+    lr.blocks.assign(std::size_t((saved.length - 1) / bs + 1), kNoBlock);
+    for (int64_t i = 0; i < need[l]; ++i) lr.blocks[std::size_t(first / bs + i)] = fresh[l][std::size_t(i)];
+    const LayerPool& p = m.pools[l];
+    const std::size_t rec = token_record_bytes(int(l));
+    for (int64_t pos = first; pos < saved.length; ++pos)
+      p.layout.store_token(p.data[std::size_t(lr.blocks[std::size_t(pos / bs)])], int(pos % bs),
+                           saved.data[l].records.data() + std::size_t(pos - first) * rec);
+  }
+  m.settle(r);
+  m.enforce_prefix_budget();
+  return id;
+}
+
+int64_t KvCache::min_trim_length(RowId id) const {
+  const Impl& m = *impl_;
+  const Row& r = m.row(id);
+  int64_t lo = r.min_reusable;
+  for (std::size_t l = 0; l < m.pools.size(); ++l) {
+    const int64_t first = r.layers[l].first;
+    const int w = m.pools[l].spec.window;
+    if (w == 0 || first == 0) lo = std::max(lo, first);
+    else lo = std::max(lo, first + w - 1);
+  }
+  return std::min(lo, r.length);
+}
+
+void KvCache::trim(RowId id, int64_t count) {
+  Impl& m = *impl_;
+  Row& r = m.row(id);
+  if (r.in_step) throw Error("cannot trim " + row_name(id) + ": it is part of the open step");
+  if (r.in_round) throw Error("cannot trim " + row_name(id) + " inside a speculative round (use rollback_round)");
+  if (count < 0) throw Error("cannot trim " + row_name(id) + " by a negative count");
+  const int64_t lo = min_trim_length(id);
+  if (r.length - count < lo)
+    throw Error("cannot trim " + row_name(id) + " from " + std::to_string(r.length) + " to " +
+                std::to_string(r.length - count) + " tokens: it holds nothing usable below " + std::to_string(lo) +
+                " (minimum reusable offset, truncated history or a window layer's freed blocks)");
+  r.length -= count;
+  const int64_t keep = ceil_div(r.length, m.bs());
+  for (std::size_t l = 0; l < m.pools.size(); ++l) {
+    auto& blocks = r.layers[l].blocks;
+    while (int64_t(blocks.size()) > keep) {
+      if (blocks.back() != kNoBlock) m.release(int(l), blocks.back());
+      blocks.pop_back();
+    }
+    r.layers[l].first = std::min(r.layers[l].first, r.length);
+  }
+  if (r.published * m.bs() > r.length) {
+    r.published = 0;
+    r.last_entry = -1;
+  }
+  m.enforce_prefix_budget();
+}
+
+bool KvCache::has_row(RowId row) const { return impl_->rows.count(row) != 0; }
+int KvCache::num_rows() const { return int(impl_->rows.size()); }
+
+std::vector<RowId> KvCache::row_ids() const {
+  std::vector<RowId> ids;
+  ids.reserve(impl_->rows.size());
+  for (const auto& [id, r] : impl_->rows) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+int64_t KvCache::minimum_reusable_offset(RowId row) const { return impl_->row(row).min_reusable; }
+
+void KvCache::set_minimum_reusable_offset(RowId id, int64_t offset) {
+  Row& r = impl_->row(id);
+  if (offset < 0 || offset > r.length)
+    throw Error("minimum reusable offset " + std::to_string(offset) + " for " + row_name(id) + " outside [0, " +
+                std::to_string(r.length) + "]");
+  r.min_reusable = offset;
+}
+
+int64_t KvCache::first_position(RowId row, int layer_index) const {
+  (void)layer(layer_index);
+  return impl_->row(row).layers[std::size_t(layer_index)].first;
+}
+
+// ---------------------------------------------------------------------------
+// Speculative rounds
+
+void KvCache::begin_round(std::span<const RowId> rows) {
+  Impl& m = *impl_;
+  std::unordered_set<RowId> seen;
+  for (RowId id : rows) {
+    const Row& r = m.row(id);
+    if (!seen.insert(id).second) throw Error("begin_round: " + row_name(id) + " listed twice");
+    if (r.in_round) throw Error("begin_round: " + row_name(id) + " is already in a speculative round");
+    if (r.in_step) throw Error("begin_round: " + row_name(id) + " is part of the open step");
+  }
+  for (RowId id : rows) {
+    Row& r = m.row(id);
+    r.in_round = true;
+    r.round_start = r.length;
+  }
+}
+
+void KvCache::commit_round(std::span<const RowId> rows) {
+  Impl& m = *impl_;
+  std::unordered_set<RowId> seen;
+  for (RowId id : rows) {
+    const Row& r = m.row(id);
+    if (!seen.insert(id).second) throw Error("commit_round: " + row_name(id) + " listed twice");
+    if (!r.in_round) throw Error("commit_round: " + row_name(id) + " is not in a speculative round");
+    if (r.in_step) throw Error("commit_round: " + row_name(id) + " is part of the open step");
+  }
+  for (RowId id : rows) {
+    Row& r = m.row(id);
+    r.in_round = false;
+    m.settle(r);
+  }
+  m.enforce_prefix_budget();
+}
+
+void KvCache::rollback_round(std::span<const RowId> rows, std::span<const int64_t> keep) {
+  Impl& m = *impl_;
+  if (rows.size() != keep.size())
+    throw Error("rollback_round got " + std::to_string(rows.size()) + " rows but " + std::to_string(keep.size()) +
+                " keep counts");
+  std::unordered_set<RowId> seen;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = m.row(rows[i]);
+    if (!seen.insert(rows[i]).second) throw Error("rollback_round: " + row_name(rows[i]) + " listed twice");
+    if (!r.in_round) throw Error("rollback_round: " + row_name(rows[i]) + " is not in a speculative round");
+    if (r.in_step) throw Error("rollback_round: " + row_name(rows[i]) + " is part of the open step");
+    if (keep[i] < 0 || keep[i] > r.length - r.round_start)
+      throw Error("rollback_round: keep " + std::to_string(keep[i]) + " for " + row_name(rows[i]) + " outside [0, " +
+                  std::to_string(r.length - r.round_start) + "] (tokens appended in the round)");
+  }
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    Row& r = m.row(rows[i]);
+    r.length = r.round_start + keep[i];
+    r.in_round = false;
+    m.settle(r);
+  }
+  m.enforce_prefix_budget();
+}
+
+bool KvCache::in_round(RowId row) const { return impl_->row(row).in_round; }
+
+// ---------------------------------------------------------------------------
+// Accounting and inspection
+
+std::size_t KvCache::block_bytes(int layer_index) const {
+  (void)layer(layer_index);
+  return impl_->pools[std::size_t(layer_index)].layout.block_bytes;
+}
+
+std::size_t KvCache::bytes_per_token() const {
+  std::size_t n = 0;
+  for (int l = 0; l < num_layers(); ++l) n += bytes_per_token(l);
+  return n;
+}
+
+std::size_t KvCache::projected_bytes(int64_t tokens, int64_t step_tokens) const {
+  if (tokens < 0) throw Error("projected_bytes: negative token count " + std::to_string(tokens));
+  if (step_tokens < 1) throw Error("projected_bytes: step_tokens must be at least 1");
+  const int64_t bs = impl_->bs();
+  std::size_t total = 0;
+  for (const LayerPool& p : impl_->pools) {
+    int64_t blocks = ceil_div(tokens, bs);
+    if (p.spec.window) blocks = std::min(blocks, ceil_div(p.spec.window - 1 + step_tokens, bs) + 1);
+    total += std::size_t(blocks) * p.layout.block_bytes;
+  }
+  return total;
+}
+
+std::size_t KvCache::row_bytes(RowId id) const {
+  const Row& r = impl_->row(id);
+  std::size_t n = 0;
+  for (std::size_t l = 0; l < impl_->pools.size(); ++l)
+    for (int32_t b : r.layers[l].blocks)
+      if (b != kNoBlock) n += impl_->pools[l].layout.block_bytes;
+  return n;
+}
+
+int64_t KvCache::blocks_in_use(int layer_index) const {
+  (void)layer(layer_index);
+  return impl_->pools[std::size_t(layer_index)].in_use;
+}
+
+std::size_t KvCache::token_record_bytes(int layer_index) const {
+  return kv::token_record_bytes(layer(layer_index));
+}
+
+void KvCache::read_token(int layer_index, RowId id, int64_t position, std::span<std::byte> out) const {
+  const Impl& m = *impl_;
+  (void)layer(layer_index);
+  const Row& r = m.row(id);
+  const LayerRow& lr = r.layers[std::size_t(layer_index)];
+  if (position < lr.first || position >= r.length + r.pending)
+    throw Error("read_token: " + row_name(id) + " does not hold position " + std::to_string(position) +
+                " in KV layer " + std::to_string(layer_index) + " (holds [" + std::to_string(lr.first) + ", " +
+                std::to_string(r.length + r.pending) + "))");
+  if (out.size() != token_record_bytes(layer_index))
+    throw Error("read_token: output has " + std::to_string(out.size()) + " bytes, a record has " +
+                std::to_string(token_record_bytes(layer_index)));
+  const int32_t b = lr.blocks[std::size_t(position / m.bs())];
+  const LayerPool& p = m.pools[std::size_t(layer_index)];
+  p.layout.load_token(p.data[std::size_t(b)], int(position % m.bs()), out.data());
+}
+
+int32_t KvCache::physical_block(int layer_index, RowId id, int64_t index) const {
+  (void)layer(layer_index);
+  const auto& blocks = impl_->row(id).layers[std::size_t(layer_index)].blocks;
+  return index >= 0 && index < int64_t(blocks.size()) ? blocks[std::size_t(index)] : kNoBlock;
+}
+
+void KvCache::check_consistency() const {
+  const Impl& m = *impl_;
+  const int64_t bs = m.bs();
+  std::vector<std::vector<int32_t>> refs(m.pools.size());
+  for (std::size_t l = 0; l < m.pools.size(); ++l) refs[l].assign(m.pools[l].refs.size(), 0);
+  auto fail = [](const std::string& what) { throw Error("KV cache inconsistent: " + what); };
+  for (const auto& [id, r] : m.rows) {
+    for (std::size_t l = 0; l < m.pools.size(); ++l) {
+      const LayerRow& lr = r.layers[l];
+      for (int32_t b : lr.blocks)
+        if (b != kNoBlock) refs[l][std::size_t(b)] += 1;
+      const int64_t end = r.length + r.pending;
+      if (lr.first > r.length) fail(row_name(id) + " layer " + std::to_string(l) + " first position past length");
+      for (int64_t b = lr.first / bs; b < ceil_div(end, bs); ++b)
+        if (b >= int64_t(lr.blocks.size()) || lr.blocks[std::size_t(b)] == kNoBlock)
+          fail(row_name(id) + " layer " + std::to_string(l) + " lacks block " + std::to_string(b));
+      const int w = m.pools[l].spec.window;
+      if (w && !r.in_round && !r.in_step && lr.first / bs < (r.length - w + 1) / bs)
+        fail(row_name(id) + " window layer " + std::to_string(l) + " holds blocks it should have freed");
+    }
+  }
+  int64_t cached = 0;
+  for (std::size_t e = 0; e < m.entries.size(); ++e) {
+    const PrefixEntry& pe = m.entries[e];
+    if (!pe.live) continue;
+    int held = 0;
+    for (std::size_t l = 0; l < m.pools.size(); ++l) {
+      const int32_t b = pe.blocks[l];
+      if (b == kNoBlock) continue;
+      ++held;
+      ++cached;
+      refs[l][std::size_t(b)] += 1;
+      if (m.pools[l].cache_entry[std::size_t(b)] != int32_t(e)) fail("cached block's owner entry mismatch");
+    }
+    if (held != pe.held) fail("prefix entry held count");
+  }
+  std::size_t used = 0, evictable = 0;
+  std::size_t lru_size = 0;
+  for (std::size_t l = 0; l < m.pools.size(); ++l) {
+    const LayerPool& p = m.pools[l];
+    int64_t in_use = 0;
+    for (std::size_t b = 0; b < p.refs.size(); ++b) {
+      if (refs[l][b] != p.refs[b])
+        fail("layer " + std::to_string(l) + " block " + std::to_string(b) + " has " + std::to_string(p.refs[b]) +
+             " references, tables and cache hold " + std::to_string(refs[l][b]));
+      if (p.refs[b] > 0) ++in_use;
+      if (p.refs[b] == 0 && p.cache_entry[b] >= 0) fail("free block still marked cached");
+      if (p.refs[b] == 1 && p.cache_entry[b] >= 0) {
+        evictable += p.layout.block_bytes;
+        ++lru_size;
+        if (!m.lru.count({p.released_at[b], int(l), int32_t(b)})) fail("cache-only block missing from the LRU");
+      }
+    }
+    if (in_use != p.in_use) fail("layer " + std::to_string(l) + " in-use count");
+    if (std::size_t(in_use) + p.free_ids.size() != p.refs.size()) fail("free list size");
+    used += std::size_t(in_use) * p.layout.block_bytes;
+  }
+  if (used != m.used) fail("used bytes " + std::to_string(m.used) + " vs recomputed " + std::to_string(used));
+  if (evictable != m.evictable) fail("evictable bytes");
+  if (lru_size != m.lru.size()) fail("LRU size");
+  (void)cached;
+}
+
+}  // namespace rowlm::kv

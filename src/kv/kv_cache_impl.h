@@ -1,0 +1,128 @@
+#pragma once
+// KvCache's private state, shared by its implementation files and the
+// attention kernel (which reads block tables and block bytes directly).
+
+#include <cstddef>
+#include <cstdint>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "core/buffer.h"
+#include "kv/codec.h"
+#include "kv/kv_cache.h"
+
+namespace rowlm::kv {
+
+inline constexpr int32_t kNoBlock = -1;
+
+// One layer's blocks. A block is free (refs 0), held by rows and/or the
+// prefix cache (refs = holders). Storage is never returned to the system:
+// a freed block's bytes are reused by the next allocation.
+struct LayerPool {
+  LayerSpec spec;
+  BlockLayout layout;
+  std::vector<AlignedBuffer> storage;  // by block id
+  std::vector<std::byte*> data;        // storage[id].data(): what the kernel reads
+  std::vector<int32_t> refs;
+  std::vector<int32_t> cache_entry;    // prefix entry holding the block, or -1
+  std::vector<uint64_t> released_at;   // LRU clock when it became cache-only
+  std::vector<int32_t> free_ids;
+  int64_t in_use = 0;
+};
+
+struct LayerRow {
+  std::vector<int32_t> blocks;  // by absolute block index; kNoBlock where not held
+  int64_t first = 0;            // first held position
+};
+
+struct Row {
+  int64_t length = 0;
+  int64_t pending = 0;   // tokens reserved by the open step
+  bool in_step = false;
+  bool in_round = false;
+  int64_t round_start = 0;
+  int64_t min_reusable = 0;
+  std::vector<LayerRow> layers;
+  // Prefix publishing resumes here: blocks [0, published) are registered,
+  // the last one as entry `last_entry` (valid while its generation matches).
+  int64_t published = 0;
+  int32_t last_entry = -1;
+  uint64_t last_entry_generation = 0;
+};
+
+// A cached full block: its key, its chain position, and per layer the pool
+// block holding it (kNoBlock where that layer's copy was evicted or never
+// held, e.g. a window layer's block freed before it was published).
+struct PrefixEntry {
+  bool live = false;
+  uint64_t key = 0;
+  int32_t parent = -1;
+  uint64_t generation = 0;
+  int32_t children = 0;
+  int32_t held = 0;  // layers with a block
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> blocks;
+};
+
+struct KvCache::Impl {
+  explicit Impl(CacheOptions opts);
+
+  CacheOptions options;
+  std::vector<LayerPool> pools;
+  std::size_t used = 0;
+  std::unordered_map<RowId, Row> rows;
+  RowId next_row = 0;
+
+  bool step_open = false;
+  std::vector<RowId> step_rows;
+  struct StepAlloc {
+    int layer;
+    RowId row;
+    int64_t index;
+  };
+  std::vector<StepAlloc> step_allocs;  // fresh blocks of the open step
+
+  // Prefix cache.
+  uint64_t root_key = 0;
+  std::vector<PrefixEntry> entries;
+  std::vector<int32_t> free_entries;
+  std::unordered_multimap<uint64_t, int32_t> by_key;
+  std::set<std::tuple<uint64_t, int, int32_t>> lru;  // (released_at, layer, block): cache-only blocks
+  std::size_t evictable = 0;
+  uint64_t clock = 0;
+  uint64_t generations = 0;
+
+  int bs() const { return options.block_size; }
+  Row& row(RowId id);
+  const Row& row(RowId id) const;
+
+  // Blocks and references.
+  int32_t allocate(int layer);  // budget already reserved
+  void acquire(int layer, int32_t id);
+  void release(int layer, int32_t id);
+  // Makes `bytes` available, evicting cache-only blocks if needed; throws
+  // OutOfBlocks (having evicted nothing) if even eviction would not do.
+  void reserve(std::size_t bytes, const char* what);
+  std::size_t available() const;
+  // Allocates `count` blocks per layer all-or-nothing.
+  std::vector<std::vector<int32_t>> allocate_all(const std::vector<int64_t>& count, const char* what);
+
+  // Window layers: frees blocks wholly below length - W + 1.
+  void settle(Row& r);
+  void release_row(Row& r);
+
+  // Prefix cache.
+  uint64_t child_key(int32_t parent, std::span<const int32_t> tokens) const;
+  int32_t find_child(int32_t parent, std::span<const int32_t> tokens) const;
+  int32_t add_entry(int32_t parent, std::span<const int32_t> tokens);
+  void drop_if_empty(int32_t entry);
+  void evict_one();
+  void enforce_prefix_budget();
+  // The chain of entries matching tokens' full blocks from the root.
+  std::vector<int32_t> walk(std::span<const int32_t> tokens) const;
+  int64_t usable_prefix(const std::vector<int32_t>& chain, int64_t max_tokens) const;
+};
+
+}  // namespace rowlm::kv

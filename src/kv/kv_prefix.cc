@@ -1,0 +1,269 @@
+// KvCache's prefix cache: content-addressed full blocks shared by reference
+// count, least recently released evicted first.
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_cache_impl.h"
+
+namespace rowlm::kv {
+namespace {
+
+uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h ^= h >> 31;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 29;
+  return h;
+}
+
+}  // namespace
+
+uint64_t KvCache::Impl::child_key(int32_t parent, std::span<const int32_t> tokens) const {
+  uint64_t h = parent < 0 ? root_key : entries[std::size_t(parent)].key;
+  for (int32_t t : tokens) h = mix(h, uint32_t(t));
+  return h;
+}
+
+int32_t KvCache::Impl::find_child(int32_t parent, std::span<const int32_t> tokens) const {
+  const auto [lo, hi] = by_key.equal_range(child_key(parent, tokens));
+  for (auto it = lo; it != hi; ++it) {
+    // The key only narrows the search; parent and tokens decide.
+    const PrefixEntry& e = entries[std::size_t(it->second)];
+    if (e.parent == parent && std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin(), tokens.end()))
+      return it->second;
+  }
+  return -1;
+}
+
+int32_t KvCache::Impl::add_entry(int32_t parent, std::span<const int32_t> tokens) {
+  int32_t id;
+  if (!free_entries.empty()) {
+    id = free_entries.back();
+    free_entries.pop_back();
+  } else {
+    entries.emplace_back();
+    id = int32_t(entries.size() - 1);
+  }
+  PrefixEntry& e = entries[std::size_t(id)];
+  e.live = true;
+  e.key = child_key(parent, tokens);
+  e.parent = parent;
+  e.generation = ++generations;
+  e.children = 0;
+  e.held = 0;
+  e.tokens.assign(tokens.begin(), tokens.end());
+  e.blocks.assign(pools.size(), kNoBlock);
+  by_key.emplace(e.key, id);
+  if (parent >= 0) entries[std::size_t(parent)].children += 1;
+  return id;
+}
+
+void KvCache::Impl::drop_if_empty(int32_t id) {
+  while (id >= 0) {
+    PrefixEntry& e = entries[std::size_t(id)];
+    if (!e.live || e.held > 0 || e.children > 0) return;
+    const auto [lo, hi] = by_key.equal_range(e.key);
+    for (auto it = lo; it != hi; ++it)
+      if (it->second == id) {
+        by_key.erase(it);
+        break;
+      }
+    e.live = false;
+    e.tokens.clear();
+    e.blocks.clear();
+    free_entries.push_back(id);
+    const int32_t parent = e.parent;
+    if (parent >= 0) entries[std::size_t(parent)].children -= 1;
+    id = parent;
+  }
+}
+
+void KvCache::Impl::evict_one() {
+  ROWLM_CHECK(!lru.empty(), "evict_one with nothing evictable");
+  const auto [tick, layer, block] = *lru.begin();
+  LayerPool& p = pools[std::size_t(layer)];
+  const int32_t entry = p.cache_entry[std::size_t(block)];
+  PrefixEntry& e = entries[std::size_t(entry)];
+  e.blocks[std::size_t(layer)] = kNoBlock;
+  e.held -= 1;
+  lru.erase(lru.begin());
+  evictable -= p.layout.block_bytes;
+  p.cache_entry[std::size_t(block)] = -1;
+  release(layer, block);
+  drop_if_empty(entry);
+}
+
+void KvCache::Impl::enforce_prefix_budget() {
+  while (evictable > options.prefix_cache_bytes) evict_one();
+}
+
+std::vector<int32_t> KvCache::Impl::walk(std::span<const int32_t> tokens) const {
+  std::vector<int32_t> chain;
+  int32_t parent = -1;
+  const std::size_t B = std::size_t(bs());
+  for (std::size_t b = 0; (b + 1) * B <= tokens.size(); ++b) {
+    const int32_t e = find_child(parent, tokens.subspan(b * B, B));
+    if (e < 0) break;
+    chain.push_back(e);
+    parent = e;
+  }
+  return chain;
+}
+
+int64_t KvCache::Impl::usable_prefix(const std::vector<int32_t>& chain, int64_t max_tokens) const {
+  const int64_t B = bs();
+  // Full layers need every block of the prefix.
+  int64_t full_ok = 0;
+  while (full_ok < int64_t(chain.size())) {
+    const PrefixEntry& e = entries[std::size_t(chain[std::size_t(full_ok)])];
+    bool ok = true;
+    for (std::size_t l = 0; l < pools.size(); ++l)
+      if (pools[l].spec.window == 0 && e.blocks[l] == kNoBlock) ok = false;
+    if (!ok) break;
+    ++full_ok;
+  }
+  int64_t L = std::min(max_tokens, full_ok * B);
+  while (L > 0) {
+    // Window layers need the blocks covering the last W - 1 positions.
+    bool ok = true;
+    for (std::size_t l = 0; l < pools.size() && ok; ++l) {
+      const int w = pools[l].spec.window;
+      if (w == 0) continue;
+      const int64_t from = std::max<int64_t>(0, L - w + 1);
+      for (int64_t b = from / B; from < L && b <= (L - 1) / B; ++b)
+        if (entries[std::size_t(chain[std::size_t(b)])].blocks[l] == kNoBlock) {
+          ok = false;
+          break;
+        }
+    }
+    if (ok) return L;
+    L = (L % B) ? L - L % B : L - B;
+  }
+  return 0;
+}
+
+int64_t KvCache::publish(RowId id, std::span<const int32_t> tokens) {
+  Impl& m = *impl_;
+  Row& r = m.row(id);
+  if (r.in_step) throw Error("cannot publish kv row " + std::to_string(id) + ": it is part of the open step");
+  if (r.min_reusable > 0) return 0;
+  for (std::size_t l = 0; l < m.pools.size(); ++l)
+    if (m.pools[l].spec.window == 0 && r.layers[l].first > 0) return 0;
+  const int64_t B = m.bs();
+  const int64_t frontier = std::min<int64_t>(r.in_round ? r.round_start : r.length, int64_t(tokens.size()));
+  const int64_t n_blocks = frontier / B;
+  int64_t b = 0;
+  int32_t parent = -1;
+  if (r.published > 0 && r.published <= n_blocks && r.last_entry >= 0 &&
+      m.entries[std::size_t(r.last_entry)].live &&
+      m.entries[std::size_t(r.last_entry)].generation == r.last_entry_generation) {
+    b = r.published;
+    parent = r.last_entry;
+  }
+  for (; b < n_blocks; ++b) {
+    const auto block_tokens = tokens.subspan(std::size_t(b * B), std::size_t(B));
+    int32_t e = m.find_child(parent, block_tokens);
+    if (e < 0) e = m.add_entry(parent, block_tokens);
+    for (std::size_t l = 0; l < m.pools.size(); ++l) {
+      const auto& blocks = r.layers[l].blocks;
+      const int32_t blk = b < int64_t(blocks.size()) ? blocks[std::size_t(b)] : kNoBlock;
+      LayerPool& p = m.pools[l];
+      PrefixEntry& pe = m.entries[std::size_t(e)];
+      if (blk == kNoBlock || pe.blocks[l] != kNoBlock || p.cache_entry[std::size_t(blk)] >= 0) continue;
+      p.refs[std::size_t(blk)] += 1;  // the row holds it, so it is not evictable now
+      p.cache_entry[std::size_t(blk)] = e;
+      pe.blocks[l] = blk;
+      pe.held += 1;
+    }
+    parent = e;
+  }
+  r.published = n_blocks;
+  r.last_entry = parent;
+  r.last_entry_generation = parent >= 0 ? m.entries[std::size_t(parent)].generation : 0;
+  // Entries created for blocks no layer could give (all evicted or freed) are dropped.
+  if (parent >= 0 && m.entries[std::size_t(parent)].held == 0) {
+    m.drop_if_empty(parent);
+    r.published = 0;
+    r.last_entry = -1;
+  }
+  return n_blocks * B;
+}
+
+int64_t KvCache::match_prefix(std::span<const int32_t> tokens, int64_t max_tokens) const {
+  if (max_tokens < 0) throw Error("match_prefix: negative max_tokens");
+  const Impl& m = *impl_;
+  return m.usable_prefix(m.walk(tokens), std::min<int64_t>(max_tokens, int64_t(tokens.size())));
+}
+
+int64_t KvCache::attach_prefix(RowId id, std::span<const int32_t> tokens, int64_t max_tokens) {
+  Impl& m = *impl_;
+  Row& r = m.row(id);
+  if (max_tokens < 0) throw Error("attach_prefix: negative max_tokens");
+  if (r.in_step || r.in_round || r.length != 0)
+    throw Error("attach_prefix: kv row " + std::to_string(id) + " must be empty and idle");
+  for (const LayerRow& lr : r.layers)
+    if (!lr.blocks.empty()) throw Error("attach_prefix: kv row " + std::to_string(id) + " already holds blocks");
+  const std::vector<int32_t> chain = m.walk(tokens);
+  const int64_t L = m.usable_prefix(chain, std::min<int64_t>(max_tokens, int64_t(tokens.size())));
+  if (L == 0) return 0;
+  const int64_t B = m.bs();
+  for (std::size_t l = 0; l < m.pools.size(); ++l) {
+    const int w = m.pools[l].spec.window;
+    const int64_t from = w ? std::max<int64_t>(0, L - w + 1) : 0;
+    LayerRow& lr = r.layers[l];
+    lr.first = from;
+    if (from >= L) continue;
+    lr.blocks.assign(std::size_t((L - 1) / B + 1), kNoBlock);
+    for (int64_t b = from / B; b <= (L - 1) / B; ++b) {
+      const int32_t blk = m.entries[std::size_t(chain[std::size_t(b)])].blocks[l];
+      m.acquire(int(l), blk);
+      lr.blocks[std::size_t(b)] = blk;
+    }
+  }
+  r.length = L;
+  r.published = L / B;
+  r.last_entry = r.published > 0 ? chain[std::size_t(r.published - 1)] : -1;
+  r.last_entry_generation = r.last_entry >= 0 ? m.entries[std::size_t(r.last_entry)].generation : 0;
+  return L;
+}
+
+void KvCache::clear_prefix_cache() {
+  Impl& m = *impl_;
+  for (std::size_t e = 0; e < m.entries.size(); ++e) {
+    PrefixEntry& pe = m.entries[e];
+    if (!pe.live) continue;
+    for (std::size_t l = 0; l < m.pools.size(); ++l) {
+      const int32_t blk = pe.blocks[l];
+      if (blk == kNoBlock) continue;
+      LayerPool& p = m.pools[l];
+      if (p.refs[std::size_t(blk)] == 1) {
+        m.lru.erase({p.released_at[std::size_t(blk)], int(l), blk});
+        m.evictable -= p.layout.block_bytes;
+      }
+      p.cache_entry[std::size_t(blk)] = -1;
+      m.release(int(l), blk);
+    }
+  }
+  m.entries.clear();
+  m.free_entries.clear();
+  m.by_key.clear();
+  ROWLM_CHECK(m.lru.empty() && m.evictable == 0, "prefix cache cleared but blocks remain evictable");
+  for (auto& [id, r] : m.rows) {
+    r.published = 0;
+    r.last_entry = -1;
+  }
+}
+
+std::size_t KvCache::prefix_cache_bytes() const { return impl_->evictable; }
+
+int64_t KvCache::prefix_cache_blocks() const {
+  int64_t n = 0;
+  for (const PrefixEntry& e : impl_->entries)
+    if (e.live) n += e.held;
+  return n;
+}
+
+}  // namespace rowlm::kv
