@@ -1,6 +1,8 @@
 #include "sampling/logits_processor.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -15,21 +17,36 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+// Eight independent running maxima, so the loop is not one long dependency
+// chain (a 262k-entry row is scanned several times per token).
 float max_value(std::span<const float> v) {
+  float lane[8];
+  std::fill(lane, lane + 8, kNegInf);
+  std::size_t i = 0;
+  for (; i + 8 <= v.size(); i += 8)
+    for (int j = 0; j < 8; ++j) lane[j] = v[i + j] > lane[j] ? v[i + j] : lane[j];
   float m = kNegInf;
-  for (float x : v) m = std::max(m, x);
+  for (; i < v.size(); ++i) m = v[i] > m ? v[i] : m;
+  for (float x : lane) m = x > m ? x : m;
   return m;
 }
 
 void check_row(std::span<const float> logits) {
   ROWLM_CHECK(!logits.empty(), "empty logits row");
-  bool any_finite = false;
-  for (std::size_t i = 0; i < logits.size(); ++i) {
-    const float x = logits[i];
-    if (std::isnan(x) || x == std::numeric_limits<float>::infinity())
-      throw Error("logits row holds " + std::string(std::isnan(x) ? "NaN" : "+inf") + " at token " +
-                  std::to_string(i));
-    any_finite |= std::isfinite(x);
+  // One branch-free pass on the bits (vectorizes); the slow search for the
+  // culprit runs only on failure. -inf is allowed: it marks removed tokens.
+  constexpr uint32_t kInfBits = 0x7f800000u;
+  bool bad = false, any_finite = false;
+  for (float x : logits) {
+    const uint32_t magnitude = std::bit_cast<uint32_t>(x) & 0x7fffffffu;
+    bad |= (magnitude > kInfBits) | (std::bit_cast<uint32_t>(x) == kInfBits);  // NaN, +inf
+    any_finite |= magnitude < kInfBits;
+  }
+  if (bad) {
+    for (std::size_t i = 0; i < logits.size(); ++i)
+      if (std::isnan(logits[i]) || (logits[i] > 0 && std::isinf(logits[i])))
+        throw Error("logits row holds " + std::string(std::isnan(logits[i]) ? "NaN" : "+inf") +
+                    " at token " + std::to_string(i));
   }
   if (!any_finite) throw Error("logits row has no finite value");
 }
@@ -83,41 +100,66 @@ void apply_temperature(std::span<float> logits, float temperature) {
 
 void keep_top_k(std::span<float> logits, int32_t k) {
   if (k <= 0 || std::size_t(k) >= logits.size()) return;
-  std::vector<float> sorted(logits.begin(), logits.end());
-  std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<float>());
-  remove_below(logits, sorted[k - 1]);
+  // The k-th largest value: a min-heap of the k largest seen, which most
+  // entries of a long row fail to enter after one comparison.
+  std::vector<float> heap(logits.begin(), logits.begin() + k);
+  std::make_heap(heap.begin(), heap.end(), std::greater<float>());
+  for (std::size_t i = std::size_t(k); i < logits.size(); ++i) {
+    if (logits[i] <= heap.front()) continue;
+    std::pop_heap(heap.begin(), heap.end(), std::greater<float>());
+    heap.back() = logits[i];
+    std::push_heap(heap.begin(), heap.end(), std::greater<float>());
+  }
+  remove_below(logits, heap.front());
+}
+
+// Order-preserving map of a float to an unsigned key (larger value, larger key).
+uint32_t sortable_key(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
 void keep_top_p(std::span<float> logits, float p) {
   if (p >= 1.0f) return;
-  std::vector<int32_t> ids;
-  ids.reserve(logits.size());
-  for (std::size_t i = 0; i < logits.size(); ++i)
-    if (logits[i] != kNegInf) ids.push_back(int32_t(i));
-  const double m = max_value(logits);
+  const float m = max_value(logits);
+  // One pass buckets every token's mass by the top 16 bits of its value's
+  // sortable key (128 buckets per octave); walking the buckets from the most
+  // likely finds the one holding the boundary, and only that bucket's tokens
+  // are sorted. This is O(vocab) where sorting the row would not be.
+  constexpr int kShift = 16;
+  std::vector<double> bucket_mass(std::size_t(1) << (32 - kShift), 0.0);
+  uint32_t lo = ~0u, hi = 0;
   double total = 0;
-  for (int32_t i : ids) total += std::exp(double(logits[i]) - m);
-  const double target = double(p) * total;
-  // The nucleus is usually small: sort a growing head instead of the row.
-  const MoreLikely order{logits};
-  std::size_t head = std::min<std::size_t>(1024, ids.size());
-  while (true) {
-    std::partial_sort(ids.begin(), ids.begin() + head, ids.end(), order);
-    double mass = 0;
-    for (std::size_t j = 0; j < head; ++j) {
-      mass += std::exp(double(logits[ids[j]]) - m);
-      if (mass >= target) return remove_below(logits, logits[ids[j]]);
-    }
-    if (head == ids.size()) return;  // rounding left the target just out of reach: keep all
-    head = std::min(head * 4, ids.size());
+  for (float x : logits) {
+    if (x == kNegInf) continue;
+    const uint32_t b = sortable_key(x) >> kShift;
+    const double w = std::exp(x - m);
+    bucket_mass[b] += w;
+    total += w;
+    lo = std::min(lo, b), hi = std::max(hi, b);
   }
+  const double target = double(p) * total;
+  double above = 0;  // mass of the buckets more likely than the boundary one
+  uint32_t boundary = hi;
+  for (; boundary > lo && above + bucket_mass[boundary] < target; --boundary) above += bucket_mass[boundary];
+
+  std::vector<int32_t> ids;
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    if (logits[i] != kNegInf && sortable_key(logits[i]) >> kShift == boundary) ids.push_back(int32_t(i));
+  std::sort(ids.begin(), ids.end(), MoreLikely{logits});
+  for (int32_t i : ids) {
+    above += std::exp(logits[i] - m);
+    if (above >= target) return remove_below(logits, logits[i]);
+  }
+  // Rounding left the target just out of reach: keep everything.
 }
 
 void keep_min_p(std::span<float> logits, float min_p) {
   if (min_p <= 0.0f) return;
-  const double m = max_value(logits);
+  // p_i >= min_p * p_max  <=>  l_i - l_max >= log(min_p): no exponentials.
+  const double m = max_value(logits), log_min_p = std::log(double(min_p));
   for (float& x : logits)
-    if (std::exp(double(x) - m) < double(min_p)) x = kNegInf;
+    if (double(x) - m < log_min_p) x = kNegInf;
 }
 
 void process_logits(std::span<float> logits, const SamplingParams& params, const TokenHistory& history) {
@@ -134,24 +176,31 @@ void process_logits(std::span<float> logits, const SamplingParams& params, const
 
 int32_t argmax(std::span<const float> values) {
   ROWLM_CHECK(!values.empty(), "argmax of an empty row");
-  int32_t best = 0;
-  for (std::size_t i = 1; i < values.size(); ++i)
-    if (values[i] > values[best]) best = int32_t(i);
-  return best;
+  const float m = max_value(values);
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if (values[i] == m) return int32_t(i);
+  return 0;  // every value is NaN; rows are checked before they get here
 }
 
 void softmax(std::span<const float> logits, std::span<float> probs) {
   ROWLM_CHECK(probs.size() == logits.size(), "softmax: output size differs from input size");
-  const double m = max_value(logits);
+  const float m = max_value(logits);
   ROWLM_CHECK(std::isfinite(m), "softmax of a row with no finite value");
-  double total = 0;
-  for (std::size_t i = 0; i < logits.size(); ++i) {
-    const float e = float(std::exp(double(logits[i]) - m));
-    probs[i] = e;
-    total += e;
+  double lane[8] = {};  // independent partial sums: no serial add chain
+  std::size_t i = 0;
+  for (; i + 8 <= logits.size(); i += 8) {
+    for (int j = 0; j < 8; ++j) {
+      const float x = logits[i + j];
+      const float e = x == kNegInf ? 0.0f : std::exp(x - m);
+      probs[i + j] = e;
+      lane[j] += e;
+    }
   }
-  const double inv = 1.0 / total;
-  for (float& q : probs) q = float(q * inv);
+  double total = 0;
+  for (; i < logits.size(); ++i) total += probs[i] = logits[i] == kNegInf ? 0.0f : std::exp(logits[i] - m);
+  for (double x : lane) total += x;
+  const float inv = float(1.0 / total);
+  for (float& q : probs) q *= inv;
 }
 
 }  // namespace rowlm::sampling

@@ -21,19 +21,38 @@ uint64_t resolve_seed(const std::optional<uint64_t>& seed) {
 int32_t draw_token(std::span<const float> probs, double u) {
   ROWLM_CHECK(!probs.empty(), "draw_token from an empty distribution");
   ROWLM_CHECK(u >= 0 && u < 1, "draw_token needs u in [0, 1)");
+  // Sum blocks first (independent adds), then walk only the block that
+  // holds the target: a row is 262k entries and a serial walk is slow.
+  constexpr std::size_t kBlock = 1024;
+  const std::size_t blocks = (probs.size() + kBlock - 1) / kBlock;
+  std::vector<double> block_mass(blocks, 0.0);
   double total = 0;
-  for (float q : probs) total += q;
+  for (std::size_t b = 0; b < blocks; ++b) {
+    double lane[8] = {};
+    const std::size_t end = std::min(probs.size(), (b + 1) * kBlock);
+    for (std::size_t i = b * kBlock; i < end; ++i) lane[i % 8] += probs[i];
+    for (double x : lane) block_mass[b] += x;
+    total += block_mass[b];
+  }
   ROWLM_CHECK(total > 0, "draw_token from a distribution with no mass");
   const double target = u * total;
   double cumulative = 0;
-  int32_t last_positive = -1;
-  for (std::size_t i = 0; i < probs.size(); ++i) {
-    if (probs[i] <= 0) continue;
-    cumulative += probs[i];
-    last_positive = int32_t(i);
-    if (cumulative > target) return last_positive;
+  for (std::size_t b = 0; b < blocks; ++b) {
+    if (cumulative + block_mass[b] <= target) {
+      cumulative += block_mass[b];
+      continue;
+    }
+    const std::size_t end = std::min(probs.size(), (b + 1) * kBlock);
+    for (std::size_t i = b * kBlock; i < end; ++i) {
+      if (probs[i] <= 0) continue;
+      cumulative += probs[i];
+      if (cumulative > target) return int32_t(i);
+    }
   }
-  return last_positive;  // u * total rounded up to the full sum
+  // Rounding kept the sum at or below u * total: take the last possible token.
+  for (std::size_t i = probs.size(); i-- > 0;)
+    if (probs[i] > 0) return int32_t(i);
+  return 0;  // unreachable: total > 0
 }
 
 Sampler::Sampler(SamplingParams params, int64_t vocab_size, std::span<const int32_t> prompt_ids)
@@ -46,18 +65,18 @@ Sampler::Sampler(SamplingParams params, int64_t vocab_size, std::span<const int3
   seed_ = resolve_seed(params_.seed);
 }
 
-std::vector<float> Sampler::processed(std::span<const float> logits) const {
+std::span<const float> Sampler::processed(std::span<const float> logits) const {
   if (int64_t(logits.size()) != vocab_size_)
     throw Error("logits row has " + std::to_string(logits.size()) + " entries, the vocabulary " +
                 std::to_string(vocab_size_));
-  std::vector<float> row(logits.begin(), logits.end());
-  process_logits(row, params_, history_);
-  return row;
+  row_.assign(logits.begin(), logits.end());
+  process_logits(row_, params_, history_);
+  return row_;
 }
 
 void Sampler::next_token_probs(std::span<const float> logits, std::span<float> probs) const {
   ROWLM_CHECK(int64_t(probs.size()) == vocab_size_, "next_token_probs: output is not vocab-sized");
-  const std::vector<float> row = processed(logits);
+  const std::span<const float> row = processed(logits);
   if (params_.greedy()) {
     std::fill(probs.begin(), probs.end(), 0.0f);
     probs[argmax(row)] = 1.0f;
@@ -77,8 +96,9 @@ SampledToken Sampler::sample(std::span<const float> logits, RandomStream stream)
   if (params_.greedy()) {
     token = argmax(processed(logits));
   } else {
-    const std::vector<float> probs = next_token_probs(logits);
-    token = draw_token(probs, uniform01(seed_, uint64_t(step()), stream));
+    probs_.resize(vocab_size_);
+    next_token_probs(logits, probs_);
+    token = draw_token(probs_, uniform01(seed_, uint64_t(step()), stream));
   }
   return chosen(logits, token);
 }

@@ -39,6 +39,9 @@ struct SampledToken {
 // exceeds u * (total mass); u in [0, 1). Ids with probability 0 are never chosen.
 int32_t draw_token(std::span<const float> probs, double u);
 
+// A Sampler is used by one thread at a time (it keeps vocab-sized scratch
+// rows to avoid a fresh allocation per token); different Samplers are
+// independent and may run on different threads.
 class Sampler {
  public:
   // Validates params against vocab_size (throws rowlm::Error naming the
@@ -70,12 +73,14 @@ class Sampler {
   void rollback(std::size_t n);
 
  private:
-  std::vector<float> processed(std::span<const float> logits) const;
+  // Copies logits into row_ and processes them there.
+  std::span<const float> processed(std::span<const float> logits) const;
 
   SamplingParams params_;
   int64_t vocab_size_;
   uint64_t seed_;
   TokenHistory history_;
+  mutable std::vector<float> row_, probs_;
 };
 
 }  // namespace rowlm::sampling
