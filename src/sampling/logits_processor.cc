@@ -113,6 +113,10 @@ void keep_top_k(std::span<float> logits, int32_t k) {
   remove_below(logits, heap.front());
 }
 
+// Rows shorter than this sort their candidates directly; a mass histogram
+// pays off only on long rows.
+constexpr std::size_t kBucketedTopPMinSize = 4096;
+
 // Order-preserving map of a float to an unsigned key (larger value, larger key).
 uint32_t sortable_key(float x) {
   const uint32_t u = std::bit_cast<uint32_t>(x);
@@ -122,30 +126,38 @@ uint32_t sortable_key(float x) {
 void keep_top_p(std::span<float> logits, float p) {
   if (p >= 1.0f) return;
   const float m = max_value(logits);
-  // One pass buckets every token's mass by the top 16 bits of its value's
-  // sortable key (128 buckets per octave); walking the buckets from the most
-  // likely finds the one holding the boundary, and only that bucket's tokens
-  // are sorted. This is O(vocab) where sorting the row would not be.
-  constexpr int kShift = 16;
-  std::vector<double> bucket_mass(std::size_t(1) << (32 - kShift), 0.0);
-  uint32_t lo = ~0u, hi = 0;
+  std::vector<int32_t> ids;  // the candidates for the boundary, sorted below
+  double above = 0;          // mass of the tokens known to be more likely than all of ids
   double total = 0;
-  for (float x : logits) {
-    if (x == kNegInf) continue;
-    const uint32_t b = sortable_key(x) >> kShift;
-    const double w = std::exp(x - m);
-    bucket_mass[b] += w;
-    total += w;
-    lo = std::min(lo, b), hi = std::max(hi, b);
+  if (logits.size() < kBucketedTopPMinSize) {
+    for (std::size_t i = 0; i < logits.size(); ++i) {
+      if (logits[i] == kNegInf) continue;
+      ids.push_back(int32_t(i));
+      total += std::exp(logits[i] - m);
+    }
+  } else {
+    // One pass buckets every token's mass by the top 16 bits of its value's
+    // sortable key (128 buckets per octave); walking the buckets from the
+    // most likely finds the one holding the boundary, and only that bucket's
+    // tokens are sorted. O(vocab), where sorting the row would not be.
+    constexpr int kShift = 16;
+    std::vector<double> bucket_mass(std::size_t(1) << (32 - kShift), 0.0);
+    uint32_t lo = ~0u, hi = 0;
+    for (float x : logits) {
+      if (x == kNegInf) continue;
+      const uint32_t b = sortable_key(x) >> kShift;
+      const double w = std::exp(x - m);
+      bucket_mass[b] += w;
+      total += w;
+      lo = std::min(lo, b), hi = std::max(hi, b);
+    }
+    const double target = double(p) * total;
+    uint32_t boundary = hi;
+    for (; boundary > lo && above + bucket_mass[boundary] < target; --boundary) above += bucket_mass[boundary];
+    for (std::size_t i = 0; i < logits.size(); ++i)
+      if (logits[i] != kNegInf && sortable_key(logits[i]) >> kShift == boundary) ids.push_back(int32_t(i));
   }
   const double target = double(p) * total;
-  double above = 0;  // mass of the buckets more likely than the boundary one
-  uint32_t boundary = hi;
-  for (; boundary > lo && above + bucket_mass[boundary] < target; --boundary) above += bucket_mass[boundary];
-
-  std::vector<int32_t> ids;
-  for (std::size_t i = 0; i < logits.size(); ++i)
-    if (logits[i] != kNegInf && sortable_key(logits[i]) >> kShift == boundary) ids.push_back(int32_t(i));
   std::sort(ids.begin(), ids.end(), MoreLikely{logits});
   for (int32_t i : ids) {
     above += std::exp(logits[i] - m);

@@ -104,7 +104,19 @@ TEST(LogitsProcessor, TopPKeepsTheSmallestLikeliestSetReachingP) {
   }
 }
 
-TEST(LogitsProcessor, TopPOnALargeRowGrowsItsSortedHead) {
+TEST(LogitsProcessor, TopPOnRowsLongEnoughForTheMassHistogram) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> unit(0.05f, 0.99f);
+  for (int trial = 0; trial < 4; ++trial) {
+    std::vector<float> l = random_row(rng, 4100 + trial * 500, trial % 2 ? 0.3f : 3.0f, trial == 2 ? 8 : 0);
+    const float p = unit(rng);
+    std::vector<float> got = l;
+    keep_top_p(got, p);
+    ASSERT_EQ(kept(got), oracle_top_p(l, p)) << "trial " << trial << " p " << p;
+  }
+}
+
+TEST(LogitsProcessor, TopPOnAFlatVocabSizedRow) {
   // 50k tokens of nearly equal mass: the nucleus is far past the first 1024.
   std::mt19937 rng(3);
   std::vector<float> l = random_row(rng, 50000, 0.05f);
