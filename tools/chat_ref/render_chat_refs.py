@@ -5,6 +5,8 @@ Jinja chat template, with transformers' apply_chat_template.
 Usage (where transformers is installed):
     python3 tools/chat_ref/render_chat_refs.py tools/chat_ref/gemma3_tokenizer_config.json \
         --output tests/fixtures/chat_ref/gemma3.json
+and likewise, with --format NAME, for any other family's tokenizer_config.json
+(output tests/fixtures/chat_ref/NAME.json): the test checks every fixture there.
 
 TOKENIZER_CONFIG is a tokenizer_config.json holding `chat_template` (a
 string, or a list of {name, template}) and the special tokens. When a
@@ -15,7 +17,8 @@ tokens is built (apply_chat_template uses only those and the template).
 The conversations come from conversations.json beside this script. Each case
 of the output records the messages, add_generation_prompt, and either the
 rendered text or the error the template raised; rowlm's test
-(src/tokenizer/chat_format_test.cc) checks every case when the fixture exists.
+(src/tokenizer/chat_format_test.cc) checks every case when the fixture exists,
+with the chat format it detects from the template text (kept in the fixture).
 
 --plain-jinja renders without transformers, in a Jinja environment set up the
 way transformers sets up its own; it is for checking this script, and the
@@ -122,6 +125,7 @@ def main():
         "renderer": renderer,
         "template_sha256": hashlib.sha256(template.encode("utf-8")).hexdigest(),
         "template_from": os.path.basename(args.tokenizer_config),
+        "template": template,
         "cases": cases,
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
