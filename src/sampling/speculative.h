@@ -14,7 +14,10 @@
 //     if !v.accepted: stop (roll the KV back past x_j)
 //   if all were accepted: t = sampler.sample(logits[g]); accept and emit t
 // Row j is verified at the sampler's step, which advances as tokens are
-// accepted, so draws are keyed exactly as in plain decoding.
+// accepted, so draws are keyed exactly as in plain decoding. A draft model
+// gets its own Sampler with the request's params (so q sees the same
+// penalties), holding the same accepted tokens plus its drafts, and draws
+// with sample(logits, RandomStream::kDraft): never the target's bits.
 
 #include <cstdint>
 #include <span>
