@@ -1,0 +1,49 @@
+#pragma once
+// The steps that turn a row of model logits into the distribution a token is
+// drawn from. Each works in place on a vocab-sized f32 row; a token removed
+// by a filter gets -inf. process_logits runs them in this fixed order (the
+// order of vLLM's sampler and HF's generate, see docs in sampler.h):
+//
+//   1. logit_bias           l[i] += bias[i]
+//   2. repetition_penalty   for i seen in prompt or output: l > 0 ? l / r : l * r
+//   3. presence/frequency   l[i] -= presence * [c_i > 0] + frequency * c_i
+//                           (c_i = count of i among generated tokens)
+//   -- greedy (temperature 0) stops here and takes the argmax --
+//   4. temperature          l = (l - max l) / T   (the shift changes no probability)
+//   5. top_k                keep tokens whose logit >= the k-th largest
+//   6. top_p                keep the most likely tokens, in order, until their
+//                           mass reaches top_p (over the survivors of 5)
+//   7. min_p                keep tokens with p >= min_p * max p
+//
+// Filters keep ties: a token as likely as the last one kept is kept too, so
+// the kept set never depends on token ids. Every filter keeps the most
+// likely token, so the set is never empty.
+
+#include <cstdint>
+#include <span>
+
+#include "sampling/sampling_params.h"
+#include "sampling/token_history.h"
+
+namespace rowlm::sampling {
+
+void apply_logit_bias(std::span<float> logits, const SamplingParams& params);
+void apply_repetition_penalty(std::span<float> logits, const TokenHistory& history, float penalty);
+void apply_presence_frequency(std::span<float> logits, const TokenHistory& history, float presence,
+                              float frequency);
+void apply_temperature(std::span<float> logits, float temperature);
+void keep_top_k(std::span<float> logits, int32_t k);
+void keep_top_p(std::span<float> logits, float p);
+void keep_min_p(std::span<float> logits, float min_p);
+
+// Steps 1-3 (greedy) or 1-7 (sampling). Throws if the row holds NaN or +inf
+// or has no finite logit.
+void process_logits(std::span<float> logits, const SamplingParams& params, const TokenHistory& history);
+
+// Index of the largest value, the lowest index among equals.
+int32_t argmax(std::span<const float> values);
+
+// softmax over a processed row into probs (same length): -inf gives 0.
+void softmax(std::span<const float> logits, std::span<float> probs);
+
+}  // namespace rowlm::sampling

@@ -1,0 +1,123 @@
+#include "sampling/sampler.h"
+
+#include <random>
+#include <string>
+
+#include "core/error.h"
+#include "sampling/logits_processor.h"
+
+namespace rowlm::sampling {
+
+namespace {
+
+uint64_t resolve_seed(const std::optional<uint64_t>& seed) {
+  if (seed) return *seed;
+  std::random_device device;  // the one non-deterministic input, drawn once per request
+  return uint64_t(device()) << 32 | device();
+}
+
+}  // namespace
+
+int32_t draw_token(std::span<const float> probs, double u) {
+  ROWLM_CHECK(!probs.empty(), "draw_token from an empty distribution");
+  ROWLM_CHECK(u >= 0 && u < 1, "draw_token needs u in [0, 1)");
+  // Sum blocks first (independent adds), then walk only the block that
+  // holds the target: a row is 262k entries and a serial walk is slow.
+  constexpr std::size_t kBlock = 1024;
+  const std::size_t blocks = (probs.size() + kBlock - 1) / kBlock;
+  std::vector<double> block_mass(blocks, 0.0);
+  double total = 0;
+  for (std::size_t b = 0; b < blocks; ++b) {
+    double lane[8] = {};
+    const std::size_t end = std::min(probs.size(), (b + 1) * kBlock);
+    for (std::size_t i = b * kBlock; i < end; ++i) lane[i % 8] += probs[i];
+    for (double x : lane) block_mass[b] += x;
+    total += block_mass[b];
+  }
+  ROWLM_CHECK(total > 0, "draw_token from a distribution with no mass");
+  const double target = u * total;
+  double cumulative = 0;
+  for (std::size_t b = 0; b < blocks; ++b) {
+    if (cumulative + block_mass[b] <= target) {
+      cumulative += block_mass[b];
+      continue;
+    }
+    const std::size_t end = std::min(probs.size(), (b + 1) * kBlock);
+    for (std::size_t i = b * kBlock; i < end; ++i) {
+      if (probs[i] <= 0) continue;
+      cumulative += probs[i];
+      if (cumulative > target) return int32_t(i);
+    }
+  }
+  // Rounding kept the sum at or below u * total: take the last possible token.
+  for (std::size_t i = probs.size(); i-- > 0;)
+    if (probs[i] > 0) return int32_t(i);
+  return 0;  // unreachable: total > 0
+}
+
+Sampler::Sampler(SamplingParams params, int64_t vocab_size, std::span<const int32_t> prompt_ids)
+    : params_(std::move(params)), vocab_size_(vocab_size), seed_(0), history_(prompt_ids) {
+  params_.validate(vocab_size);
+  for (int32_t id : history_.prompt_ids())
+    if (id < 0 || id >= vocab_size)
+      throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                  std::to_string(vocab_size) + ")");
+  seed_ = resolve_seed(params_.seed);
+}
+
+std::span<const float> Sampler::processed(std::span<const float> logits) const {
+  if (int64_t(logits.size()) != vocab_size_)
+    throw Error("logits row has " + std::to_string(logits.size()) + " entries, the vocabulary " +
+                std::to_string(vocab_size_));
+  row_.assign(logits.begin(), logits.end());
+  process_logits(row_, params_, history_);
+  return row_;
+}
+
+void Sampler::next_token_probs(std::span<const float> logits, std::span<float> probs) const {
+  ROWLM_CHECK(int64_t(probs.size()) == vocab_size_, "next_token_probs: output is not vocab-sized");
+  const std::span<const float> row = processed(logits);
+  if (params_.greedy()) {
+    std::fill(probs.begin(), probs.end(), 0.0f);
+    probs[argmax(row)] = 1.0f;
+  } else {
+    softmax(row, probs);
+  }
+}
+
+std::vector<float> Sampler::next_token_probs(std::span<const float> logits) const {
+  std::vector<float> probs(vocab_size_);
+  next_token_probs(logits, probs);
+  return probs;
+}
+
+SampledToken Sampler::sample(std::span<const float> logits, RandomStream stream) const {
+  int32_t token;
+  if (params_.greedy()) {
+    token = argmax(processed(logits));
+  } else {
+    probs_.resize(vocab_size_);
+    next_token_probs(logits, probs_);
+    token = draw_token(probs_, uniform01(seed_, uint64_t(step()), stream));
+  }
+  return chosen(logits, token);
+}
+
+SampledToken Sampler::chosen(std::span<const float> logits, int32_t token) const {
+  ROWLM_CHECK(token >= 0 && token < vocab_size_, "chosen token outside the vocabulary");
+  SampledToken out{token, std::nullopt};
+  if (params_.logprobs) out.logprobs = raw_logprobs(logits, token, *params_.logprobs);
+  return out;
+}
+
+void Sampler::accept(int32_t token) {
+  ROWLM_CHECK(token >= 0 && token < vocab_size_, "accepted token outside the vocabulary");
+  history_.push(token);
+}
+
+void Sampler::rollback(std::size_t n) {
+  ROWLM_CHECK(n <= history_.generated().size(), "rollback past the first generated token");
+  for (std::size_t i = 0; i < n; ++i) history_.pop();
+}
+
+}  // namespace rowlm::sampling

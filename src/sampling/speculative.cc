@@ -1,0 +1,47 @@
+#include "sampling/speculative.h"
+
+#include <vector>
+
+#include "core/error.h"
+
+namespace rowlm::sampling {
+
+RejectionResult speculative_accept(std::span<const float> p, std::span<const float> q,
+                                   int32_t draft_token, double u_accept, double u_residual) {
+  ROWLM_CHECK(draft_token >= 0 && std::size_t(draft_token) < p.size(), "draft token outside the vocabulary");
+  ROWLM_CHECK(q.empty() || q.size() == p.size(), "draft and target distributions differ in size");
+  auto q_at = [&](std::size_t i) -> double {
+    return q.empty() ? (i == std::size_t(draft_token) ? 1.0 : 0.0) : double(q[i]);
+  };
+  const double px = p[draft_token], qx = q_at(draft_token);
+  // Keep with probability min(1, p/q), written without the division.
+  if (px >= qx || u_accept * qx < px) return {true, draft_token};
+
+  std::vector<float> residual(p.size());
+  double mass = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const double r = double(p[i]) - q_at(i);
+    residual[i] = r > 0 ? float(r) : 0.0f;
+    mass += residual[i];
+  }
+  // p(x) < q(x) implies p has mass where q has less, unless rounding ate it.
+  if (mass <= 0) return {false, draw_token(p, u_residual)};
+  return {false, draw_token(residual, u_residual)};
+}
+
+DraftVerdict verify_draft_token(const Sampler& target, std::span<const float> target_logits,
+                                std::span<const float> draft_probs, int32_t draft_token) {
+  if (!draft_probs.empty() && int64_t(draft_probs.size()) != target.vocab_size())
+    throw Error("draft distribution has " + std::to_string(draft_probs.size()) +
+                " entries, the target vocabulary " + std::to_string(target.vocab_size()));
+  if (draft_token < 0 || draft_token >= target.vocab_size())
+    throw Error("draft token " + std::to_string(draft_token) + " is outside the target vocabulary");
+  const std::vector<float> p = target.next_token_probs(target_logits);
+  const uint64_t step = uint64_t(target.step());
+  const RejectionResult r =
+      speculative_accept(p, draft_probs, draft_token, uniform01(target.seed(), step, RandomStream::kSpecAccept),
+                         uniform01(target.seed(), step, RandomStream::kSpecResidual));
+  return {r.accepted, target.chosen(target_logits, r.token)};
+}
+
+}  // namespace rowlm::sampling

@@ -1,0 +1,52 @@
+#pragma once
+// Lossless verification of draft tokens (speculative sampling: Leviathan et
+// al., ICML 2023; Chen et al., 2023). A draft token x drawn from q is kept
+// with probability min(1, p(x) / q(x)); if it is not, the token is drawn from
+// the residual max(0, p - q), renormalized. The result is distributed
+// exactly as p. With one-hot p (greedy) this keeps x iff x is the argmax and
+// otherwise yields the argmax, so greedy speculative decoding produces the
+// same tokens as plain decoding.
+//
+// Engine use, for draft tokens x_0..x_{g-1} and target logits rows 0..g:
+//   for j in 0..g-1:
+//     v = verify_draft_token(sampler, logits[j], q_j, x_j)
+//     sampler.accept(v.token.token); emit v.token
+//     if !v.accepted: stop (roll the KV back past x_j)
+//   if all were accepted: t = sampler.sample(logits[g]); accept and emit t
+// Row j is verified at the sampler's step, which advances as tokens are
+// accepted, so draws are keyed exactly as in plain decoding. A draft model
+// gets its own Sampler with the request's params (so q sees the same
+// penalties), holding the same accepted tokens plus its drafts, and draws
+// with sample(logits, RandomStream::kDraft): never the target's bits.
+
+#include <cstdint>
+#include <span>
+
+#include "sampling/sampler.h"
+
+namespace rowlm::sampling {
+
+struct RejectionResult {
+  bool accepted;  // the draft token was kept
+  int32_t token;  // the draft token, or its replacement
+};
+
+// The rejection step on explicit distributions. q empty means a
+// deterministic drafter (n-gram lookup): q is one-hot at draft_token. The
+// uniforms are in [0, 1).
+RejectionResult speculative_accept(std::span<const float> p, std::span<const float> q,
+                                   int32_t draft_token, double u_accept, double u_residual);
+
+struct DraftVerdict {
+  bool accepted;
+  SampledToken token;  // with logprobs when the request asks for them
+};
+
+// Verifies draft_token against the target's logits at sampler.step(), with
+// uniforms from the sampler's seed at that step (RandomStream::kSpecAccept
+// and kSpecResidual). draft_probs: the draft's next_token_probs for this
+// position, or empty for a deterministic drafter.
+DraftVerdict verify_draft_token(const Sampler& target, std::span<const float> target_logits,
+                                std::span<const float> draft_probs, int32_t draft_token);
+
+}  // namespace rowlm::sampling

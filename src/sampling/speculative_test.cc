@@ -1,0 +1,128 @@
+#include "sampling/speculative.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/error.h"
+#include "sampling/test_rows.h"
+
+namespace rowlm::sampling {
+namespace {
+
+using testing::random_row;
+
+std::vector<float> normalized(std::vector<float> v) {
+  double s = 0;
+  for (float x : v) s += x;
+  for (float& x : v) x = float(x / s);
+  return v;
+}
+
+// Chi-square of counts against p at the 0.1% level (Wilson-Hilferty).
+void expect_matches(const std::vector<int>& count, const std::vector<float>& p, int draws) {
+  double chi2 = 0;
+  int cells = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == 0) {
+      EXPECT_EQ(count[i], 0) << "token " << i << " has probability 0";
+      continue;
+    }
+    const double e = double(p[i]) * draws;
+    chi2 += (count[i] - e) * (count[i] - e) / e;
+    ++cells;
+  }
+  const double df = cells - 1;
+  const double bound = df * std::pow(1 - 2 / (9 * df) + 3.09 * std::sqrt(2 / (9 * df)), 3);
+  EXPECT_LT(chi2, bound);
+}
+
+// Draft from q, verify against p: the tokens that come out follow p.
+TEST(Speculative, RejectionSamplingIsLossless) {
+  std::mt19937 rng(20);
+  const int n = 10, draws = 80000;
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (int trial = 0; trial < 3; ++trial) {
+    std::vector<float> p(n), q(n);
+    for (int i = 0; i < n; ++i) p[i] = unit(rng), q[i] = unit(rng);
+    p[trial] = 0;      // a token the target never emits
+    q[n - 1 - trial] = 0;  // a token the draft never proposes
+    p = normalized(p), q = normalized(q);
+    std::vector<int> count(n);
+    int accepted = 0;
+    for (int i = 0; i < draws; ++i) {
+      const int32_t x = draw_token(q, uniform01(7, i, RandomStream::kDraft));
+      const RejectionResult r = speculative_accept(p, q, x, uniform01(7, i, RandomStream::kSpecAccept),
+                                                   uniform01(7, i, RandomStream::kSpecResidual));
+      ++count[r.token];
+      accepted += r.accepted;
+    }
+    expect_matches(count, p, draws);
+    // The acceptance rate is sum_i min(p_i, q_i).
+    double overlap = 0;
+    for (int i = 0; i < n; ++i) overlap += std::min(p[i], q[i]);
+    EXPECT_NEAR(double(accepted) / draws, overlap, 0.01);
+  }
+}
+
+// A deterministic drafter (q one-hot, passed as empty) is lossless too.
+TEST(Speculative, DeterministicDraftIsLossless) {
+  std::mt19937 rng(21);
+  const int n = 8, draws = 60000;
+  std::vector<float> p(n);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (float& x : p) x = unit(rng);
+  p = normalized(p);
+  std::vector<int> count(n);
+  for (int i = 0; i < draws; ++i) {
+    const RejectionResult r = speculative_accept(p, {}, 3, uniform01(8, i, RandomStream::kSpecAccept),
+                                                 uniform01(8, i, RandomStream::kSpecResidual));
+    EXPECT_EQ(r.accepted, r.token == 3);
+    ++count[r.token];
+  }
+  expect_matches(count, p, draws);
+}
+
+// Greedy speculative decoding yields exactly the greedy tokens.
+TEST(Speculative, GreedyVerificationYieldsTheArgmax) {
+  std::mt19937 rng(22);
+  SamplingParams params;
+  params.temperature = 0;
+  params.seed = 1;
+  Sampler target(params, 32);
+  for (int trial = 0; trial < 100; ++trial) {
+    const std::vector<float> l = random_row(rng, 32, 2.0f);
+    const int32_t best = target.sample(l).token;
+    std::vector<float> q = random_row(rng, 32, 1.0f);
+    for (float& x : q) x = std::abs(x);
+    q = normalized(q);
+    const int32_t draft = trial % 3 == 0 ? best : int32_t(rng() % 32);
+    for (std::span<const float> draft_probs : {std::span<const float>(q), std::span<const float>()}) {
+      const DraftVerdict v = verify_draft_token(target, l, draft_probs, draft);
+      EXPECT_EQ(v.token.token, best);
+      EXPECT_EQ(v.accepted, draft == best);
+    }
+  }
+}
+
+TEST(Speculative, VerificationIsKeyedBySeedAndStepAndCarriesLogprobs) {
+  std::mt19937 rng(23);
+  const std::vector<float> l = random_row(rng, 50, 1.0f);
+  const std::vector<float> q = normalized(std::vector<float>(50, 1.0f));
+  SamplingParams params;
+  params.seed = 42;
+  params.logprobs = 2;
+  Sampler a(params, 50), b(params, 50);
+  const DraftVerdict va = verify_draft_token(a, l, q, 17);
+  const DraftVerdict vb = verify_draft_token(b, l, q, 17);
+  EXPECT_EQ(va.accepted, vb.accepted);
+  EXPECT_EQ(va.token.token, vb.token.token);
+  ASSERT_TRUE(va.token.logprobs.has_value());
+  EXPECT_EQ(va.token.logprobs->top.size(), 2u);
+  EXPECT_THROW(verify_draft_token(a, l, std::vector<float>(49, 0.0f), 1), Error);
+  EXPECT_THROW(verify_draft_token(a, l, q, 50), Error);
+}
+
+}  // namespace
+}  // namespace rowlm::sampling
