@@ -8,7 +8,12 @@
 namespace rowlm::cli {
 
 const std::vector<Command>& commands() {
-  static const std::vector<Command> all = {};
+  static const std::vector<Command> all = {
+      {"generate", "generate a continuation of a prompt", run_generate},
+      {"score", "write the logits of every position of a token sequence (.npy)", run_score},
+      {"inspect", "show a model's architecture, size and KV cost per token", run_inspect},
+
+  };
   return all;
 }
 

@@ -124,7 +124,8 @@ void check_checkpoint_matches_config(const Checkpoint& ck, const std::string& pr
   }
 }
 
-void bind_experts(Binder& b, const std::string& p, const Config& c, LayerWeights& lw) {
+template <class Source>
+void bind_experts(Source& b, const std::string& p, const Config& c, LayerWeights& lw) {
   const int64_t E = c.num_experts, Ie = c.moe_intermediate_size, H = c.hidden_size;
   const std::string& pre = b.prefix();
   lw.expert_gate.resize(E);
@@ -155,17 +156,12 @@ void bind_experts(Binder& b, const std::string& p, const Config& c, LayerWeights
   for (int64_t e = 0; e < E; ++e) lw.expert_down[e] = down.rows(e * H, (e + 1) * H);
 }
 
-}  // namespace
-
-Weights load_weights(const std::string& model_dir, const Config& c) {
-  ROWLM_CHECK(int(c.layers.size()) == c.num_layers, "config is not resolved (use load_config)");
-  const Checkpoint ck = Checkpoint::open(model_dir);
-  const std::string prefix = detect_text_prefix(ck);
-  check_checkpoint_matches_config(ck, prefix, c);
-
-  Weights w;
-  w.storage = ck.storage();
-  Binder b(ck, prefix, w);
+// Every tensor the config calls for, taken from `b` (a checkpoint Binder, or
+// the SyntheticSource of make_synthetic_weights): the one place that knows
+// the names and shapes of a Gemma 4 checkpoint.
+template <class Source>
+void bind_all(Source& b, const Config& c, Weights& w) {
+  const std::string& prefix = b.prefix();
   const int64_t H = c.hidden_size, V = c.vocab_size, nH = c.num_heads, L = c.num_layers;
   const int64_t P = c.hidden_size_per_layer_input;
 
@@ -221,6 +217,69 @@ Weights load_weights(const std::string& model_dir, const Config& c) {
       lw.post_feedforward_norm_2 = b.vector(p + "post_feedforward_layernorm_2.weight", H);
     }
   }
+}
+
+// Random weights of the right shapes, for benchmarks and tests: bf16
+// matrices ~ N(0, std), norm weights near 1, scalars 1.
+class SyntheticSource {
+ public:
+  SyntheticSource(uint64_t seed, float stddev, Weights& w) : state_(seed * 0x9E3779B97F4A7C15ull + 1), std_(stddev), w_(w) {}
+  const std::string& prefix() const { return prefix_; }
+  bool has(const std::string&) const { return false; }
+  Tensor matrix(const std::string&, const Shape& shape) {
+    Tensor t(DType::BF16, shape);
+    uint16_t* d = t.data<uint16_t>();
+    for (int64_t i = 0; i < t.numel(); ++i) d[i] = f32_to_bf16(std_ * normal());
+    w_.weight_bytes += t.nbytes();
+    w_.parameter_count += t.numel();
+    return t;
+  }
+  Tensor first_of(const std::vector<std::string>& names, const Shape& shape) { return matrix(names.front(), shape); }
+  Tensor vector(const std::string&, int64_t size) {
+    Tensor t(DType::F32, {size});
+    for (int64_t i = 0; i < size; ++i) t.data<float>()[i] = 1.0f + 0.1f * normal();
+    w_.parameter_count += size;
+    return t;
+  }
+  float scalar(const std::string&) { return 1.0f; }
+
+ private:
+  // Sum of four uniforms, rescaled: cheap, bounded, close enough to normal.
+  float normal() {
+    float sum = 0;
+    for (int k = 0; k < 4; ++k) {
+      state_ ^= state_ << 13;
+      state_ ^= state_ >> 7;
+      state_ ^= state_ << 17;
+      sum += float(state_ >> 40) * (1.0f / 16777216.0f);
+    }
+    return (sum - 2.0f) * 1.7320508f;
+  }
+  uint64_t state_;
+  float std_;
+  Weights& w_;
+  std::string prefix_;
+};
+
+}  // namespace
+
+Weights load_weights(const std::string& model_dir, const Config& c) {
+  ROWLM_CHECK(int(c.layers.size()) == c.num_layers, "config is not resolved (use load_config)");
+  const Checkpoint ck = Checkpoint::open(model_dir);
+  const std::string prefix = detect_text_prefix(ck);
+  check_checkpoint_matches_config(ck, prefix, c);
+  Weights w;
+  w.storage = ck.storage();
+  Binder b(ck, prefix, w);
+  bind_all(b, c, w);
+  return w;
+}
+
+Weights make_synthetic_weights(const Config& c, uint64_t seed, float stddev) {
+  ROWLM_CHECK(int(c.layers.size()) == c.num_layers, "config is not resolved (use parse_config)");
+  Weights w;
+  SyntheticSource source(seed, stddev, w);
+  bind_all(source, c, w);
   return w;
 }
 

@@ -60,4 +60,8 @@ struct Weights {
 // the file and the tensor.
 Weights load_weights(const std::string& model_dir, const Config& config);
 
+// Random weights with the shapes `config` implies (bf16 matrices ~ N(0, stddev),
+// norm weights near 1, layer scalars 1), for benchmarks and tests.
+Weights make_synthetic_weights(const Config& config, uint64_t seed, float stddev = 0.02f);
+
 }  // namespace rowlm::gemma4

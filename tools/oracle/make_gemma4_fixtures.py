@@ -114,15 +114,18 @@ def main():
     for case_index, (name, fields) in enumerate(CASES.items()):
         gen = torch.Generator().manual_seed(args.seed + case_index)
         cfg = Gemma4TextConfig(**{**COMMON, **fields})
-        model = Gemma4ForCausalLM._from_config(cfg, attn_implementation="eager",
-                                               torch_dtype=torch.float32).eval()
+        model = Gemma4ForCausalLM._from_config(cfg, attn_implementation="eager").eval()
         randomize(model, gen)
         if name == "bf16":
             model = model.to(torch.bfloat16)
         d = os.path.join(args.out, name)
         os.makedirs(d, exist_ok=True)
         model.save_pretrained(d, safe_serialization=True)
-        ref = model.to(torch.float32).eval()  # fp32 arithmetic on the stored weights
+        # fp32 arithmetic on the stored weights: reload the checkpoint as an fp32 model, so the
+        # non-persistent buffers (RoPE frequencies, embedding scales) are fp32 again rather than
+        # bf16-rounded copies left over from the cast above.
+        ref = Gemma4ForCausalLM.from_pretrained(d, dtype=torch.float32,
+                                                attn_implementation="eager").eval()
         ids_a = torch.randint(0, cfg.vocab_size, (LEN_A,), generator=gen).tolist()
         ids_b = torch.randint(0, cfg.vocab_size, (LEN_B,), generator=gen).tolist()
         np.save(os.path.join(d, "logits_a.npy"), logits_of(ref, ids_a).astype(np.float32))

@@ -1,0 +1,65 @@
+// rowlm inspect: what a model directory holds and what it costs to run.
+
+#include <cstdio>
+#include <iostream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/runtime.h"
+#include "kv/kv_cache.h"
+
+namespace rowlm::cli {
+
+int run_inspect(const std::vector<std::string>& argv) {
+  Args args("inspect", "Prints a model's architecture, parameter count, weight bytes, and the KV cache\n"
+                       "bytes per token for each layer type and KV codec.");
+  args.positional("MODEL_DIR", "a Hugging Face model directory").flag("json", "print JSON");
+  add_runtime_options(args, "bf16");
+  if (!args.parse(argv)) return 0;
+  Runtime rt = open_runtime(args, args.get("MODEL_DIR"));
+  const ModelInfo& info = rt.model->info();
+
+  nlohmann::json j;
+  j["architecture"] = info.architecture;
+  j["summary"] = rt.model->describe();
+  j["parameters"] = info.parameter_count;
+  j["weight_bytes"] = info.weight_bytes;
+  j["vocab_size"] = info.vocab_size;
+  j["layers"] = info.num_layers;
+  j["max_position"] = info.max_position;
+  // KV bytes per token: per storage layer geometry (window/full), for every codec.
+  nlohmann::json kv = nlohmann::json::object();
+  for (const char* codec : {"f32", "bf16", "f16", "q8", "q4"}) {
+    kv::CacheOptions opt;
+    opt.layers = rt.model->kv_layers(kv::parse_codec(codec));
+    const kv::KvCache cache(opt);
+    std::size_t sliding = 0, full = 0, total = 0;
+    int n_sliding = 0, n_full = 0;
+    for (int l = 0; l < cache.num_layers(); ++l) {
+      const std::size_t b = cache.bytes_per_token(l);
+      total += b;
+      if (opt.layers[std::size_t(l)].window > 0) { sliding = b; ++n_sliding; } else { full = b; ++n_full; }
+    }
+    kv[codec] = {{"per_sliding_layer", sliding}, {"per_full_layer", full}, {"sliding_layers", n_sliding},
+                 {"full_layers", n_full}, {"all_layers", total}};
+  }
+  j["kv_bytes_per_token"] = kv;
+  if (args.flag_set("json")) {
+    std::cout << j.dump(1) << "\n";
+    return 0;
+  }
+  std::printf("%s\n\n", rt.model->describe().c_str());
+  std::printf("parameters     %lld (%.1f M)\n", (long long)info.parameter_count, info.parameter_count / 1e6);
+  std::printf("weight bytes   %zu (%.1f MB)\n", info.weight_bytes, info.weight_bytes / 1e6);
+  std::printf("\nKV cache bytes per token (storage layers: %d sliding, %d full)\n",
+              int(kv["bf16"]["sliding_layers"]), int(kv["bf16"]["full_layers"]));
+  std::printf("  %-6s %14s %14s %14s\n", "codec", "sliding layer", "full layer", "all layers");
+  for (const char* codec : {"f32", "bf16", "f16", "q8", "q4"})
+    std::printf("  %-6s %14zu %14zu %14zu\n", codec, std::size_t(kv[codec]["per_sliding_layer"]),
+                std::size_t(kv[codec]["per_full_layer"]), std::size_t(kv[codec]["all_layers"]));
+  return 0;
+}
+
+}  // namespace rowlm::cli

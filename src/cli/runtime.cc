@@ -1,0 +1,65 @@
+#include "cli/runtime.h"
+
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <iostream>
+
+#include "core/error.h"
+
+namespace rowlm::cli {
+
+void add_runtime_options(Args& args, const std::string& default_codec) {
+  args.option("threads", "N", "CPU threads (0 = one per core)", "0")
+      .option("kv-codec", "CODEC",
+              "KV storage: f32, bf16, f16, q8, q4 (q8:32 etc. picks the group size), or a per-layer "
+              "map such as bf16,3=q8",
+              default_codec)
+      .option("kv-budget", "BYTES", "KV pool capacity, e.g. 2G (0 = grow as needed)", "0");
+}
+
+std::size_t parse_bytes(const std::string& text, const std::string& what) {
+  if (text.empty()) throw Error(what + ": empty size");
+  std::size_t mult = 1;
+  std::string digits = text;
+  switch (text.back()) {
+    case 'K': case 'k': mult = std::size_t(1) << 10; digits.pop_back(); break;
+    case 'M': case 'm': mult = std::size_t(1) << 20; digits.pop_back(); break;
+    case 'G': case 'g': mult = std::size_t(1) << 30; digits.pop_back(); break;
+    default: break;
+  }
+  const int64_t v = parse_int(digits, what);
+  if (v < 0) throw Error(what + ": size must not be negative");
+  return std::size_t(v) * mult;
+}
+
+kv::CacheOptions cache_options_for(const Args& args, const Model& model) {
+  kv::CacheOptions opt;
+  opt.layers = model.kv_layers(kv::CodecSpec{});
+  const auto codecs = kv::parse_codec_map(args.get("kv-codec"), int(opt.layers.size()));
+  for (std::size_t i = 0; i < opt.layers.size(); ++i) opt.layers[i].codec = codecs[i];
+  opt.capacity_bytes = parse_bytes(args.get("kv-budget"), "--kv-budget");
+  return opt;
+}
+
+Runtime open_runtime(const Args& args, const std::string& model_dir) {
+  Runtime rt;
+  const int64_t threads = args.get_int("threads");
+  if (threads < 0 || threads > 1024) throw Error("--threads must be between 0 and 1024");
+  rt.backend = make_cpu_backend(int(threads));
+  // Loading maps the weights; a progress line appears only if it is slow
+  // (a cold page cache on a large model).
+  auto loading = std::async(std::launch::async, [&] { return load_model(model_dir, *rt.backend); });
+  if (loading.wait_for(std::chrono::milliseconds(700)) != std::future_status::ready) {
+    std::cerr << "loading " << model_dir << " ..." << std::flush;
+    const auto start = std::chrono::steady_clock::now();
+    while (loading.wait_for(std::chrono::seconds(1)) != std::future_status::ready) std::cerr << "." << std::flush;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, " done (%.1f s)\n", s + 0.7);
+  }
+  rt.model = loading.get();
+  rt.cache_options = cache_options_for(args, *rt.model);
+  return rt;
+}
+
+}  // namespace rowlm::cli
