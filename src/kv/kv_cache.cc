@@ -273,7 +273,8 @@ void KvCache::begin_step(std::span<const RowId> rows, std::span<const int32_t> c
     }
   }
   auto fresh = m.allocate_all(need, "begin_step");
-  // Nothing below can fail.
+  // Nothing below can fail. A block planned as a copy may turn out unshared
+  // by the time it is reached (an earlier row of this step copied its own).
   std::vector<std::size_t> next(L, 0);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     Row& r = m.row(rows[i]);
@@ -300,6 +301,8 @@ void KvCache::begin_step(std::span<const RowId> rows, std::span<const int32_t> c
       }
     }
   }
+  for (std::size_t l = 0; l < L; ++l)
+    for (std::size_t i = next[l]; i < fresh[l].size(); ++i) m.release(int(l), fresh[l][i]);
   m.step_rows.assign(rows.begin(), rows.end());
   m.step_open = true;
 }
@@ -445,6 +448,7 @@ RowId KvCache::restore(const RowCache& saved) {
     LayerRow& lr = r.layers[l];
     const int64_t first = saved.data[l].first;
     lr.first = first;
+    lr.start = first;
     if (need[l] == 0) continue;
     lr.blocks.assign(std::size_t((saved.length - 1) / bs + 1), kNoBlock);
     for (int64_t i = 0; i < need[l]; ++i) lr.blocks[std::size_t(first / bs + i)] = fresh[l][std::size_t(i)];
@@ -668,7 +672,12 @@ void KvCache::check_consistency() const {
       for (int32_t b : lr.blocks)
         if (b != kNoBlock) refs[l][std::size_t(b)] += 1;
       const int64_t end = r.length + r.pending;
-      if (lr.first > r.length) fail(row_name(id) + " layer " + std::to_string(l) + " first position past length");
+      if (lr.first > r.length || lr.start > lr.first)
+        fail(row_name(id) + " layer " + std::to_string(l) + " first position outside [start, length]");
+      for (int64_t b = 0; b < lr.first / bs && b < int64_t(lr.blocks.size()); ++b)
+        if (lr.blocks[std::size_t(b)] != kNoBlock)
+          fail(row_name(id) + " layer " + std::to_string(l) + " holds block " + std::to_string(b) +
+               " below its first position");
       for (int64_t b = lr.first / bs; b < ceil_div(end, bs); ++b)
         if (b >= int64_t(lr.blocks.size()) || lr.blocks[std::size_t(b)] == kNoBlock)
           fail(row_name(id) + " layer " + std::to_string(l) + " lacks block " + std::to_string(b));

@@ -141,8 +141,9 @@ class KvCache {
   RowId fork(RowId parent);
   // A standalone copy of the row (every layer, codec kept, length, minimum
   // reusable offset). With limit >= 0 only the last `limit` positions are
-  // kept; window layers never keep more than the W - 1 positions their next
-  // query sees. Not while the row has a pending step.
+  // kept (a row restored from it attends only over those, like a truncated
+  // context); window layers never keep more than the W - 1 positions their
+  // next query sees. Not while the row has a pending step.
   RowCache extract(RowId row, int64_t limit = -1) const;
   // A new row from a saved one. Throws (changing nothing) when the layout
   // differs or the blocks do not fit.

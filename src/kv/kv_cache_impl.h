@@ -35,6 +35,7 @@ struct LayerPool {
 struct LayerRow {
   std::vector<int32_t> blocks;  // by absolute block index; kNoBlock where not held
   int64_t first = 0;            // first held position
+  int64_t start = 0;            // first position of the row's history (> 0 after a limited restore)
 };
 
 struct Row {
