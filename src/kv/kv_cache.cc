@@ -188,7 +188,8 @@ void KvCache::Impl::settle(Row& r) {
     LayerRow& lr = r.layers[l];
     const int64_t cut = r.length - w + 1;  // first position the next query sees
     if (cut <= lr.first) continue;
-    const int64_t dead = std::min<int64_t>(cut / bs(), int64_t(lr.blocks.size()));
+    int64_t dead = std::min<int64_t>(cut / bs(), int64_t(lr.blocks.size()));
+    if (r.retain_for_publish) dead = std::min(dead, r.published);
     for (int64_t b = dead - 1; b >= lr.first / bs(); --b) {
       int32_t& id = lr.blocks[std::size_t(b)];
       if (id != kNoBlock) release(int(l), id);
@@ -525,6 +526,14 @@ void KvCache::set_minimum_reusable_offset(RowId id, int64_t offset) {
   r.min_reusable = offset;
 }
 
+void KvCache::retain_for_publish(RowId id, bool on) {
+  Impl& m = *impl_;
+  Row& r = m.row(id);
+  r.retain_for_publish = on;
+  if (!on && !r.in_round && !r.in_step) m.settle(r);
+  m.enforce_prefix_budget();
+}
+
 int64_t KvCache::first_position(RowId row, int layer_index) const {
   (void)layer(layer_index);
   return impl_->row(row).layers[std::size_t(layer_index)].first;
@@ -682,7 +691,8 @@ void KvCache::check_consistency() const {
         if (b >= int64_t(lr.blocks.size()) || lr.blocks[std::size_t(b)] == kNoBlock)
           fail(row_name(id) + " layer " + std::to_string(l) + " lacks block " + std::to_string(b));
       const int w = m.pools[l].spec.window;
-      if (w && !r.in_round && !r.in_step && lr.first / bs < (r.length - w + 1) / bs)
+      if (w && !r.in_round && !r.in_step && lr.first / bs < (r.length - w + 1) / bs &&
+          !(r.retain_for_publish && lr.first / bs >= r.published))
         fail(row_name(id) + " window layer " + std::to_string(l) + " holds blocks it should have freed");
     }
   }

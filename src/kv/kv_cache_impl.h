@@ -45,6 +45,7 @@ struct Row {
   bool in_round = false;
   int64_t round_start = 0;
   int64_t min_reusable = 0;
+  bool retain_for_publish = false;  // window layers keep blocks until published
   std::vector<LayerRow> layers;
   // Prefix publishing resumes here: blocks [0, published) are registered,
   // the last one as entry `last_entry` (valid while its generation matches).

@@ -186,9 +186,11 @@ int64_t KvCache::publish(RowId id, std::span<const int32_t> tokens) {
   // Entries created for blocks no layer could give (all evicted or freed) are dropped.
   if (parent >= 0 && m.entries[std::size_t(parent)].held == 0) {
     m.drop_if_empty(parent);
-    r.published = 0;
     r.last_entry = -1;
   }
+  // Window blocks kept only until they were published can go now.
+  if (r.retain_for_publish && !r.in_round) m.settle(r);
+  m.enforce_prefix_budget();
   return n_blocks * B;
 }
 
