@@ -398,6 +398,7 @@ RowId KvCache::fork(RowId parent_id) {
     for (int32_t b : child.layers[l].blocks)
       if (b != kNoBlock) m.acquire(int(l), b);
   m.rows[id] = std::move(child);
+  m.settle(m.rows[id]);  // a parent inside a round may hold blocks the child no longer needs
   return id;
 }
 
@@ -687,7 +688,7 @@ void KvCache::check_consistency() const {
         if (lr.blocks[std::size_t(b)] != kNoBlock)
           fail(row_name(id) + " layer " + std::to_string(l) + " holds block " + std::to_string(b) +
                " below its first position");
-      for (int64_t b = lr.first / bs; b < ceil_div(end, bs); ++b)
+      for (int64_t b = lr.first / bs; lr.first < end && b <= (end - 1) / bs; ++b)
         if (b >= int64_t(lr.blocks.size()) || lr.blocks[std::size_t(b)] == kNoBlock)
           fail(row_name(id) + " layer " + std::to_string(l) + " lacks block " + std::to_string(b));
       const int w = m.pools[l].spec.window;
