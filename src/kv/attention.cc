@@ -127,7 +127,8 @@ void attend_with_isa(const KvCache& cache, int layer_index, std::span<const Atte
     if (aq.position < 0) throw Error(where + ": negative query position for kv row " + std::to_string(aq.row));
     ResolvedQuery& rq = resolved[t];
     rq.table = lr.blocks.data();
-    rq.lo = params.window ? std::max<int64_t>(0, aq.position - params.window + 1) : 0;
+    // A row restored with a limit has no history before `start`.
+    rq.lo = std::max(lr.start, params.window ? std::max<int64_t>(0, aq.position - params.window + 1) : 0);
     rq.hi = aq.key_limit >= 0 ? std::min(aq.position, aq.key_limit - 1) : aq.position;
     if (rq.hi < rq.lo) continue;
     const int64_t stored_end = r.length + r.pending;

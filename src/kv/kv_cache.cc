@@ -188,7 +188,8 @@ void KvCache::Impl::settle(Row& r) {
     LayerRow& lr = r.layers[l];
     const int64_t cut = r.length - w + 1;  // first position the next query sees
     if (cut <= lr.first) continue;
-    const int64_t dead = std::min<int64_t>(cut / bs(), int64_t(lr.blocks.size()));
+    int64_t dead = std::min<int64_t>(cut / bs(), int64_t(lr.blocks.size()));
+    if (r.retain_for_publish) dead = std::min(dead, r.published);
     for (int64_t b = dead - 1; b >= lr.first / bs(); --b) {
       int32_t& id = lr.blocks[std::size_t(b)];
       if (id != kNoBlock) release(int(l), id);
@@ -273,7 +274,8 @@ void KvCache::begin_step(std::span<const RowId> rows, std::span<const int32_t> c
     }
   }
   auto fresh = m.allocate_all(need, "begin_step");
-  // Nothing below can fail.
+  // Nothing below can fail. A block planned as a copy may turn out unshared
+  // by the time it is reached (an earlier row of this step copied its own).
   std::vector<std::size_t> next(L, 0);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     Row& r = m.row(rows[i]);
@@ -300,6 +302,8 @@ void KvCache::begin_step(std::span<const RowId> rows, std::span<const int32_t> c
       }
     }
   }
+  for (std::size_t l = 0; l < L; ++l)
+    for (std::size_t i = next[l]; i < fresh[l].size(); ++i) m.release(int(l), fresh[l][i]);
   m.step_rows.assign(rows.begin(), rows.end());
   m.step_open = true;
 }
@@ -394,6 +398,7 @@ RowId KvCache::fork(RowId parent_id) {
     for (int32_t b : child.layers[l].blocks)
       if (b != kNoBlock) m.acquire(int(l), b);
   m.rows[id] = std::move(child);
+  m.settle(m.rows[id]);  // a parent inside a round may hold blocks the child no longer needs
   return id;
 }
 
@@ -445,6 +450,7 @@ RowId KvCache::restore(const RowCache& saved) {
     LayerRow& lr = r.layers[l];
     const int64_t first = saved.data[l].first;
     lr.first = first;
+    lr.start = first;
     if (need[l] == 0) continue;
     lr.blocks.assign(std::size_t((saved.length - 1) / bs + 1), kNoBlock);
     for (int64_t i = 0; i < need[l]; ++i) lr.blocks[std::size_t(first / bs + i)] = fresh[l][std::size_t(i)];
@@ -519,6 +525,14 @@ void KvCache::set_minimum_reusable_offset(RowId id, int64_t offset) {
     throw Error("minimum reusable offset " + std::to_string(offset) + " for " + row_name(id) + " outside [0, " +
                 std::to_string(r.length) + "]");
   r.min_reusable = offset;
+}
+
+void KvCache::retain_for_publish(RowId id, bool on) {
+  Impl& m = *impl_;
+  Row& r = m.row(id);
+  r.retain_for_publish = on;
+  if (!on && !r.in_round && !r.in_step) m.settle(r);
+  m.enforce_prefix_budget();
 }
 
 int64_t KvCache::first_position(RowId row, int layer_index) const {
@@ -668,12 +682,18 @@ void KvCache::check_consistency() const {
       for (int32_t b : lr.blocks)
         if (b != kNoBlock) refs[l][std::size_t(b)] += 1;
       const int64_t end = r.length + r.pending;
-      if (lr.first > r.length) fail(row_name(id) + " layer " + std::to_string(l) + " first position past length");
-      for (int64_t b = lr.first / bs; b < ceil_div(end, bs); ++b)
+      if (lr.first > r.length || lr.start > lr.first)
+        fail(row_name(id) + " layer " + std::to_string(l) + " first position outside [start, length]");
+      for (int64_t b = 0; b < lr.first / bs && b < int64_t(lr.blocks.size()); ++b)
+        if (lr.blocks[std::size_t(b)] != kNoBlock)
+          fail(row_name(id) + " layer " + std::to_string(l) + " holds block " + std::to_string(b) +
+               " below its first position");
+      for (int64_t b = lr.first / bs; lr.first < end && b <= (end - 1) / bs; ++b)
         if (b >= int64_t(lr.blocks.size()) || lr.blocks[std::size_t(b)] == kNoBlock)
           fail(row_name(id) + " layer " + std::to_string(l) + " lacks block " + std::to_string(b));
       const int w = m.pools[l].spec.window;
-      if (w && !r.in_round && !r.in_step && lr.first / bs < (r.length - w + 1) / bs)
+      if (w && !r.in_round && !r.in_step && lr.first / bs < (r.length - w + 1) / bs &&
+          !(r.retain_for_publish && lr.first / bs >= r.published))
         fail(row_name(id) + " window layer " + std::to_string(l) + " holds blocks it should have freed");
     }
   }

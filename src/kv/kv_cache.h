@@ -141,8 +141,9 @@ class KvCache {
   RowId fork(RowId parent);
   // A standalone copy of the row (every layer, codec kept, length, minimum
   // reusable offset). With limit >= 0 only the last `limit` positions are
-  // kept; window layers never keep more than the W - 1 positions their next
-  // query sees. Not while the row has a pending step.
+  // kept (a row restored from it attends only over those, like a truncated
+  // context); window layers never keep more than the W - 1 positions their
+  // next query sees. Not while the row has a pending step.
   RowCache extract(RowId row, int64_t limit = -1) const;
   // A new row from a saved one. Throws (changing nothing) when the layout
   // differs or the blocks do not fit.
@@ -195,6 +196,11 @@ class KvCache {
   // offset or a truncated history publish nothing. Returns the number of
   // positions now published.
   int64_t publish(RowId row, std::span<const int32_t> tokens);
+  // While on, the row's window layers keep every block until publish() has
+  // registered it (a prefill chunk longer than the window would otherwise
+  // free blocks before the engine could publish them). The engine turns it
+  // on for rows it will publish and calls publish() after each step.
+  void retain_for_publish(RowId row, bool on = true);
   // Makes an empty row hold the longest cached prefix of `tokens` it can use,
   // at most `max_tokens` long (pass tokens.size() - 1 to leave one token to
   // compute). A full layer needs every block of the prefix, a window layer

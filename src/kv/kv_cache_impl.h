@@ -35,6 +35,7 @@ struct LayerPool {
 struct LayerRow {
   std::vector<int32_t> blocks;  // by absolute block index; kNoBlock where not held
   int64_t first = 0;            // first held position
+  int64_t start = 0;            // first position of the row's history (> 0 after a limited restore)
 };
 
 struct Row {
@@ -44,6 +45,7 @@ struct Row {
   bool in_round = false;
   int64_t round_start = 0;
   int64_t min_reusable = 0;
+  bool retain_for_publish = false;  // window layers keep blocks until published
   std::vector<LayerRow> layers;
   // Prefix publishing resumes here: blocks [0, published) are registered,
   // the last one as entry `last_entry` (valid while its generation matches).

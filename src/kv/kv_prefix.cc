@@ -151,7 +151,7 @@ int64_t KvCache::publish(RowId id, std::span<const int32_t> tokens) {
   if (r.in_step) throw Error("cannot publish kv row " + std::to_string(id) + ": it is part of the open step");
   if (r.min_reusable > 0) return 0;
   for (std::size_t l = 0; l < m.pools.size(); ++l)
-    if (m.pools[l].spec.window == 0 && r.layers[l].first > 0) return 0;
+    if (m.pools[l].spec.window == 0 && r.layers[l].start > 0) return 0;
   const int64_t B = m.bs();
   const int64_t frontier = std::min<int64_t>(r.in_round ? r.round_start : r.length, int64_t(tokens.size()));
   const int64_t n_blocks = frontier / B;
@@ -186,9 +186,11 @@ int64_t KvCache::publish(RowId id, std::span<const int32_t> tokens) {
   // Entries created for blocks no layer could give (all evicted or freed) are dropped.
   if (parent >= 0 && m.entries[std::size_t(parent)].held == 0) {
     m.drop_if_empty(parent);
-    r.published = 0;
     r.last_entry = -1;
   }
+  // Window blocks kept only until they were published can go now.
+  if (r.retain_for_publish && !r.in_round) m.settle(r);
+  m.enforce_prefix_budget();
   return n_blocks * B;
 }
 

@@ -1,0 +1,245 @@
+// The prefix cache: content-addressed blocks shared by reference count,
+// copy-on-write, LRU eviction under a byte budget and under capacity
+// pressure, and window layers that reuse a prefix after the window moved.
+// K/V of position p is token * 1000 + p, so a reused block shows whose it is.
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_test_util.h"
+
+namespace rowlm::kv {
+namespace {
+
+using testing::layer_spec;
+using testing::options_for;
+
+constexpr int kBlock = 4;
+constexpr int kWindow = 5;
+constexpr std::size_t kBlockBytes = 2 * 4 * kBlock;  // f32, 1 head, 1 dim
+
+float value_of(int32_t token, int64_t pos) { return float(token) * 1000.0f + float(pos); }
+
+KvCache make_cache(std::size_t capacity = 0, std::size_t prefix_bytes = 1 << 20) {
+  return KvCache(options_for({layer_spec(1, 1, 0, "f32"), layer_spec(1, 1, kWindow, "f32")}, kBlock, capacity,
+                             prefix_bytes));
+}
+
+std::vector<int32_t> prompt(int n, int32_t base) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back(base + i % 7);
+  return t;
+}
+
+// Prefills tokens[length, end) in chunks, publishing after every step.
+void prefill(KvCache& c, RowId r, const std::vector<int32_t>& tokens, int64_t end, int chunk, bool publish = true) {
+  while (c.length(r) < end) {
+    const int64_t first = c.length(r);
+    const int32_t n = int32_t(std::min<int64_t>(chunk, end - first));
+    c.begin_step({&r, 1}, {&n, 1});
+    std::vector<float> kv;
+    for (int t = 0; t < n; ++t) kv.push_back(value_of(tokens[std::size_t(first + t)], first + t));
+    for (int l = 0; l < c.num_layers(); ++l) c.write(l, r, first, n, kv.data(), kv.data());
+    c.end_step();
+    if (publish) c.publish(r, tokens);
+  }
+}
+
+float stored(const KvCache& c, int layer, RowId r, int64_t pos) {
+  const auto rec = testing::read_record(c, layer, r, pos);
+  float v;
+  std::memcpy(&v, rec.data(), 4);
+  return v;
+}
+
+void expect_holds(const KvCache& c, RowId r, const std::vector<int32_t>& tokens) {
+  for (int l = 0; l < c.num_layers(); ++l)
+    for (int64_t p = c.first_position(r, l); p < c.length(r); ++p)
+      EXPECT_EQ(stored(c, l, r, p), value_of(tokens[std::size_t(p)], p)) << "layer " << l << " position " << p;
+}
+
+void expect_drained(KvCache& c) {
+  for (RowId r : c.row_ids()) c.retire(r);
+  c.clear_prefix_cache();
+  EXPECT_EQ(c.used_bytes(), 0u);
+  EXPECT_EQ(c.prefix_cache_blocks(), 0);
+  c.check_consistency();
+}
+
+TEST(PrefixCache, ReusesPublishedBlocksAndCopiesOnWrite) {
+  KvCache c = make_cache();
+  const auto T = prompt(37, 10);
+  const RowId a = c.create_row();
+  c.retain_for_publish(a);
+  prefill(c, a, T, 37, 8);
+  c.retire(a);
+  c.check_consistency();
+  EXPECT_GT(c.prefix_cache_bytes(), 0u);
+  const std::size_t used = c.used_bytes();
+
+  // Everything but the last token is cached; reuse stops inside block 8.
+  const RowId b = c.create_row();
+  EXPECT_EQ(c.match_prefix(T, 35), 35);
+  EXPECT_EQ(c.attach_prefix(b, T, 35), 35);
+  EXPECT_EQ(c.used_bytes(), used) << "attaching allocates nothing";
+  EXPECT_EQ(c.first_position(b, 1), 31);
+  expect_holds(c, b, T);
+  // b diverges at position 35: its write copies the shared block 8.
+  auto U = T;
+  U[35] = 99;
+  const int32_t shared = c.physical_block(0, b, 8);
+  prefill(c, b, U, 36, 1, false);
+  EXPECT_NE(c.physical_block(0, b, 8), shared);
+  expect_holds(c, b, U);
+  // The cached block still holds the original tokens.
+  const RowId d = c.create_row();
+  EXPECT_EQ(c.attach_prefix(d, T, 36), 36);
+  expect_holds(c, d, T);
+  EXPECT_EQ(c.physical_block(0, d, 8), shared);
+  c.check_consistency();
+  expect_drained(c);
+}
+
+// The peers' failure: once a sliding window has moved on, they re-process
+// the whole prompt. Here a window layer needs only the blocks covering the
+// last W - 1 positions of the prefix, and publishing keeps them.
+TEST(PrefixCache, WindowLayersReuseAPrefixAfterTheWindowMoved) {
+  KvCache c = make_cache();
+  const auto T = prompt(40, 20);
+  const RowId a = c.create_row();
+  c.retain_for_publish(a);
+  prefill(c, a, T, 40, 8);  // chunks longer than the window
+  EXPECT_EQ(c.first_position(a, 1), 36) << "published blocks are released by the row once published";
+  c.retire(a);
+
+  // A request sharing 21 tokens reuses 20 (a block boundary); the window
+  // layer finds the block holding 16..19 although row a freed it long ago.
+  auto V = T;
+  V.resize(21);
+  V.push_back(5);
+  V.push_back(6);
+  const RowId b = c.create_row();
+  EXPECT_EQ(c.attach_prefix(b, V, int64_t(V.size()) - 1), 20);
+  EXPECT_EQ(c.first_position(b, 1), 16);
+  expect_holds(c, b, V);
+  prefill(c, b, V, int64_t(V.size()), 3, false);
+  expect_holds(c, b, V);
+
+  // Without retaining, a chunk longer than the window frees blocks before
+  // they can be published: only shorter prefixes remain reusable.
+  KvCache plain = make_cache();
+  const RowId p = plain.create_row();
+  prefill(plain, p, T, 40, 8);
+  plain.retire(p);
+  const RowId q = plain.create_row();
+  EXPECT_LT(plain.attach_prefix(q, V, int64_t(V.size()) - 1), 20);
+  expect_drained(plain);
+  expect_drained(c);
+}
+
+TEST(PrefixCache, EvictsLeastRecentlyUsedUnderItsBudget) {
+  // Budget: 24 cache-only blocks. Each 24-token prompt publishes 6 blocks in
+  // the full layer and, retained for publishing, 6 in the window layer.
+  KvCache c = make_cache(0, 24 * kBlockBytes);
+  const std::vector<std::vector<int32_t>> prompts = {prompt(24, 100), prompt(24, 200), prompt(24, 300)};
+  auto publish_prompt = [&](const std::vector<int32_t>& P) {
+    const RowId r = c.create_row();
+    c.retain_for_publish(r);
+    prefill(c, r, P, 24, 8);
+    c.retire(r);
+    EXPECT_LE(c.prefix_cache_bytes(), 24 * kBlockBytes);
+    c.check_consistency();
+  };
+  publish_prompt(prompts[0]);
+  publish_prompt(prompts[1]);
+  EXPECT_EQ(c.match_prefix(prompts[0], 24), 24);
+  EXPECT_EQ(c.match_prefix(prompts[1], 24), 24);
+  // Using prompt 0 again makes it the most recently used ...
+  const RowId user = c.create_row();
+  EXPECT_EQ(c.attach_prefix(user, prompts[0], 24), 24);
+  c.retire(user);
+  // ... so publishing a third prompt evicts prompt 1, not the older prompt 0.
+  publish_prompt(prompts[2]);
+  EXPECT_EQ(c.match_prefix(prompts[2], 24), 24);
+  EXPECT_EQ(c.match_prefix(prompts[0], 24), 24);
+  EXPECT_EQ(c.match_prefix(prompts[1], 24), 0);
+  expect_drained(c);
+}
+
+TEST(PrefixCache, CapacityPressureEvictsCachedBlocksFirst) {
+  KvCache c = make_cache(14 * kBlockBytes, 1 << 20);
+  const auto T = prompt(24, 7);
+  const RowId a = c.create_row();
+  c.retain_for_publish(a);
+  prefill(c, a, T, 24, 8);
+  c.retire(a);
+  const std::size_t cached = c.prefix_cache_bytes();
+  EXPECT_EQ(cached, 12 * kBlockBytes);
+  // 2 blocks are free; a 12-token row needs 3 + 3: cached blocks make room.
+  const RowId b = c.create_row();
+  const auto U = prompt(12, 50);
+  prefill(c, b, U, 12, 12, false);
+  EXPECT_LT(c.prefix_cache_bytes(), cached);
+  expect_holds(c, b, U);
+  // Beyond free + evictable: OutOfBlocks, and nothing was evicted for it.
+  const std::size_t left = c.prefix_cache_bytes();
+  const RowId d = c.create_row();
+  const int32_t huge = 200;
+  EXPECT_THROW(c.begin_step({&d, 1}, {&huge, 1}), OutOfBlocks);
+  EXPECT_EQ(c.prefix_cache_bytes(), left);
+  c.check_consistency();
+  expect_drained(c);
+}
+
+TEST(PrefixCache, PublishesOnlyWhatIsSettledAndReusable) {
+  KvCache c = make_cache();
+  const auto T = prompt(20, 3);
+  const RowId a = c.create_row();
+  prefill(c, a, T, 8, 8);
+  c.begin_round({&a, 1});
+  prefill(c, a, T, 16, 8, false);
+  EXPECT_EQ(c.publish(a, T), 8) << "inside a round only blocks below the round start";
+  const int64_t keep = 2;
+  c.rollback_round({&a, 1}, {&keep, 1});
+  EXPECT_EQ(c.publish(a, T), 8);
+  // Rows whose early positions were stored at another precision publish nothing.
+  const RowId b = c.create_row();
+  prefill(c, b, T, 12, 12, false);
+  c.set_minimum_reusable_offset(b, 4);
+  EXPECT_EQ(c.publish(b, T), 0);
+  // An attach needs an empty row.
+  EXPECT_THROW(c.attach_prefix(b, T, 8), Error);
+  EXPECT_THROW(c.attach_prefix(c.create_row(), T, -1), Error);
+  // Different tokens never match (the key covers every token of the chain).
+  auto U = T;
+  U[1] = 77;
+  EXPECT_EQ(c.match_prefix(U, 20), 0);
+  EXPECT_EQ(c.match_prefix(T, 20), 8);
+  c.check_consistency();
+  expect_drained(c);
+}
+
+TEST(PrefixCache, ClearingReturnsEveryCachedByte) {
+  KvCache c = make_cache();
+  const auto T = prompt(30, 1);
+  const RowId a = c.create_row();
+  c.retain_for_publish(a);
+  prefill(c, a, T, 30, 5);
+  const RowId b = c.create_row();
+  EXPECT_EQ(c.attach_prefix(b, T, 29), 28);
+  const std::size_t with_rows = c.used_bytes();
+  c.clear_prefix_cache();
+  EXPECT_EQ(c.prefix_cache_blocks(), 0);
+  EXPECT_LE(c.used_bytes(), with_rows);
+  expect_holds(c, a, T);
+  expect_holds(c, b, T);
+  c.check_consistency();
+  expect_drained(c);
+}
+
+}  // namespace
+}  // namespace rowlm::kv
