@@ -76,6 +76,33 @@ void BpeModel::add_merge(std::string_view left, std::string_view right, uint32_t
   pending_merges_.push_back({pair_key(*a, *b), Merge{rank, *m}});
 }
 
+void BpeModel::add_merges(const std::pair<std::string_view, std::string_view>* merges, std::size_t n,
+                          uint32_t first_rank) {
+  constexpr std::size_t kBatch = 256;
+  std::vector<std::string> merged(kBatch);
+  std::vector<std::string_view> keys(3 * kBatch);
+  std::vector<int32_t> ids(3 * kBatch);
+  const std::string& prefix = options_.continuing_subword_prefix;
+  for (std::size_t base = 0; base < n; base += kBatch) {
+    const std::size_t m = std::min(kBatch, n - base);
+    for (std::size_t k = 0; k < m; ++k) {
+      const auto& [left, right] = merges[base + k];
+      merged[k].assign(left);
+      if (right.substr(0, prefix.size()) == prefix) merged[k].append(right.substr(prefix.size()));
+      keys[3 * k] = left, keys[3 * k + 1] = right, keys[3 * k + 2] = merged[k];
+    }
+    vocab_.find_many(keys.data(), 3 * m, ids.data());
+    for (std::size_t k = 0; k < m; ++k) {
+      if (ids[3 * k] < 0 || ids[3 * k + 1] < 0 || ids[3 * k + 2] < 0) {
+        // Let the one-at-a-time path name the problem.
+        add_merge(merges[base + k].first, merges[base + k].second, first_rank + uint32_t(base + k));
+        continue;
+      }
+      pending_merges_.push_back({pair_key(ids[3 * k], ids[3 * k + 1]), Merge{first_rank + uint32_t(base + k), ids[3 * k + 2]}});
+    }
+  }
+}
+
 void BpeModel::finish_merges() {
   std::size_t cap = 16;
   while (cap < pending_merges_.size() * 2) cap <<= 1;

@@ -35,6 +35,8 @@ class BpeModel {
   // rowlm::Error naming the merge if a part or the merged piece is not in
   // the vocab. A pair listed twice keeps its later rank.
   void add_merge(std::string_view left, std::string_view right, uint32_t rank);
+  // add_merge() for the merges [first_rank, first_rank + n), faster.
+  void add_merges(const std::pair<std::string_view, std::string_view>* merges, std::size_t n, uint32_t first_rank);
   // Builds the pair index; call once after the last add_merge().
   void finish_merges();
 

@@ -46,21 +46,29 @@ int hex_value(char c) {
 std::string_view JsonScanner::string(std::string& scratch) {
   expect('"');
   const std::size_t begin = pos_;
+  unsigned char high = 0;  // any byte >= 0x80 means the UTF-8 needs checking
   // Fast path: find the closing quote; no backslash means no unescaping.
   while (pos_ < text_.size()) {
     const char c = text_[pos_];
     if (c == '"') {
-      return text_.substr(begin, pos_++ - begin);
+      const std::string_view s = text_.substr(begin, pos_ - begin);
+      if ((high & 0x80) && find_invalid_utf8(s) != std::string_view::npos) fail("string is not valid UTF-8");
+      ++pos_;
+      return s;
     }
     if (c == '\\') break;
     if (static_cast<unsigned char>(c) < 0x20) fail("control character in a string");
+    high |= static_cast<unsigned char>(c);
     ++pos_;
   }
   scratch.assign(text_.data() + begin, pos_ - begin);
   while (true) {
     if (pos_ >= text_.size()) fail("unterminated string");
     const char c = text_[pos_++];
-    if (c == '"') return scratch;
+    if (c == '"') {
+      if (find_invalid_utf8(scratch) != std::string::npos) fail("string is not valid UTF-8");
+      return scratch;
+    }
     if (static_cast<unsigned char>(c) < 0x20) fail("control character in a string");
     if (c != '\\') {
       scratch += c;

@@ -2,9 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <deque>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -47,10 +47,12 @@ namespace {
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot open " + path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error("cannot read " + path.string());
-  return std::move(ss).str();
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) throw Error("cannot read " + path.string() + ": " + ec.message());
+  std::string text(size, '\0');
+  if (!in.read(text.data(), std::streamsize(size))) throw Error("cannot read " + path.string());
+  return text;
 }
 
 Json parse_small(std::string_view raw, const std::string& what) {
@@ -61,13 +63,69 @@ Json parse_small(std::string_view raw, const std::string& what) {
   }
 }
 
-// The top-level layout of a tokenizer.json, with the two big arrays kept as
-// positions for the fast readers.
+// The merges as read: pairs of pieces, viewing the document or, for pieces
+// written with escapes, `owned`.
+struct MergeList {
+  std::vector<std::pair<std::string_view, std::string_view>> pairs;
+  std::deque<std::string> owned;
+};
+
+// The top-level layout of a tokenizer.json. The vocab and the merges are
+// read on the way (one pass over the big arrays); everything else becomes
+// nlohmann::json.
 struct Document {
   std::map<std::string, Json> top;    // every top-level entry but "model"
   std::map<std::string, Json> model;  // "model" entries but vocab and merges
-  std::optional<std::size_t> vocab_at, merges_at;
+  std::optional<tok::Vocab> vocab;
+  std::optional<MergeList> merges;
+  std::string vocab_problem;  // why the vocab was not read, if it was not
 };
+
+tok::Vocab read_vocab(tok::JsonScanner& sc) {
+  tok::Vocab vocab;
+  sc.expect('{');
+  std::string scratch;
+  for (bool first = true; sc.next_member('}', first); first = false) {
+    const std::string_view piece = sc.string(scratch);
+    sc.expect(':');
+    const int64_t id = sc.integer();
+    if (id < 0 || id > INT32_MAX) sc.fail("model.vocab: id " + std::to_string(id) + " is out of range");
+    vocab.add(piece, int32_t(id));
+  }
+  vocab.finish();
+  return vocab;
+}
+
+MergeList read_merges(tok::JsonScanner& sc) {
+  MergeList list;
+  std::string a_scratch, b_scratch;
+  auto keep = [&](std::string_view s, const std::string& scratch) -> std::string_view {
+    if (s.data() != scratch.data()) return s;  // a view of the document
+    return list.owned.emplace_back(scratch);
+  };
+  sc.expect('[');
+  for (bool first = true; sc.next_member(']', first); first = false) {
+    const std::size_t index = list.pairs.size();
+    if (sc.peek() == '"') {  // "left right"
+      const std::string_view merge = keep(sc.string(a_scratch), a_scratch);
+      const std::size_t space = merge.find(' ');
+      if (space == std::string_view::npos || merge.find(' ', space + 1) != std::string_view::npos)
+        sc.fail("model.merges[" + std::to_string(index) + "]: '" + std::string(merge) +
+                "' is not two pieces separated by one space");
+      list.pairs.emplace_back(merge.substr(0, space), merge.substr(space + 1));
+    } else if (sc.peek() == '[') {  // ["left", "right"]
+      sc.expect('[');
+      const std::string_view a = keep(sc.string(a_scratch), a_scratch);
+      sc.expect(',');
+      const std::string_view b = keep(sc.string(b_scratch), b_scratch);
+      sc.expect(']');
+      list.pairs.emplace_back(a, b);
+    } else {
+      sc.fail("model.merges[" + std::to_string(index) + "] must be a string or a pair of strings");
+    }
+  }
+  return list;
+}
 
 Document scan_document(tok::JsonScanner& sc, const std::string& what) {
   Document doc;
@@ -87,13 +145,13 @@ Document scan_document(tok::JsonScanner& sc, const std::string& what) {
     for (bool mfirst = true; sc.next_member('}', mfirst); mfirst = false) {
       const std::string mkey(sc.string(key_scratch));
       sc.expect(':');
-      sc.skip_ws();
       if (mkey == "vocab") {
-        doc.vocab_at = sc.pos();
-        sc.skip_value();
+        // Other model types keep other shapes here; the type check names them.
+        if (sc.peek() == '{') doc.vocab = read_vocab(sc);
+        else doc.vocab_problem = "model.vocab is not an object of piece -> id", sc.skip_value();
       } else if (mkey == "merges") {
-        doc.merges_at = sc.pos();
-        sc.skip_value();
+        if (sc.peek() == '[') doc.merges = read_merges(sc);
+        else sc.fail("model.merges must be an array");
       } else {
         doc.model[mkey] = parse_small(sc.skip_value(), what + ": model." + mkey);
       }
@@ -102,51 +160,6 @@ Document scan_document(tok::JsonScanner& sc, const std::string& what) {
   if (!sc.at_end()) sc.fail("unexpected text after the top-level object");
   if (!have_model) throw Error(what + ": no \"model\"");
   return doc;
-}
-
-tok::Vocab read_vocab(tok::JsonScanner& sc, std::size_t at) {
-  tok::Vocab vocab;
-  sc.seek(at);
-  if (sc.peek() != '{') sc.fail("model.vocab must be an object of piece -> id");
-  sc.expect('{');
-  std::string scratch;
-  for (bool first = true; sc.next_member('}', first); first = false) {
-    const std::string_view piece = sc.string(scratch);
-    sc.expect(':');
-    const int64_t id = sc.integer();
-    if (id < 0 || id > INT32_MAX) sc.fail("model.vocab: id " + std::to_string(id) + " is out of range");
-    vocab.add(piece, int32_t(id));
-  }
-  vocab.finish();
-  return vocab;
-}
-
-void read_merges(tok::JsonScanner& sc, std::size_t at, tok::BpeModel& model) {
-  sc.seek(at);
-  if (sc.peek() != '[') sc.fail("model.merges must be an array");
-  sc.expect('[');
-  std::string a_scratch, b_scratch;
-  uint32_t rank = 0;
-  for (bool first = true; sc.next_member(']', first); first = false, ++rank) {
-    if (sc.peek() == '"') {  // "left right"
-      const std::string_view merge = sc.string(a_scratch);
-      const std::size_t space = merge.find(' ');
-      if (space == std::string_view::npos || merge.find(' ', space + 1) != std::string_view::npos)
-        sc.fail("model.merges[" + std::to_string(rank) + "]: '" + std::string(merge) +
-                "' is not two pieces separated by one space");
-      model.add_merge(merge.substr(0, space), merge.substr(space + 1), rank);
-    } else if (sc.peek() == '[') {  // ["left", "right"]
-      sc.expect('[');
-      const std::string_view a = sc.string(a_scratch);
-      sc.expect(',');
-      const std::string_view b = sc.string(b_scratch);
-      sc.expect(']');
-      model.add_merge(a, b, rank);
-    } else {
-      sc.fail("model.merges[" + std::to_string(rank) + "] must be a string or a pair of strings");
-    }
-  }
-  model.finish_merges();
 }
 
 template <typename T>
@@ -202,7 +215,6 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
 Tokenizer Tokenizer::from_json(std::string_view text, const nlohmann::json* overrides, const std::string& what) {
-  tok::require_utf8(text, what);
   tok::JsonScanner sc(text, what);
   Document doc = scan_document(sc, what);
   if (overrides && !overrides->is_null()) {
@@ -223,7 +235,7 @@ Tokenizer Tokenizer::from_json(std::string_view text, const nlohmann::json* over
   auto impl = std::make_unique<Impl>();
   const std::string type = model_field_or<std::string>(doc.model, "type", "BPE", what);
   if (type != "BPE") throw Error(what + ": unsupported model type '" + type + "' (rowlm supports BPE)");
-  if (!doc.vocab_at) throw Error(what + ": model has no vocab");
+  if (!doc.vocab) throw Error(what + ": " + (doc.vocab_problem.empty() ? "model has no vocab" : doc.vocab_problem));
   if (model_field_or<double>(doc.model, "dropout", 0.0, what) != 0.0)
     throw Error(what + ": model.dropout is set; BPE dropout is for training and makes encoding random");
   tok::BpeOptions options;
@@ -235,9 +247,12 @@ Tokenizer Tokenizer::from_json(std::string_view text, const nlohmann::json* over
   options.byte_fallback = model_field_or<bool>(doc.model, "byte_fallback", false, what);
   options.ignore_merges = model_field_or<bool>(doc.model, "ignore_merges", false, what);
   try {
-    impl->model = std::make_unique<tok::BpeModel>(read_vocab(sc, *doc.vocab_at), options);
-    if (doc.merges_at) read_merges(sc, *doc.merges_at, *impl->model);
-    else impl->model->finish_merges();
+    impl->model = std::make_unique<tok::BpeModel>(std::move(*doc.vocab), options);
+    if (doc.merges) {
+      impl->model->add_merges(doc.merges->pairs.data(), doc.merges->pairs.size(), 0);
+      doc.merges.reset();
+    }
+    impl->model->finish_merges();
   } catch (const Error& e) {
     const std::string msg = e.what();
     if (msg.rfind(what, 0) == 0) throw;

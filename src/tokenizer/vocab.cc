@@ -1,6 +1,6 @@
 #include "tokenizer/vocab.h"
 
-#include <bit>
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -28,17 +28,14 @@ uint64_t Vocab::hash(std::string_view s) {
 
 void Vocab::add(std::string_view piece, int32_t id) {
   if (id < 0) throw Error("vocab: token '" + std::string(piece) + "' has a negative id " + std::to_string(id));
-  if (std::size_t(id) >= begin_.size()) {
-    begin_.resize(std::size_t(id) + 1, -1);
-    length_.resize(std::size_t(id) + 1, 0);
-  }
-  if (begin_[std::size_t(id)] >= 0) {
+  if (std::size_t(id) >= entries_.size()) entries_.resize(std::size_t(id) + 1);
+  if (entries_[std::size_t(id)].length != kNoPiece) {
     if (this->piece(id) == piece) return;
     throw Error("vocab: id " + std::to_string(id) + " is given to both '" + std::string(*this->piece(id)) +
                 "' and '" + std::string(piece) + "'");
   }
-  begin_[std::size_t(id)] = int64_t(arena_.size());
-  length_[std::size_t(id)] = uint32_t(piece.size());
+  if (arena_.size() + piece.size() >= kNoPiece) throw Error("vocab: the pieces exceed 4 GiB");
+  entries_[std::size_t(id)] = {uint32_t(arena_.size()), uint32_t(piece.size())};
   arena_.append(piece);
   ++count_;
 }
@@ -46,23 +43,23 @@ void Vocab::add(std::string_view piece, int32_t id) {
 void Vocab::finish() {
   std::size_t cap = 16;
   while (cap < count_ * 2) cap <<= 1;
-  slots_.assign(cap, -1);
+  slots_.assign(cap, Slot{});
   const std::size_t mask = cap - 1;
   for (int32_t id = 0; id < end_id(); ++id) {
     const auto p = piece(id);
     if (!p) continue;
-    std::size_t slot = hash(*p) & mask;
+    const uint64_t h = hash(*p);
+    const auto tag = uint32_t(h >> 32);
+    std::size_t slot = h & mask;
     while (true) {
-      const int32_t other = slots_[slot];
-      if (other < 0) {
-        slots_[slot] = id;
+      const Slot other = slots_[slot];
+      if (other.id < 0) {
+        slots_[slot] = {id, tag};
         break;
       }
-      if (*piece(other) == *p) {
-        // The same piece under two ids: the later one wins, as in a hash map
-        // filled in file order. Ids are visited in order here, so keep the
-        // larger, which matches files written in id order.
-        slots_[slot] = id;
+      if (other.tag == tag && *piece(other.id) == *p) {
+        // The same piece under two ids: keep the larger.
+        slots_[slot].id = id;
         break;
       }
       slot = (slot + 1) & mask;
@@ -73,14 +70,45 @@ void Vocab::finish() {
 std::optional<int32_t> Vocab::find(std::string_view piece) const {
   if (slots_.empty()) return std::nullopt;
   const std::size_t mask = slots_.size() - 1;
-  std::size_t slot = hash(piece) & mask;
-  while (true) {
-    const int32_t id = slots_[slot];
-    if (id < 0) return std::nullopt;
-    const std::size_t b = std::size_t(begin_[std::size_t(id)]);
-    const std::size_t n = length_[std::size_t(id)];
-    if (n == piece.size() && std::memcmp(arena_.data() + b, piece.data(), n) == 0) return id;
-    slot = (slot + 1) & mask;
+  const uint64_t h = hash(piece);
+  const auto tag = uint32_t(h >> 32);
+  for (std::size_t slot = h & mask;; slot = (slot + 1) & mask) {
+    const Slot s = slots_[slot];
+    if (s.id < 0) return std::nullopt;
+    if (s.tag != tag) continue;
+    const Entry& e = entries_[std::size_t(s.id)];
+    if (e.length == piece.size() && (e.length == 0 || std::memcmp(arena_.data() + e.offset, piece.data(), e.length) == 0))
+      return s.id;
+  }
+}
+
+void Vocab::find_many(const std::string_view* pieces, std::size_t n, int32_t* ids) const {
+  constexpr std::size_t kBatch = 32;
+  uint64_t hashes[kBatch];
+  for (std::size_t base = 0; base < n; base += kBatch) {
+    const std::size_t m = std::min(kBatch, n - base);
+    const std::size_t mask = slots_.empty() ? 0 : slots_.size() - 1;
+    for (std::size_t k = 0; k < m; ++k) {
+      hashes[k] = hash(pieces[base + k]);
+      if (!slots_.empty()) __builtin_prefetch(&slots_[hashes[k] & mask]);
+    }
+    for (std::size_t k = 0; k < m; ++k) {
+      if (slots_.empty()) break;
+      const Slot s = slots_[hashes[k] & mask];
+      if (s.id >= 0) {
+        const Entry& e = entries_[std::size_t(s.id)];
+        __builtin_prefetch(&e);
+      }
+    }
+    for (std::size_t k = 0; k < m; ++k) {
+      if (slots_.empty()) break;
+      const Slot s = slots_[hashes[k] & mask];
+      if (s.id >= 0) __builtin_prefetch(arena_.data() + entries_[std::size_t(s.id)].offset);
+    }
+    for (std::size_t k = 0; k < m; ++k) {
+      const auto id = find(pieces[base + k]);
+      ids[base + k] = id ? *id : -1;
+    }
   }
 }
 
