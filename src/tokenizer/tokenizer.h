@@ -23,10 +23,11 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "tokenizer/added_tokens.h"
+
 namespace rowlm {
 
 namespace tok {
-struct AddedToken;
 class Decoder;
 }  // namespace tok
 
