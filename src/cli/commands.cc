@@ -3,12 +3,16 @@
 #include <cstdio>
 #include <iostream>
 
+#include "cli/tokenize.h"
 #include "core/error.h"
 
 namespace rowlm::cli {
 
 const std::vector<Command>& commands() {
-  static const std::vector<Command> all = {};
+  static const std::vector<Command> all = {
+      {"tokenize", "print the token ids of a text", &tokenize_command},
+      {"detokenize", "print the text of token ids", &detokenize_command},
+  };
   return all;
 }
 
