@@ -54,6 +54,8 @@ BpeModel::BpeModel(Vocab vocab, BpeOptions options)
 }
 
 BpeModel::~BpeModel() = default;
+BpeModel::BpeModel(BpeModel&&) noexcept = default;
+BpeModel& BpeModel::operator=(BpeModel&&) noexcept = default;
 
 int32_t BpeModel::unk_id() const { return *vocab_.find(*options_.unk_token); }
 

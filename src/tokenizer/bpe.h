@@ -30,6 +30,8 @@ class BpeModel {
  public:
   BpeModel(Vocab vocab, BpeOptions options);
   ~BpeModel();
+  BpeModel(BpeModel&&) noexcept;
+  BpeModel& operator=(BpeModel&&) noexcept;
 
   // Adds the merge of rank `rank` (its index in the file). Throws
   // rowlm::Error naming the merge if a part or the merged piece is not in

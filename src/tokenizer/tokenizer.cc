@@ -145,13 +145,18 @@ Document scan_document(tok::JsonScanner& sc, const std::string& what) {
     for (bool mfirst = true; sc.next_member('}', mfirst); mfirst = false) {
       const std::string mkey(sc.string(key_scratch));
       sc.expect(':');
-      if (mkey == "vocab") {
-        // Other model types keep other shapes here; the type check names them.
+      // Other model types keep other shapes in vocab and merges; the type
+      // check below names them.
+      const auto type = doc.model.find("type");
+      const bool other_type = type != doc.model.end() && type->second != "BPE";
+      if (mkey == "vocab" && !other_type) {
         if (sc.peek() == '{') doc.vocab = read_vocab(sc);
         else doc.vocab_problem = "model.vocab is not an object of piece -> id", sc.skip_value();
-      } else if (mkey == "merges") {
+      } else if (mkey == "merges" && !other_type) {
         if (sc.peek() == '[') doc.merges = read_merges(sc);
         else sc.fail("model.merges must be an array");
+      } else if (other_type) {
+        sc.skip_value();
       } else {
         doc.model[mkey] = parse_small(sc.skip_value(), what + ": model." + mkey);
       }
