@@ -103,6 +103,7 @@ module.exports = [
     name: 'llama3_wsplit_digits', base: 'llama3',
     overrides: () => ({
       model: { ignore_merges: false },
+      normalizer: { type: 'NFKD' },
       pre_tokenizer: { type: 'Sequence', pretokenizers: [
         { type: 'WhitespaceSplit' }, { type: 'Digits', individual_digits: false },
         { type: 'Split', pattern: R("(?i:'s|'t)|[a-z]+"), behavior: 'Isolated', invert: true },
