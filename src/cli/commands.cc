@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "cli/tokenize.h"
 #include "core/error.h"
 
 namespace rowlm::cli {
@@ -12,7 +13,8 @@ const std::vector<Command>& commands() {
       {"generate", "generate a continuation of a prompt", run_generate},
       {"score", "write the logits of every position of a token sequence (.npy)", run_score},
       {"inspect", "show a model's architecture, size and KV cost per token", run_inspect},
-
+      {"tokenize", "print the token ids of a text", &tokenize_command},
+      {"detokenize", "print the text of token ids", &detokenize_command},
   };
   return all;
 }
