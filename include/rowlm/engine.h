@@ -1,0 +1,157 @@
+#pragma once
+// rowlm's C++ library API: load an engine, submit requests from any thread,
+// stream their tokens, cancel them, read their results.
+//
+//   rowlm::EngineOptions opt;
+//   opt.model_dir = "models/rowlm-tiny";
+//   auto engine = rowlm::Engine::create(opt);
+//   rowlm::Request req;
+//   req.prompt = "In the beginning";
+//   req.sampling.max_tokens = 32;
+//   auto handle = engine->submit(req);
+//   rowlm::TokenEvent ev;
+//   while (handle->next(ev)) std::cout << ev.text << std::flush;
+//   rowlm::RequestResult result = handle->result();
+//
+// One engine runs one continuous batch: every step it flattens the decode
+// tokens of running requests and chunks of waiting prompts into one forward
+// pass under a token budget. A request's tokens and log-probabilities do not
+// depend on what else runs (bitwise), so a request gives the same output
+// alone or in any batch.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "sampling/logprobs.h"
+#include "sampling/sampling_params.h"
+
+namespace rowlm {
+
+class Tokenizer;
+
+struct EngineOptions {
+  std::string model_dir;
+  int threads = 0;                    // CPU threads; 0 = one per core
+  std::string kv_codec = "bf16";      // f32, bf16, f16, q8, q4[:group], or a per-layer map
+  std::size_t kv_budget_bytes = 0;    // KV pool; 0 = a default from the machine's free memory
+  std::size_t prefix_cache_bytes = 0; // unused cached prefix blocks kept; 0 = a quarter of the budget
+  bool prefix_cache = true;           // reuse cached prompt prefixes
+  int max_running = 64;               // most requests in the running batch
+  int token_budget = 256;             // most tokens in one step (prefill chunks + decode)
+  int max_waiting = 1024;             // most queued requests; submit() beyond it throws QueueFull
+  // Speculative decoding: "" (off), "ngram" (prompt lookup), or a draft model directory.
+  std::string draft;
+  int draft_tokens = 4;               // tokens proposed per row per round
+  // false: no scheduler thread; the caller drives the engine with step()
+  // (deterministic schedules for `rowlm batch` and tests).
+  bool background = true;
+};
+
+struct Request {
+  std::string prompt;                // text, tokenized with the model's tokenizer, or
+  std::vector<int32_t> prompt_ids;   // token ids (used when non-empty)
+  bool add_special_tokens = true;    // for a text prompt (e.g. <bos>); off for rendered chats
+  sampling::SamplingParams sampling;
+  bool ignore_eos = false;           // keep going past the model's end-of-sequence ids
+};
+
+enum class FinishReason { Stop, Length, Cancelled, Error };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
+
+// One generated token as it streams out. `text` is the request's new,
+// final text (held back while it may still be the start of a stop string or
+// half of a UTF-8 character), possibly empty.
+struct TokenEvent {
+  int32_t token = -1;
+  std::string text;
+  std::optional<sampling::RawLogprobs> logprobs;  // when the request asked for them
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_prompt_tokens = 0;  // prompt tokens reused from the prefix cache
+};
+
+struct Timings {
+  double queue_s = 0;                // submit to admission
+  double time_to_first_token_s = 0;  // submit to first generated token
+  double total_s = 0;                // submit to finish
+  double decode_tokens_per_s = 0;    // generated tokens after the first / their time
+};
+
+struct RequestResult {
+  std::vector<int32_t> token_ids;    // generated tokens (a stop token included, a stop string's not)
+  std::string text;                  // their text, up to any stop string
+  FinishReason finish = FinishReason::Length;
+  std::string stop;                  // the stop string or token text that ended it, if any
+  std::string error;                 // set when finish == Error
+  std::vector<sampling::RawLogprobs> logprobs;  // one per token, when asked for
+  Usage usage;
+  Timings timings;
+  int64_t preemptions = 0;
+  int64_t draft_proposed = 0, draft_accepted = 0;  // speculative decoding
+};
+
+class RequestHandle {
+ public:
+  virtual ~RequestHandle() = default;
+  virtual uint64_t id() const = 0;
+  // Blocks for the next token; false once the request has finished and
+  // every token was delivered.
+  virtual bool next(TokenEvent& event) = 0;
+  // Blocks until the request finishes.
+  virtual RequestResult result() = 0;
+  virtual bool done() const = 0;
+  // Stops the request; its KV blocks are freed at the next step boundary.
+  virtual void cancel() = 0;
+};
+
+struct EngineStats {
+  int64_t running = 0, waiting = 0;
+  int64_t steps = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0, cached_prompt_tokens = 0;
+  int64_t requests_finished = 0, requests_cancelled = 0, requests_failed = 0, preemptions = 0;
+  std::size_t kv_used_bytes = 0, kv_capacity_bytes = 0, prefix_cache_bytes = 0;
+  int64_t draft_proposed = 0, draft_accepted = 0;
+};
+
+class QueueFull : public Error {
+ public:
+  using Error::Error;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  // Loads the model (and draft model) and starts the scheduler thread
+  // unless options.background is false. Throws rowlm::Error on bad options.
+  static std::unique_ptr<Engine> create(const EngineOptions& options);
+
+  // Queues a request; thread-safe. `on_token`, if given, is called from the
+  // scheduler thread for every event (keep it short); next() works either way.
+  // Throws rowlm::Error for an invalid request (empty prompt, bad sampling
+  // parameters, prompt longer than the context) and QueueFull past max_waiting.
+  virtual std::shared_ptr<RequestHandle> submit(Request request,
+                                                std::function<void(const TokenEvent&)> on_token = {}) = 0;
+
+  // Manual mode (background == false): runs one scheduler step; false when
+  // nothing is running or waiting.
+  virtual bool step() = 0;
+  // Manual mode: steps until idle.
+  virtual void run_until_idle() = 0;
+
+  virtual const ModelInfo& model_info() const = 0;
+  virtual const Tokenizer& tokenizer() const = 0;
+  virtual EngineStats stats() const = 0;
+  // Stops accepting requests, cancels what is queued or running, joins the
+  // scheduler thread. Called by the destructor.
+  virtual void shutdown() = 0;
+};
+
+}  // namespace rowlm
