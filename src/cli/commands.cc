@@ -15,6 +15,9 @@ const std::vector<Command>& commands() {
       {"inspect", "show a model's architecture, size and KV cost per token", run_inspect},
       {"tokenize", "print the token ids of a text", &tokenize_command},
       {"detokenize", "print the text of token ids", &detokenize_command},
+#ifdef ROWLM_HAVE_SERVER
+      {"serve", "serve a model over HTTP (OpenAI- and Anthropic-compatible API)", run_serve},
+#endif
   };
   return all;
 }

@@ -19,6 +19,7 @@ int run_generate(const std::vector<std::string>& args);
 int run_score(const std::vector<std::string>& args);
 int run_inspect(const std::vector<std::string>& args);
 int run_bench(const std::vector<std::string>& args);
+int run_serve(const std::vector<std::string>& args);
 
 // Every subcommand, in the order `rowlm --help` lists them.
 const std::vector<Command>& commands();

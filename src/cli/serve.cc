@@ -1,0 +1,151 @@
+// rowlm serve: the HTTP API over one engine, until SIGINT or SIGTERM.
+// Built when cpp-httplib is found (ROWLM_HAVE_SERVER).
+
+#ifdef ROWLM_HAVE_SERVER
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include <pthread.h>
+
+#include "cli/commands.h"
+#include "cli/runtime.h"
+#include "core/error.h"
+#include "rowlm/engine.h"
+#include "server/server.h"
+
+namespace rowlm::cli {
+
+namespace {
+
+int int_option(const Args& args, const std::string& name, int64_t lo, int64_t hi) {
+  const int64_t v = args.get_int(name);
+  if (v < lo || v > hi)
+    throw Error("--" + name + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                std::to_string(v));
+  return int(v);
+}
+
+// SIGINT and SIGTERM are blocked in every thread (the engine's and the
+// server's threads inherit the mask) and taken by one waiting thread, which
+// shuts the server down in order.
+class ShutdownSignals {
+ public:
+  ShutdownSignals() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, &previous_);
+    // A client that hangs up mid-reply makes a write fail, not the process die.
+    std::signal(SIGPIPE, SIG_IGN);
+  }
+  ~ShutdownSignals() { pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
+  ShutdownSignals(const ShutdownSignals&) = delete;
+  ShutdownSignals& operator=(const ShutdownSignals&) = delete;
+
+  // The signal taken within `ms` milliseconds, or 0.
+  int wait(long ms) const {
+    timespec ts{ms / 1000, (ms % 1000) * 1'000'000};
+    const int sig = sigtimedwait(&set_, nullptr, &ts);
+    return sig > 0 ? sig : 0;
+  }
+
+ private:
+  sigset_t set_{}, previous_{};
+};
+
+}  // namespace
+
+int run_serve(const std::vector<std::string>& argv) {
+  Args args("serve",
+            "Serves a model over HTTP: OpenAI's /v1/chat/completions and /v1/completions, Anthropic's\n"
+            "/v1/messages, /v1/models, /health and Prometheus /metrics. All requests share one continuous\n"
+            "batch. SIGINT or SIGTERM stops accepting, lets running requests finish (up to --shutdown-grace),\n"
+            "cancels the rest and exits 0.");
+  args.positional("MODEL_DIR", "a Hugging Face model directory")
+      .option("host", "ADDR", "address to listen on", "127.0.0.1")
+      .option("port", "N", "port to listen on; 0 picks a free one (the address is printed on stderr)", "8080")
+      .option("api-key", "KEY",
+              "require this key on /v1/* (Authorization: Bearer KEY, or x-api-key: KEY); default: the "
+              "ROWLM_API_KEY environment variable, if set")
+      .option("served-model-name", "NAME", "the model id clients send (default: MODEL_DIR's name)")
+      .option("chat-format", "NAME", "chat format instead of the one detected from MODEL_DIR")
+      .option("max-running", "N", "most requests in the running batch", "64")
+      .option("token-budget", "N", "most tokens in one step (prefill chunks + decode)", "256")
+      .option("max-waiting", "N", "most queued requests; beyond them requests get 429 with Retry-After", "256")
+      .option("draft", "DRAFT", "speculative decoding: 'ngram', or a draft model directory")
+      .option("draft-tokens", "N", "tokens proposed per row per round", "4")
+      .flag("no-prefix-cache", "do not reuse cached prompt prefixes")
+      .option("max-body", "BYTES", "largest request body; larger ones get 413", "8M")
+      .option("http-threads", "N", "connections served at once (default: max-running + max-waiting + 8)")
+      .option("shutdown-grace", "SECONDS", "on SIGINT/SIGTERM, how long running requests may finish", "10")
+      .flag("quiet", "no log line per request");
+  add_runtime_options(args, "bf16");
+  if (!args.parse(argv)) return 0;
+
+  EngineOptions eo;
+  eo.model_dir = args.get("MODEL_DIR");
+  eo.threads = int_option(args, "threads", 0, 1024);
+  eo.kv_codec = args.get("kv-codec");
+  eo.kv_budget_bytes = parse_bytes(args.get("kv-budget"), "--kv-budget");
+  eo.prefix_cache = !args.flag_set("no-prefix-cache");
+  eo.max_running = int_option(args, "max-running", 1, 4096);
+  eo.token_budget = int_option(args, "token-budget", 1, 1 << 20);
+  eo.max_waiting = int_option(args, "max-waiting", 0, 1 << 20);
+  eo.draft = args.get_opt("draft").value_or("");
+  eo.draft_tokens = int_option(args, "draft-tokens", 1, 64);
+
+  server::ServerOptions so;
+  so.host = args.get("host");
+  so.port = int_option(args, "port", 0, 65535);
+  if (auto key = args.get_opt("api-key")) so.api_key = *key;
+  else if (const char* env = std::getenv("ROWLM_API_KEY")) so.api_key = env;
+  so.model_name = args.get_opt("served-model-name").value_or("");
+  so.chat_format = args.get_opt("chat-format").value_or("");
+  so.max_body_bytes = parse_bytes(args.get("max-body"), "--max-body");
+  so.http_threads = args.has("http-threads") ? int_option(args, "http-threads", 1, 100000)
+                                             : std::min(eo.max_running + eo.max_waiting + 8, 4096);
+  so.log_requests = !args.flag_set("quiet");
+  const double grace = parse_double(args.get("shutdown-grace"), "--shutdown-grace");
+  if (!(grace >= 0 && grace <= 86400)) throw Error("--shutdown-grace must be in [0, 86400] seconds");
+
+  ShutdownSignals signals;  // before any thread starts
+  std::unique_ptr<Engine> engine = Engine::create(eo);
+  server::HttpServer server(*engine, so);
+  const int port = server.bind();
+  std::fprintf(stderr, "rowlm serve: serving %s as '%s' on http://%s:%d\n", eo.model_dir.c_str(),
+               server.options().model_name.c_str(), so.host.c_str(), port);
+  std::fflush(stderr);
+
+  std::jthread on_signal([&](std::stop_token stop) {
+    while (!stop.stop_requested()) {
+      const int sig = signals.wait(100);
+      if (!sig) continue;
+      std::fprintf(stderr, "rowlm serve: %s: not accepting new requests; letting running ones finish (up to %g s)\n",
+                   sig == SIGINT ? "SIGINT" : "SIGTERM", grace);
+      server.stop_accepting();
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace);
+      while (!server.wait_idle(std::chrono::milliseconds(100))) {
+        // A second signal, or the grace period over: cancel what still runs.
+        if (std::chrono::steady_clock::now() >= deadline || signals.wait(0)) {
+          std::fprintf(stderr, "rowlm serve: cancelling the requests still running\n");
+          engine->shutdown();
+          break;
+        }
+      }
+      return;
+    }
+  });
+  server.run();
+  on_signal.request_stop();
+  on_signal.join();
+  engine->shutdown();
+  std::fprintf(stderr, "rowlm serve: stopped\n");
+  return 0;
+}
+
+}  // namespace rowlm::cli
+
+#endif  // ROWLM_HAVE_SERVER

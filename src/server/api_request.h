@@ -1,0 +1,53 @@
+#pragma once
+// Generation requests as the HTTP API receives them, parsed and validated
+// into one protocol-neutral shape. Three parsers: OpenAI's chat completions
+// and (legacy) completions, and Anthropic's messages. Each throws ApiError 400
+// naming the field at fault for malformed JSON shapes, wrong types, values
+// out of range, and fields this server cannot honour; unknown fields are
+// ignored, as OpenAI's and vLLM's servers do.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sampling/sampling_params.h"
+#include "server/chat_prompt.h"
+#include "server/tool_calls.h"
+
+namespace rowlm::server {
+
+// One prompt of a completions request: text, or token ids.
+struct PromptInput {
+  std::string text;
+  std::vector<int32_t> ids;  // used when non-empty
+};
+
+struct GenerationRequest {
+  std::string model;
+  bool chat = true;
+  // Chat requests.
+  std::vector<ChatTurn> turns;
+  std::vector<ToolSpec> tools;
+  ToolChoice tool_choice;
+  // Completions requests: each prompt gets `n` choices.
+  std::vector<PromptInput> prompts;
+  bool echo = false;  // completions: the prompt's text starts each choice's text
+  // Shared.
+  sampling::SamplingParams sampling;  // stop strings, seed, logprobs, max_tokens...
+  int n = 1;
+  bool ignore_eos = false;
+  bool stream = false;
+  bool include_usage = false;  // OpenAI: stream_options.include_usage
+};
+
+// The most choices one request may ask for (n, times prompts for completions).
+inline constexpr int kMaxChoices = 64;
+
+// `vocab_size` bounds token ids in prompts, logit_bias and stop_token_ids.
+GenerationRequest parse_chat_completion_request(const nlohmann::json& body, int64_t vocab_size);
+GenerationRequest parse_completion_request(const nlohmann::json& body, int64_t vocab_size);
+GenerationRequest parse_messages_request(const nlohmann::json& body, int64_t vocab_size);
+
+}  // namespace rowlm::server

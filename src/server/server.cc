@@ -1,0 +1,382 @@
+#include "server/server.h"
+
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <httplib.h>
+
+#include "server/api_error.h"
+#include "server/api_request.h"
+#include "server/generation.h"
+#include "server/metrics.h"
+#include "server/prepare.h"
+#include "server/reply.h"
+#include "server/sse.h"
+#include "tokenizer/chat_format.h"
+
+namespace rowlm::server {
+
+namespace {
+
+using Json = nlohmann::json;
+
+enum class Endpoint { kChatCompletions, kCompletions, kMessages };
+
+const char* endpoint_name(Endpoint e) {
+  switch (e) {
+    case Endpoint::kChatCompletions: return "chat_completions";
+    case Endpoint::kCompletions: return "completions";
+    case Endpoint::kMessages: return "messages";
+  }
+  return "unknown";
+}
+
+Dialect dialect_of(const httplib::Request& req) {
+  return req.path.starts_with("/v1/messages") || req.has_header("anthropic-version") ? Dialect::kAnthropic
+                                                                                     : Dialect::kOpenAI;
+}
+
+Outcome outcome_of_status(int status) {
+  if (status == 401) return Outcome::kUnauthorized;
+  if (status == 413 || status == 429 || status == 503) return Outcome::kRejected;
+  return status >= 500 ? Outcome::kServerError : Outcome::kClientError;
+}
+
+void send_error(httplib::Response& res, Dialect dialect, const ApiError& error) {
+  res.status = error.status();
+  res.set_content(json_text(error_body(dialect, error)), "application/json");
+}
+
+// Compares every byte of the key whatever was sent, so response timing
+// reveals neither a matching prefix nor the key's length.
+bool same_secret(std::string_view given, const std::string& key) {
+  unsigned char diff = given.size() == key.size() ? 0 : 1;
+  for (std::size_t i = 0; i < key.size(); ++i)
+    diff |= static_cast<unsigned char>((i < given.size() ? given[i] : 0) ^ key[i]);
+  return diff == 0;
+}
+
+// Random ids for responses and tool calls ("chatcmpl-3fk9...").
+class IdSource {
+ public:
+  IdSource() : rng_(std::random_device{}()) {}
+  std::string next(std::string_view prefix) {
+    static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    std::lock_guard lock(mutex_);
+    std::string id(prefix);
+    for (int i = 0; i < 24; ++i) id += kAlphabet[rng_() % (sizeof kAlphabet - 1)];
+    return id;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::mt19937_64 rng_;
+};
+
+// Counts a generation request as in flight for as long as it lives.
+class InFlight {
+ public:
+  InFlight(std::atomic<int>& count, Metrics& metrics) : count_(count), metrics_(metrics) {
+    ++count_;
+    metrics_.add_in_flight(1);
+  }
+  ~InFlight() {
+    metrics_.add_in_flight(-1);
+    --count_;
+  }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+
+ private:
+  std::atomic<int>& count_;
+  Metrics& metrics_;
+};
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Impl(Engine& e, ServerOptions o)
+      : engine(e),
+        options(std::move(o)),
+        chat_format(options.chat_format.empty()
+                        ? tokenizer::ChatFormat::from_model_dir(engine.model_info().directory)
+                        : tokenizer::ChatFormat::by_name(options.chat_format)),
+        started(std::time(nullptr)) {
+    if (options.model_name.empty())
+      options.model_name = std::filesystem::path(engine.model_info().directory).filename().string();
+    if (options.model_name.empty()) options.model_name = "rowlm";
+    if (options.http_threads < 1) throw Error("--http-threads must be at least 1");
+    model.name = options.model_name;
+    model.tokenizer = &engine.tokenizer();
+    model.chat_format = &chat_format;
+    model.context_length = engine.model_info().max_position;
+    model.vocab_size = engine.model_info().vocab_size;
+    install();
+  }
+
+  void install();
+  void generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  bool authorized(const httplib::Request& req) const;
+
+  Engine& engine;
+  ServerOptions options;
+  tokenizer::ChatFormat chat_format;
+  ServedModel model;
+  std::time_t started;
+  httplib::Server http;
+  Metrics metrics;
+  IdSource ids;
+  std::atomic<bool> draining{false};
+  std::atomic<int> in_flight{0};
+};
+
+bool HttpServer::Impl::authorized(const httplib::Request& req) const {
+  if (options.api_key.empty()) return true;
+  const std::string auth = req.get_header_value("Authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (auth.starts_with(kBearer) && same_secret(auth.substr(kBearer.size()), options.api_key)) return true;
+  return req.has_header("x-api-key") && same_secret(req.get_header_value("x-api-key"), options.api_key);
+}
+
+void HttpServer::Impl::install() {
+  // Every connection thread serves one connection at a time, and a
+  // streaming reply holds its thread until the last token. The pool's
+  // factory must return a raw pointer (httplib's interface); the server
+  // owns and deletes it.
+  const std::size_t threads = std::size_t(options.http_threads);
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http.set_tcp_nodelay(true);  // one small write per token must not wait for Nagle
+  http.set_payload_max_length(options.max_body_bytes);
+  http.set_keep_alive_timeout(options.keep_alive_seconds);
+  http.set_read_timeout(30);
+  http.set_write_timeout(30);
+
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!req.path.starts_with("/v1/") || authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, dialect_of(req),
+               ApiError(401, "missing or wrong API key (send 'Authorization: Bearer KEY' or 'x-api-key: KEY')", "",
+                        "invalid_api_key"));
+    metrics.count_request(req.path, Outcome::kUnauthorized);
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    std::string message;
+    switch (res.status) {
+      case 404: message = "no route for " + req.method + " " + req.path; break;
+      case 413: message = "the request body is larger than the limit of " + std::to_string(options.max_body_bytes) + " bytes"; break;
+      case 400: message = "malformed HTTP request"; break;
+      default: message = "HTTP error " + std::to_string(res.status); break;
+    }
+    send_error(res, dialect_of(req), ApiError(res.status, message));
+    if (res.status == 413) metrics.count_request(req.path, Outcome::kRejected);
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  http.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = std::string("internal error: ") + e.what();
+    } catch (...) {
+    }
+    send_error(res, dialect_of(req), ApiError(500, what));
+  });
+  if (options.log_requests) {
+    http.set_logger([](const httplib::Request& req, const httplib::Response& res) {
+      std::fprintf(stderr, "%s %s %s -> %d\n", req.remote_addr.c_str(), req.method.c_str(), req.path.c_str(),
+                   res.status);
+    });
+  }
+
+  http.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) {
+    generate(q, r, Endpoint::kChatCompletions);
+  });
+  http.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) {
+    generate(q, r, Endpoint::kCompletions);
+  });
+  http.Post("/v1/messages", [this](const httplib::Request& q, httplib::Response& r) {
+    generate(q, r, Endpoint::kMessages);
+  });
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const bool ok = !draining.load();
+    res.status = ok ? 200 : 503;
+    res.set_content(json_text({{"status", ok ? "ok" : "shutting_down"}}), "application/json");
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics.render(engine.stats()), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  auto model_entry = [this](Dialect d) -> Json {
+    if (d == Dialect::kAnthropic) {
+      char created[32];
+      std::strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&started));
+      return {{"type", "model"}, {"id", model.name}, {"display_name", model.name}, {"created_at", created}};
+    }
+    return {{"id", model.name}, {"object", "model"}, {"created", int64_t(started)}, {"owned_by", "rowlm"},
+            {"max_model_len", model.context_length}};
+  };
+  http.Get("/v1/models", [this, model_entry](const httplib::Request& req, httplib::Response& res) {
+    const Dialect d = dialect_of(req);
+    Json list = Json::array({model_entry(d)});
+    Json body = d == Dialect::kAnthropic
+                    ? Json{{"data", list}, {"has_more", false}, {"first_id", model.name}, {"last_id", model.name}}
+                    : Json{{"object", "list"}, {"data", list}};
+    res.set_content(json_text(body), "application/json");
+  });
+  http.Get(R"(/v1/models/(.+))", [this, model_entry](const httplib::Request& req, httplib::Response& res) {
+    if (req.matches[1] != model.name) {
+      send_error(res, dialect_of(req), ApiError(404, "model '" + std::string(req.matches[1]) + "' is not served here",
+                                                "model", "model_not_found"));
+      return;
+    }
+    res.set_content(json_text(model_entry(dialect_of(req))), "application/json");
+  });
+}
+
+void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+  const auto received = Clock::now();
+  const Dialect dialect = endpoint == Endpoint::kMessages ? Dialect::kAnthropic : Dialect::kOpenAI;
+  const std::string name = endpoint_name(endpoint);
+  auto in_flight_guard = std::make_shared<InFlight>(in_flight, metrics);
+  try {
+    if (draining) throw ApiError(503, "the server is shutting down");
+    Json body = Json::parse(req.body, nullptr, false);
+    if (body.is_discarded()) throw ApiError(400, "body: not valid JSON", "body");
+    const int64_t vocab = model.vocab_size;
+    const GenerationRequest request = endpoint == Endpoint::kChatCompletions ? parse_chat_completion_request(body, vocab)
+                                      : endpoint == Endpoint::kCompletions   ? parse_completion_request(body, vocab)
+                                                                             : parse_messages_request(body, vocab);
+    PreparedGeneration prepared = prepare_generation(request, model);
+    ReplyContext& rc = prepared.reply;
+    rc.id = ids.next(endpoint == Endpoint::kChatCompletions ? "chatcmpl-"
+                     : endpoint == Endpoint::kCompletions   ? "cmpl-"
+                                                            : "msg_");
+    rc.created = int64_t(std::time(nullptr));
+    rc.make_tool_call_id = [this, dialect] { return ids.next(dialect == Dialect::kAnthropic ? "toolu_" : "call_"); };
+    const std::vector<int64_t> prompt_tokens = rc.prompt_tokens;
+    const std::size_t n = rc.n;
+    std::shared_ptr<ReplyWriter> writer = endpoint == Endpoint::kChatCompletions ? make_chat_completion_writer(std::move(rc))
+                                          : endpoint == Endpoint::kCompletions   ? make_completion_writer(std::move(rc))
+                                                                                 : make_messages_writer(std::move(rc));
+    auto generation = std::make_shared<Generation>(engine, std::move(prepared.requests), received, metrics);
+
+    // Token totals and the outcome, once the reply is complete.
+    auto account = [this, name, received, prompt_tokens, n](const Generation& g, Outcome outcome) {
+      int64_t prompt = 0, generated = 0, cached = 0;
+      for (int64_t p : prompt_tokens) prompt += p;
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        if (outcome == Outcome::kCancelled) break;
+        generated += g.result(i).usage.completion_tokens;
+        if (i % n == 0) cached += g.result(i).usage.cached_prompt_tokens;
+      }
+      metrics.add_tokens(prompt, generated, cached);
+      metrics.observe_request_latency(std::chrono::duration<double>(Clock::now() - received).count());
+      metrics.count_request(name, outcome);
+    };
+
+    if (!request.stream) {
+      Generation::Event event;
+      while (generation->next(event)) {
+      }
+      std::vector<const RequestResult*> results;
+      for (std::size_t i = 0; i < generation->size(); ++i) {
+        const RequestResult& r = generation->result(i);
+        if (result_failed(r)) {
+          account(*generation, Outcome::kServerError);
+          send_error(res, dialect, ApiError(r.finish == FinishReason::Cancelled ? 503 : 500, failure_message(r)));
+          return;
+        }
+        results.push_back(&r);
+      }
+      res.set_content(json_text(writer->body(results)), "application/json");
+      account(*generation, Outcome::kSuccess);
+      return;
+    }
+
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [generation, writer, account, in_flight_guard](std::size_t, httplib::DataSink& sink) {
+          auto send = [&sink](const std::string& bytes) { return bytes.empty() || sink.write(bytes.data(), bytes.size()); };
+          // A write fails once the client has gone: cancel at once, so the
+          // engine frees the rows' KV at its next step.
+          auto client_gone = [&] {
+            generation->cancel();
+            account(*generation, Outcome::kCancelled);
+            return false;
+          };
+          if (!send(writer->stream_start())) return client_gone();
+          bool failed = false;
+          Generation::Event event;
+          while (generation->next(event)) {
+            std::string bytes;
+            if (event.finished) {
+              failed = failed || result_failed(generation->result(event.choice));
+              bytes = writer->stream_finish(event.choice, generation->result(event.choice));
+            } else {
+              bytes = writer->stream_token(event.choice, event.token);
+            }
+            if (!send(bytes)) return client_gone();
+          }
+          if (!send(writer->stream_end())) return client_gone();
+          sink.done();
+          account(*generation, failed ? Outcome::kServerError : Outcome::kSuccess);
+          return true;
+        });
+  } catch (const QueueFull& e) {
+    res.set_header("Retry-After", "1");
+    send_error(res, dialect, ApiError(429, std::string("the server is busy: ") + e.what() + "; retry later"));
+    metrics.count_request(name, Outcome::kRejected);
+  } catch (const ApiError& e) {
+    send_error(res, dialect, e);
+    metrics.count_request(name, outcome_of_status(e.status()));
+  } catch (const Error& e) {
+    // The engine refused the request (it checks what this server cannot).
+    send_error(res, dialect, ApiError(400, e.what()));
+    metrics.count_request(name, Outcome::kClientError);
+  }
+}
+
+HttpServer::HttpServer(Engine& engine, ServerOptions options)
+    : impl_(std::make_unique<Impl>(engine, std::move(options))) {}
+
+HttpServer::~HttpServer() = default;
+
+int HttpServer::bind() {
+  const ServerOptions& o = impl_->options;
+  if (o.port < 0 || o.port > 65535) throw Error("--port must be in [0, 65535], got " + std::to_string(o.port));
+  if (o.port == 0) {
+    const int port = impl_->http.bind_to_any_port(o.host);
+    if (port <= 0) throw Error("cannot listen on " + o.host + " (any port)");
+    return port;
+  }
+  if (!impl_->http.bind_to_port(o.host, o.port))
+    throw Error("cannot listen on " + o.host + ":" + std::to_string(o.port) + " (in use, or not a local address)");
+  return o.port;
+}
+
+void HttpServer::run() { impl_->http.listen_after_bind(); }
+
+void HttpServer::stop_accepting() {
+  impl_->draining = true;
+  impl_->http.stop();
+}
+
+bool HttpServer::wait_idle(std::chrono::milliseconds timeout) const {
+  const auto deadline = Clock::now() + timeout;
+  while (impl_->in_flight.load() > 0) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+const ServerOptions& HttpServer::options() const { return impl_->options; }
+
+}  // namespace rowlm::server

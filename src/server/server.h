@@ -1,0 +1,61 @@
+#pragma once
+// rowlm's HTTP API over one Engine: OpenAI's /v1/chat/completions and
+// /v1/completions, Anthropic's /v1/messages, /v1/models, /health and
+// /metrics (Prometheus). Every request shares the engine's continuous batch.
+//
+//   HttpServer server(*engine, options);
+//   int port = server.bind();
+//   std::thread t([&] { server.run(); });
+//   ...
+//   server.stop_accepting();            // e.g. on SIGTERM
+//   if (!server.wait_idle(10s)) engine->shutdown();  // cancels the rest
+//   t.join();
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "rowlm/engine.h"
+
+namespace rowlm::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                        // 0 picks a free port
+  std::string api_key;                    // non-empty: /v1/* needs it (Bearer or x-api-key)
+  std::string model_name;                 // the served model id; "" = the model directory's name
+  std::string chat_format;                // "" = chosen from the model directory
+  std::size_t max_body_bytes = 8u << 20;  // larger bodies get 413
+  int http_threads = 64;                  // connections served at once (each streaming reply holds one)
+  int keep_alive_seconds = 5;             // idle keep-alive connections close after this
+  bool log_requests = true;               // one line per request on stderr
+};
+
+class HttpServer {
+ public:
+  // Throws rowlm::Error for bad options (unknown chat format, ...).
+  HttpServer(Engine& engine, ServerOptions options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds the listening socket and returns its port. Throws rowlm::Error
+  // naming the address when it cannot.
+  int bind();
+  // Serves until stop_accepting(); returns once every connection closed.
+  void run();
+  // Closes the listening socket; requests in flight continue, new requests
+  // on open connections get 503. Thread-safe.
+  void stop_accepting();
+  // Waits until no generation request is in flight; false on timeout.
+  bool wait_idle(std::chrono::milliseconds timeout) const;
+
+  const ServerOptions& options() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rowlm::server
