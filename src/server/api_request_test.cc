@@ -1,0 +1,250 @@
+#include "server/api_request.h"
+
+#include <gtest/gtest.h>
+
+#include "server/api_error.h"
+
+namespace rowlm::server {
+namespace {
+
+using Json = nlohmann::json;
+constexpr int64_t kVocab = 8192;
+
+Json chat_body() { return {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}}; }
+Json completion_body() { return {{"model", "m"}, {"prompt", "In the beginning"}}; }
+Json messages_body() {
+  return {{"model", "m"}, {"max_tokens", 16}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
+}
+
+using Parser = GenerationRequest (*)(const Json&, int64_t);
+
+// The 400 a body gets; fails the test if it parses.
+ApiError rejection(Parser parse, const Json& body) {
+  try {
+    parse(body, kVocab);
+  } catch (const ApiError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "accepted: " << body.dump();
+  return ApiError(0, "");
+}
+
+struct BadField {
+  const char* pointer;  // JSON pointer of the value to set (or remove, with a null value)
+  Json value;
+  const char* param;    // the field the error must name
+};
+
+void expect_rejections(Parser parse, const Json& base, const std::vector<BadField>& cases) {
+  for (const BadField& c : cases) {
+    Json body = base;
+    const Json::json_pointer ptr(c.pointer);
+    if (c.value.is_discarded()) body.at(ptr.parent_pointer()).erase(ptr.back());
+    else body[ptr] = c.value;
+    const ApiError e = rejection(parse, body);
+    EXPECT_EQ(e.status(), 400) << body.dump();
+    EXPECT_EQ(e.param(), c.param) << body.dump() << " -> " << e.what();
+    // The message names the field too (Anthropic's error shape has no param).
+    EXPECT_NE(std::string(e.what()).find(c.param), std::string::npos) << e.what();
+  }
+}
+
+const Json kRemove = Json::value_t::discarded;
+
+TEST(ChatCompletionRequest, EveryBadFieldIsNamed) {
+  expect_rejections(parse_chat_completion_request, chat_body(), {
+      {"/model", kRemove, "model"},
+      {"/model", 3, "model"},
+      {"/messages", kRemove, "messages"},
+      {"/messages", Json::array(), "messages"},
+      {"/messages", "hi", "messages"},
+      {"/messages/0", "hi", "messages[0]"},
+      {"/messages/0/role", "robot", "messages[0].role"},
+      {"/messages/0/role", kRemove, "messages[0].role"},
+      {"/messages/0/content", kRemove, "messages[0].content"},
+      {"/messages/0/content", 5, "messages[0].content"},
+      {"/messages/0/content", {{{"type", "image_url"}, {"image_url", {{"url", "x"}}}}}, "messages[0].content[0].type"},
+      {"/messages/0/content", {{{"type", "text"}}}, "messages[0].content[0].text"},
+      {"/temperature", "hot", "temperature"},
+      {"/temperature", -0.5, "temperature"},
+      {"/temperature", 2.5, "temperature"},
+      {"/top_p", 0, "top_p"},
+      {"/top_p", 1.5, "top_p"},
+      {"/top_k", -2, "top_k"},
+      {"/top_k", 2.5, "top_k"},
+      {"/min_p", 2, "min_p"},
+      {"/presence_penalty", 3, "presence_penalty"},
+      {"/frequency_penalty", -3, "frequency_penalty"},
+      {"/max_tokens", 0, "max_tokens"},
+      {"/max_tokens", "10", "max_tokens"},
+      {"/max_completion_tokens", -1, "max_completion_tokens"},
+      {"/n", 0, "n"},
+      {"/n", 65, "n"},
+      {"/seed", 1.5, "seed"},
+      {"/seed", true, "seed"},
+      {"/stop", 5, "stop"},
+      {"/stop", "", "stop"},
+      {"/stop", {"a", 1}, "stop[1]"},
+      {"/stop", Json::array({"1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16", "17"}), "stop"},
+      {"/logit_bias", {{"abc", 1}}, "logit_bias.abc"},
+      {"/logit_bias", {{"99999", 1}}, "logit_bias.99999"},
+      {"/logit_bias", {{"5", 101}}, "logit_bias.5"},
+      {"/logit_bias", 3, "logit_bias"},
+      {"/logprobs", "yes", "logprobs"},
+      {"/top_logprobs", 3, "top_logprobs"},  // without logprobs
+      {"/stream", "true", "stream"},
+      {"/stream_options", {{"include_usage", true}}, "stream_options"},  // without stream
+      {"/tools", {{{"type", "function"}}}, "tools[0].function"},
+      {"/tools", {{{"type", "retrieval"}}}, "tools[0].type"},
+      {"/tools", {{{"type", "function"}, {"function", {{"name", "bad name"}}}}}, "tools[0].function.name"},
+      {"/tool_choice", "sometimes", "tool_choice"},
+      {"/tool_choice", "auto", "tool_choice"},  // without tools
+      {"/response_format", {{"type", "json_object"}}, "response_format"},
+      {"/functions", Json::array({Json::object()}), "functions"},
+      {"/best_of", 3, "best_of"},
+      {"/stop_token_ids", {1, 8192}, "stop_token_ids[1]"},
+  });
+  // Tool call history: ids must link, arguments must be JSON objects.
+  Json with_call = chat_body();
+  with_call["messages"].push_back({{"role", "assistant"},
+                                   {"content", nullptr},
+                                   {"tool_calls",
+                                    {{{"id", "c1"}, {"type", "function"},
+                                      {"function", {{"name", "f"}, {"arguments", "{\"x\": 1}"}}}}}}});
+  with_call["messages"].push_back({{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "2"}});
+  EXPECT_NO_THROW(parse_chat_completion_request(with_call, kVocab));
+  expect_rejections(parse_chat_completion_request, with_call, {
+      {"/messages/2/tool_call_id", "c2", "messages[2].tool_call_id"},
+      {"/messages/1/tool_calls/0/function/arguments", "[1]", "messages[1].tool_calls[0].function.arguments"},
+      {"/messages/1/tool_calls/0/function/arguments", "{", "messages[1].tool_calls[0].function.arguments"},
+      {"/messages/1/tool_calls/0/id", kRemove, "messages[1].tool_calls[0].id"},
+  });
+}
+
+TEST(ChatCompletionRequest, ParsesWhatItAccepts) {
+  Json body = chat_body();
+  body["messages"] = {{{"role", "developer"}, {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}},
+                      {{"role", "user"}, {"content", "Hi"}}};
+  body.update({{"temperature", 0}, {"top_p", 0.5}, {"top_k", 40}, {"min_p", 0.1}, {"seed", -3}, {"n", 3},
+               {"max_tokens", 7}, {"max_completion_tokens", 9}, {"stop", "END"}, {"logit_bias", {{"17", -100}}},
+               {"logprobs", true}, {"top_logprobs", 5}, {"stream", true},
+               {"stream_options", {{"include_usage", true}}}, {"user", "ignored"}, {"store", false},
+               {"tools", {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", {{"type", "object"}}}}}}}},
+               {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}});
+  const GenerationRequest r = parse_chat_completion_request(body, kVocab);
+  EXPECT_TRUE(r.chat);
+  ASSERT_EQ(r.turns.size(), 2u);
+  EXPECT_EQ(r.turns[0].role, ChatTurn::Role::kSystem);
+  EXPECT_EQ(r.turns[0].text, "a\nb");
+  EXPECT_EQ(r.sampling.temperature, 0.0f);
+  EXPECT_EQ(r.sampling.top_k, 40);
+  EXPECT_EQ(r.sampling.seed, uint64_t(int64_t(-3)));
+  EXPECT_EQ(r.n, 3);
+  EXPECT_EQ(r.sampling.max_tokens, 9);  // max_completion_tokens wins
+  EXPECT_EQ(r.sampling.stop, std::vector<std::string>{"END"});
+  EXPECT_EQ(r.sampling.logit_bias.at(17), -100.0f);
+  EXPECT_EQ(r.sampling.logprobs, 5);
+  EXPECT_TRUE(r.stream && r.include_usage);
+  ASSERT_EQ(r.tools.size(), 1u);
+  EXPECT_EQ(r.tool_choice.mode, ToolChoice::Mode::kNamed);
+  EXPECT_EQ(r.tool_choice.name, "f");
+  EXPECT_FALSE(r.sampling.max_tokens == std::nullopt);
+  EXPECT_EQ(parse_chat_completion_request(chat_body(), kVocab).sampling.max_tokens, std::nullopt);
+}
+
+TEST(CompletionRequest, EveryBadFieldIsNamed) {
+  expect_rejections(parse_completion_request, completion_body(), {
+      {"/prompt", kRemove, "prompt"},
+      {"/prompt", 5, "prompt"},
+      {"/prompt", Json::array(), "prompt"},
+      {"/prompt", {1, -1}, "prompt[1]"},
+      {"/prompt", {1, 8192}, "prompt[1]"},
+      {"/prompt", {"a", 3}, "prompt[1]"},
+      {"/prompt", {{1, 2}, Json::array()}, "prompt[1]"},
+      {"/logprobs", 21, "logprobs"},
+      {"/logprobs", true, "logprobs"},
+      {"/suffix", "tail", "suffix"},
+      {"/echo", 1, "echo"},
+  });
+  Json many = completion_body();
+  many["prompt"] = {"a", "b", "c"};
+  many["n"] = 22;
+  EXPECT_EQ(rejection(parse_completion_request, many).param(), "n");
+  Json echo = completion_body();
+  echo["echo"] = true;
+  echo["logprobs"] = 2;
+  EXPECT_EQ(rejection(parse_completion_request, echo).param(), "echo");
+}
+
+TEST(CompletionRequest, PromptShapes) {
+  Json body = completion_body();
+  EXPECT_EQ(parse_completion_request(body, kVocab).sampling.max_tokens, 16);  // OpenAI's default
+  body["prompt"] = {5, 6, 7};
+  auto r = parse_completion_request(body, kVocab);
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].ids, (std::vector<int32_t>{5, 6, 7}));
+  body["prompt"] = {{5}, "text", {6, 7}};
+  r = parse_completion_request(body, kVocab);
+  ASSERT_EQ(r.prompts.size(), 3u);
+  EXPECT_EQ(r.prompts[1].text, "text");
+  EXPECT_EQ(r.prompts[2].ids, (std::vector<int32_t>{6, 7}));
+}
+
+TEST(MessagesRequest, EveryBadFieldIsNamed) {
+  expect_rejections(parse_messages_request, messages_body(), {
+      {"/max_tokens", kRemove, "max_tokens"},
+      {"/max_tokens", 0, "max_tokens"},
+      {"/model", kRemove, "model"},
+      {"/messages", kRemove, "messages"},
+      {"/messages/0/role", "system", "messages[0].role"},
+      {"/messages/0/content", {{{"type", "image"}, {"source", Json::object()}}}, "messages[0].content[0].type"},
+      {"/messages/0/content", {{{"type", "tool_result"}, {"tool_use_id", "nope"}}}, "messages[0].content[0].tool_use_id"},
+      {"/temperature", 1.5, "temperature"},
+      {"/top_k", -1, "top_k"},
+      {"/stop_sequences", "END", "stop_sequences"},
+      {"/stop_sequences", {""}, "stop_sequences[0]"},
+      {"/system", 5, "system"},
+      {"/system", {{{"type", "image"}}}, "system[0].type"},
+      {"/thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}, "thinking"},
+      {"/tools", {{{"name", "f"}}}, "tools[0].input_schema"},
+      {"/tools", {{{"type", "bash_20250124"}, {"name", "bash"}}}, "tools[0].type"},
+      {"/tool_choice", {{"type", "auto"}}, "tool_choice"},  // without tools
+      {"/stream", 1, "stream"},
+  });
+}
+
+TEST(MessagesRequest, ToolUseAndResultsBecomeTurns) {
+  Json body = messages_body();
+  body["system"] = {{{"type", "text"}, {"text", "Be brief."}}};
+  body["messages"] = {
+      {{"role", "user"}, {"content", "Weather in Paris?"}},
+      {{"role", "assistant"},
+       {"content", {{{"type", "text"}, {"text", "Checking."}},
+                    {{"type", "tool_use"}, {"id", "toolu_1"}, {"name", "weather"}, {"input", {{"city", "Paris"}}}}}}},
+      {{"role", "user"},
+       {"content", {{{"type", "tool_result"}, {"tool_use_id", "toolu_1"}, {"content", "sunny"}},
+                    {{"type", "text"}, {"text", "And tomorrow?"}}}}}};
+  body["tools"] = {{{"name", "weather"}, {"input_schema", {{"type", "object"}}}}};
+  body["tool_choice"] = {{"type", "any"}};
+  body["stop_sequences"] = {"END"};
+  const GenerationRequest r = parse_messages_request(body, kVocab);
+  ASSERT_EQ(r.turns.size(), 5u);
+  EXPECT_EQ(r.turns[0].role, ChatTurn::Role::kSystem);
+  EXPECT_EQ(r.turns[2].tool_calls.at(0).arguments, Json::parse(R"({"city":"Paris"})"));
+  EXPECT_EQ(r.turns[3].role, ChatTurn::Role::kTool);
+  EXPECT_EQ(r.turns[3].tool_name, "weather");
+  EXPECT_EQ(r.turns[4].text, "And tomorrow?");
+  EXPECT_EQ(r.tool_choice.mode, ToolChoice::Mode::kRequired);
+  EXPECT_EQ(r.sampling.max_tokens, 16);
+  EXPECT_EQ(r.sampling.stop, std::vector<std::string>{"END"});
+}
+
+TEST(Requests, TheBodyMustBeAnObject) {
+  for (Parser p : {parse_chat_completion_request, parse_completion_request, parse_messages_request}) {
+    EXPECT_EQ(rejection(p, Json::array()).param(), "body");
+    EXPECT_EQ(rejection(p, "text").param(), "body");
+  }
+}
+
+}  // namespace
+}  // namespace rowlm::server
