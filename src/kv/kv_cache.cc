@@ -215,6 +215,8 @@ void KvCache::Impl::release_row(Row& r) {
 KvCache::KvCache(CacheOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 
 KvCache::~KvCache() = default;
+KvCache::KvCache(KvCache&&) noexcept = default;
+KvCache& KvCache::operator=(KvCache&&) noexcept = default;
 
 const CacheOptions& KvCache::options() const { return impl_->options; }
 int KvCache::num_layers() const { return int(impl_->pools.size()); }
@@ -393,6 +395,7 @@ RowId KvCache::fork(RowId parent_id) {
   Row child = parent;
   child.in_round = false;
   child.round_start = 0;
+  child.retain_for_publish = false;  // the engine opts in per row
   const RowId id = create_row();
   for (std::size_t l = 0; l < m.pools.size(); ++l)
     for (int32_t b : child.layers[l].blocks)
