@@ -86,7 +86,7 @@ struct Timings {
 };
 
 struct RequestResult {
-  std::vector<int32_t> token_ids;    // generated tokens (a stop token included, a stop string's not)
+  std::vector<int32_t> token_ids;    // every generated token (a stop token, or the token completing a stop string, included)
   std::string text;                  // their text, up to any stop string
   FinishReason finish = FinishReason::Length;
   std::string stop;                  // the stop string or token text that ended it, if any
