@@ -61,7 +61,7 @@ struct Shape3 {
 
 // Odd K (tails of every length class), N not a multiple of any micro-tile
 // width, M across the streaming/blocked boundary.
-constexpr Shape3 kShapes[] = {{1, 1, 1},   {1, 37, 13},  {2, 16, 6},   {3, 100, 7},
+constexpr Shape3 kShapes[] = {{1, 1, 1},   {1, 37, 13},  {2, 16, 6},   {3, 100, 7}, {3, 50, 19},
                               {4, 47, 25}, {5, 33, 11},  {7, 200, 31}, {17, 70, 19},
                               {64, 129, 29}, {1, 0, 3},
                               // large enough for the threaded schedules
