@@ -10,6 +10,8 @@ namespace {
 
 // Below this many multiply-adds a parallel region costs more than it saves.
 constexpr int64_t kMinParallelMacs = int64_t(1) << 18;
+// Weight bytes per streaming chunk: long enough runs for the prefetchers.
+constexpr int64_t kStreamChunkBytes = int64_t(1) << 20;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
@@ -37,15 +39,22 @@ void matmul(const Kernels& kernels, ThreadPool& pool, Workspace& workspace, cons
   const int threads = macs < kMinParallelMacs ? 1 : pool.size();
 
   if (M <= kernels.mr) {
-    // Streaming: one row group, so every weight row is read exactly once;
-    // each thread takes a contiguous range of rows.
+    // Streaming: one row group, so every weight row is read exactly once.
+    // Threads take chunks of rows from a shared counter rather than one
+    // fixed share each, so a thread that the OS preempts delays the call by
+    // at most a chunk. Chunks are multiples of 24 rows (whole streaming
+    // tiles for 1 to 4 rows of x).
     if (threads == 1) {
       kernels.dot_block(x, K, M, w, N, K, y, N);
       return;
     }
-    const int64_t grain = std::max<int64_t>(kernels.nr, ceil_div(kMinParallelMacs, M * std::max<int64_t>(K, 1)));
-    pool.parallel_for(N, grain, [&](int64_t n0, int64_t n1) {
-      kernels.dot_block(x, K, M, rows_from(w, n0), n1 - n0, K, y + n0, N);
+    const int64_t row_bytes = std::max<int64_t>(K, 1) * int64_t(dtype_size(w.dtype));
+    int64_t chunk = std::min(ceil_div(kStreamChunkBytes, row_bytes), ceil_div(N, 4 * int64_t(threads)));
+    chunk = round_up(std::max<int64_t>(chunk, 1), 24);
+    const int64_t chunks = ceil_div(N, chunk);
+    pool.run(chunks, [&](int64_t c) {
+      const int64_t n0 = c * chunk, count = std::min(chunk, N - n0);
+      kernels.dot_block(x, K, M, rows_from(w, n0), count, K, y + n0, N);
     });
     return;
   }
