@@ -15,7 +15,7 @@ TEST(CpuCeilings, ProbesReportFinitePositiveRates) {
   ThreadPool pool(2);
   const double gbps = cpu::measure_read_bandwidth(pool, std::size_t(1) << 20, 1);
   EXPECT_TRUE(std::isfinite(gbps) && gbps > 0) << gbps;
-  const double gflops = cpu::measure_fma_peak(pool, 1);
+  const double gflops = cpu::measure_fma_peak(pool, 1, 1 << 14);
   EXPECT_TRUE(std::isfinite(gflops) && gflops > 0) << gflops;
 }
 
@@ -24,6 +24,7 @@ TEST(CpuCeilings, RejectsDegenerateArguments) {
   EXPECT_THROW(cpu::measure_read_bandwidth(pool, 100, 1), Error);
   EXPECT_THROW(cpu::measure_read_bandwidth(pool, std::size_t(1) << 20, 0), Error);
   EXPECT_THROW(cpu::measure_fma_peak(pool, 0), Error);
+  EXPECT_THROW(cpu::measure_fma_peak(pool, 1, 0), Error);
 }
 
 }  // namespace

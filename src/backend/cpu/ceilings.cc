@@ -36,13 +36,12 @@ double measure_read_bandwidth(ThreadPool& pool, std::size_t bytes, int repeats) 
   return best;
 }
 
-double measure_fma_peak(ThreadPool& pool, int repeats) {
-  if (repeats < 1) throw Error("measure_fma_peak: need at least one repeat");
+double measure_fma_peak(ThreadPool& pool, int repeats, int64_t chain_length) {
+  if (repeats < 1 || chain_length < 1) throw Error("measure_fma_peak: need at least one repeat and one FMA");
   const Kernels& k = kernels_for(best_isa());
-  constexpr int64_t kIters = int64_t(1) << 22;
   std::vector<float> sink(std::size_t(pool.size()));
   std::vector<double> flops(std::size_t(pool.size()));
-  auto chains = [&](int64_t i) { flops[std::size_t(i)] = k.fma_chains(kIters, &sink[std::size_t(i)]); };
+  auto chains = [&](int64_t i) { flops[std::size_t(i)] = k.fma_chains(chain_length, &sink[std::size_t(i)]); };
   timed_run(pool, chains);
   double best = 0;
   for (int r = 0; r < repeats; ++r) {

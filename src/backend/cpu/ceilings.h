@@ -5,6 +5,7 @@
 // ISA this CPU runs, and report the best of `repeats` runs.
 
 #include <cstddef>
+#include <cstdint>
 
 #include "core/thread_pool.h"
 
@@ -15,7 +16,8 @@ namespace rowlm::cpu {
 double measure_read_bandwidth(ThreadPool& pool, std::size_t bytes = std::size_t(1) << 30, int repeats = 3);
 
 // f32 FMA throughput in GFLOP/s (an FMA is 2 flops): all threads run
-// independent FMA chains, enough of them to hide the FMA latency.
-double measure_fma_peak(ThreadPool& pool, int repeats = 3);
+// independent FMA chains, enough of them to hide the FMA latency, each
+// `chain_length` FMAs long per run.
+double measure_fma_peak(ThreadPool& pool, int repeats = 3, int64_t chain_length = int64_t(1) << 22);
 
 }  // namespace rowlm::cpu
