@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <list>
 #include <mutex>
@@ -77,7 +78,11 @@ class EngineImpl final : public Engine {
   bool step() override;
   void run_until_idle() override;
   const ModelInfo& model_info() const override { return model_->info(); }
-  const Tokenizer& tokenizer() const override { return tokenizer_; }
+  bool has_tokenizer() const override { return tokenizer_.has_value(); }
+  const Tokenizer& tokenizer() const override {
+    if (!tokenizer_) throw Error("engine: " + opt_.model_dir + " has no tokenizer.json");
+    return *tokenizer_;
+  }
   EngineStats stats() const override;
   void shutdown() override;
 
@@ -97,7 +102,7 @@ class EngineImpl final : public Engine {
   EngineOptions opt_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
-  Tokenizer tokenizer_;
+  std::optional<Tokenizer> tokenizer_;
   std::unique_ptr<kv::KvCache> cache_;
   std::vector<int32_t> eos_;
 
@@ -125,13 +130,15 @@ const EngineOptions& checked(const EngineOptions& o) {
 }
 
 EngineImpl::EngineImpl(const EngineOptions& options)
-    : opt_(checked(options)), tokenizer_(Tokenizer::load(options.model_dir)) {
+    : opt_(checked(options)) {
   if (opt_.max_running < 1) throw Error("engine: max_running must be at least 1");
   if (opt_.token_budget < 1) throw Error("engine: token_budget must be at least 1");
   if (opt_.max_waiting < 0) throw Error("engine: max_waiting must not be negative");
   if (!opt_.draft.empty()) throw Error("engine: speculative decoding (--draft) is not available yet");
   backend_ = make_cpu_backend(opt_.threads);
   model_ = load_model(opt_.model_dir, *backend_);
+  if (std::filesystem::exists(std::filesystem::path(opt_.model_dir) / "tokenizer.json"))
+    tokenizer_.emplace(Tokenizer::load(opt_.model_dir));
   eos_ = model_->info().eos_token_ids;
 
   kv::CacheOptions copt;
@@ -156,8 +163,12 @@ EngineImpl::EngineImpl(const EngineOptions& options)
 std::shared_ptr<RequestHandle> EngineImpl::submit(Request request,
                                                   std::function<void(const TokenEvent&)> on_token) {
   const ModelInfo& info = model_->info();
+  if (request.prompt_ids.empty() && !tokenizer_)
+    throw Error("request: " + opt_.model_dir + " has no tokenizer.json; give the prompt as token ids");
+  if (!tokenizer_ && !request.sampling.stop.empty())
+    throw Error("request: stop strings need a tokenizer, and " + opt_.model_dir + " has none");
   std::vector<int32_t> prompt = request.prompt_ids.empty()
-                                    ? tokenizer_.encode(request.prompt, request.add_special_tokens)
+                                    ? tokenizer_->encode(request.prompt, request.add_special_tokens)
                                     : request.prompt_ids;
   if (prompt.empty()) throw Error("request: the prompt is empty");
   for (int32_t id : prompt)
@@ -174,7 +185,7 @@ std::shared_ptr<RequestHandle> EngineImpl::submit(Request request,
     if (auto s = weak.lock()) s->notify();
   });
   auto state = std::make_unique<RequestState>(id, std::move(request), std::move(prompt), info.vocab_size,
-                                              tokenizer_, handle, std::move(on_token));
+                                              tokenizer_ ? &*tokenizer_ : nullptr, handle, std::move(on_token));
   {
     std::lock_guard lock(submit_mu_);
     if (closed_) throw Error("engine: shut down");
@@ -202,8 +213,8 @@ void EngineImpl::finish(RequestState& r, FinishReason reason, std::string error)
   }
   // Text still held back (a possible stop-string prefix, an open UTF-8
   // sequence) belongs to the output unless a stop string ended it.
-  if (!r.stops.stopped()) {
-    std::string tail = r.stops.feed(r.decoder.finish()).text;
+  if (!r.stops.stopped() && r.decoder) {
+    std::string tail = r.stops.feed(r.decoder->finish()).text;
     if (!r.stops.stopped()) tail += r.stops.flush();
     if (!tail.empty() && reason != FinishReason::Cancelled && reason != FinishReason::Error) {
       r.result.text += tail;
@@ -314,11 +325,11 @@ void EngineImpl::publish(RequestState& r) {
 bool EngineImpl::stop_condition(RequestState& r, int32_t token) {
   const auto& p = r.request.sampling;
   if (!r.request.ignore_eos && std::find(eos_.begin(), eos_.end(), token) != eos_.end()) {
-    r.result.stop = std::string(tokenizer_.id_to_token(token).value_or(""));
+    r.result.stop = tokenizer_ ? std::string(tokenizer_->id_to_token(token).value_or("")) : std::to_string(token);
     return true;
   }
   if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end()) {
-    r.result.stop = std::string(tokenizer_.id_to_token(token).value_or(""));
+    r.result.stop = tokenizer_ ? std::string(tokenizer_->id_to_token(token).value_or("")) : std::to_string(token);
     return true;
   }
   return false;
@@ -343,8 +354,8 @@ void EngineImpl::on_logits(RequestState& r, const float* logits) {
   ev.token = s.token;
   ev.logprobs = s.logprobs;
   bool stop_string = false;
-  if (!stop_token) {
-    const auto out = r.stops.feed(r.decoder.push(s.token));
+  if (!stop_token && r.decoder) {
+    const auto out = r.stops.feed(r.decoder->push(s.token));
     ev.text = out.text;
     if (out.stop) {
       stop_string = true;

@@ -23,14 +23,15 @@ using Clock = std::chrono::steady_clock;
 
 struct RequestState {
   RequestState(uint64_t id, Request request, std::vector<int32_t> prompt, int64_t vocab_size,
-               const Tokenizer& tokenizer, std::shared_ptr<HandleImpl> handle,
+               const Tokenizer* tokenizer, std::shared_ptr<HandleImpl> handle,
                std::function<void(const TokenEvent&)> on_token)
       : id(id),
         request(std::move(request)),
         prompt_length(int64_t(prompt.size())),
         tokens(std::move(prompt)),
         sampler(this->request.sampling, vocab_size, tokens),
-        decoder(tokenizer, /*skip_special_tokens=*/true),
+        decoder(tokenizer ? std::optional<StreamDecoder>(std::in_place, *tokenizer, /*skip_special_tokens=*/true)
+                          : std::nullopt),
         stops(this->request.sampling.stop),
         handle(std::move(handle)),
         on_token(std::move(on_token)) {}
@@ -40,7 +41,7 @@ struct RequestState {
   const int64_t prompt_length;
   std::vector<int32_t> tokens;  // the prompt, then every generated token
   sampling::Sampler sampler;
-  StreamDecoder decoder;
+  std::optional<StreamDecoder> decoder;  // none when the model has no tokenizer
   sampling::StopStringMatcher stops;
   std::shared_ptr<HandleImpl> handle;
   std::function<void(const TokenEvent&)> on_token;
