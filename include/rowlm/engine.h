@@ -86,7 +86,7 @@ struct Timings {
 };
 
 struct RequestResult {
-  std::vector<int32_t> token_ids;    // generated tokens (a stop token included, a stop string's not)
+  std::vector<int32_t> token_ids;    // every generated token (a stop token, or the token completing a stop string, included)
   std::string text;                  // their text, up to any stop string
   FinishReason finish = FinishReason::Length;
   std::string stop;                  // the stop string or token text that ended it, if any
@@ -147,6 +147,9 @@ class Engine {
   virtual void run_until_idle() = 0;
 
   virtual const ModelInfo& model_info() const = 0;
+  // The model directory's tokenizer. A model without tokenizer.json serves
+  // requests given as ids only, and streams no text; tokenizer() then throws.
+  virtual bool has_tokenizer() const = 0;
   virtual const Tokenizer& tokenizer() const = 0;
   virtual EngineStats stats() const = 0;
   // Stops accepting requests, cancels what is queued or running, joins the

@@ -61,7 +61,7 @@ struct Shape3 {
 
 // Odd K (tails of every length class), N not a multiple of any micro-tile
 // width, M across the streaming/blocked boundary.
-constexpr Shape3 kShapes[] = {{1, 1, 1},   {1, 37, 13},  {2, 16, 6},   {3, 100, 7},
+constexpr Shape3 kShapes[] = {{1, 1, 1},   {1, 37, 13},  {2, 16, 6},   {3, 100, 7}, {3, 50, 19},
                               {4, 47, 25}, {5, 33, 11},  {7, 200, 31}, {17, 70, 19},
                               {64, 129, 29}, {1, 0, 3},
                               // large enough for the threaded schedules
@@ -86,24 +86,30 @@ TEST(CpuMatmul, EveryPathMatchesTheCanonicalOrderBitwise) {
   }
 }
 
-// Tiny panels force the blocked schedule through many weight blocks and
-// M splits, with widening reused across items, on every ISA.
-TEST(CpuMatmul, BlockedScheduleWithSmallPanelsMatchesTheOracle) {
+// Tiny blocks force the blocked schedule through many weight blocks, K
+// blocks (accumulators carried between them) and M splits, on every ISA.
+TEST(CpuMatmul, BlockedScheduleWithSmallBlocksMatchesTheOracle) {
   std::mt19937 rng(2);
   const int64_t M = 37, K = 131, N = 67;  // above the size where threads join in
   const Tensor x = random_f32({M, K}, rng);
-  const Tensor w = narrowed(random_f32({N, K}, rng), DType::BF16);
-  const auto want = oracle_matmul(x, widened(w), N);
-  for (cpu::Isa isa : cpu::supported_isas()) {
-    const cpu::Kernels& k = cpu::kernels_for(isa);
-    for (int threads : {1, 2}) {
-      ThreadPool pool(threads);
-      cpu::Workspace ws(pool.size());
-      for (std::size_t panel : {std::size_t(1), std::size_t(4096), std::size_t(1) << 20}) {
-        Tensor y(DType::F32, {M, N});
-        cpu::matmul(k, pool, ws, x.data<float>(), M, K, cpu::WeightRows{DType::BF16, w.raw(), K}, N,
-                    y.data<float>(), cpu::MatmulTuning{panel});
-        expect_bitwise(y, want, std::string(cpu::isa_name(isa)) + " panel=" + std::to_string(panel));
+  const Tensor w32 = random_f32({N, K}, rng);
+  const cpu::MatmulTuning tunings[] = {
+      {16, 1, 1}, {32, 4096, 8192}, {48, 1 << 20, 1 << 20}, {512, 1 << 20, 1 << 20}};
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    const Tensor w = dt == DType::F32 ? w32 : narrowed(w32, dt);
+    const auto want = oracle_matmul(x, widened(w), N);
+    for (cpu::Isa isa : cpu::supported_isas()) {
+      const cpu::Kernels& k = cpu::kernels_for(isa);
+      for (int threads : {1, 2}) {
+        ThreadPool pool(threads);
+        cpu::Workspace ws(pool.size());
+        for (const cpu::MatmulTuning& t : tunings) {
+          Tensor y(DType::F32, {M, N});
+          cpu::matmul(k, pool, ws, x.data<float>(), M, K, cpu::WeightRows{dt, w.raw(), K}, N, y.data<float>(), t);
+          expect_bitwise(y, want,
+                         std::string(cpu::isa_name(isa)) + " " + std::string(dtype_name(dt)) + " k_block=" +
+                             std::to_string(t.k_block) + " panel=" + std::to_string(t.panel_bytes));
+        }
       }
     }
   }

@@ -93,6 +93,7 @@ bool Args::parse(const std::vector<std::string>& argv) {
         value = argv[++i];
       }
       values_[name] = value;
+      all_[name].push_back(value);
       continue;
     }
     if (next_positional >= positionals_.size())
@@ -125,6 +126,11 @@ std::string Args::help() const {
     }
   }
   return out;
+}
+
+std::vector<std::string> Args::get_all(const std::string& name) const {
+  auto it = all_.find(name);
+  return it == all_.end() ? std::vector<std::string>{} : it->second;
 }
 
 bool Args::has(const std::string& name) const { return values_.count(name) > 0; }

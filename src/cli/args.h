@@ -30,6 +30,8 @@ class Args {
   bool has(const std::string& name) const;  // option given (or defaulted) / flag set
   std::string get(const std::string& name) const;
   std::optional<std::string> get_opt(const std::string& name) const;
+  // Every value given for an option that may repeat (--stop a --stop b).
+  std::vector<std::string> get_all(const std::string& name) const;
   int64_t get_int(const std::string& name) const;
   double get_double(const std::string& name) const;
   std::vector<int32_t> get_int_list(const std::string& name) const;  // "1,2,3"
@@ -50,7 +52,8 @@ class Args {
   std::string command_, summary_;
   std::vector<Spec> options_;
   std::vector<Pos> positionals_;
-  std::map<std::string, std::string> values_;
+  std::map<std::string, std::string> values_;          // the last value of each
+  std::map<std::string, std::vector<std::string>> all_;  // every value given
 };
 
 // Parses an integer or a float with a message naming the option on failure.

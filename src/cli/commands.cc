@@ -11,8 +11,12 @@ namespace rowlm::cli {
 const std::vector<Command>& commands() {
   static const std::vector<Command> all = {
       {"generate", "generate a continuation of a prompt", run_generate},
+      {"chat", "chat with a model in the terminal", run_chat},
+      {"batch", "run many requests from a JSON-lines file through one continuous batch", run_batch},
+      {"perplexity", "measure a model's perplexity on a text file", run_perplexity},
       {"score", "write the logits of every position of a token sequence (.npy)", run_score},
       {"inspect", "show a model's architecture, size and KV cost per token", run_inspect},
+      {"bench", "measure forward speed against this machine's bandwidth and FMA peak", run_bench},
       {"tokenize", "print the token ids of a text", &tokenize_command},
       {"detokenize", "print the text of token ids", &detokenize_command},
 #ifdef ROWLM_HAVE_SERVER

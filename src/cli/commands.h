@@ -19,6 +19,9 @@ int run_generate(const std::vector<std::string>& args);
 int run_score(const std::vector<std::string>& args);
 int run_inspect(const std::vector<std::string>& args);
 int run_bench(const std::vector<std::string>& args);
+int run_chat(const std::vector<std::string>& args);
+int run_batch(const std::vector<std::string>& args);
+int run_perplexity(const std::vector<std::string>& args);
 int run_serve(const std::vector<std::string>& args);
 
 // Every subcommand, in the order `rowlm --help` lists them.

@@ -1,72 +1,78 @@
-// rowlm generate: one request, decoded on its own.
+// rowlm generate: one request on its own, streamed to stdout.
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/runtime.h"
+#include "cli/request_options.h"
 #include "core/error.h"
+#include "tokenizer/chat_format.h"
+#include "tokenizer/tokenizer.h"
 
 namespace rowlm::cli {
 
 int run_generate(const std::vector<std::string>& argv) {
-  Args args("generate", "Generates a continuation of a prompt given as token ids (greedy decoding).");
+  Args args("generate",
+            "Generates a continuation of PROMPT (or of --ids) and streams it to stdout; a summary goes to\n"
+            "stderr. Decoding is greedy unless --temperature is given. With --chat, PROMPT is the user's turn\n"
+            "in the model's chat format.");
   args.positional("MODEL_DIR", "a Hugging Face model directory")
-      .option("ids", "ID,ID,...", "the prompt as token ids")
-      .option("max-tokens", "N", "most tokens to generate", "64")
-      .flag("ignore-eos", "keep generating past end-of-sequence tokens")
-      .flag("json", "print the result as JSON on stdout");
-  add_runtime_options(args, "bf16");
+      .positional("PROMPT", "the prompt text", false)
+      .option("ids", "ID,ID,...", "the prompt as token ids instead of text")
+      .flag("chat", "render PROMPT as a user turn of the model's chat format")
+      .option("system", "TEXT", "a system message (with --chat)")
+      .option("chat-format", "NAME", "override the chat format: gemma4, gemma3, chatml, llama3")
+      .flag("json", "print the result as one JSON object instead of streaming text");
+  add_sampling_options(args, 0.0f);
+  add_engine_options(args);
   if (!args.parse(argv)) return 0;
-  const auto prompt = args.get_int_list("ids");
-  const int64_t max_tokens = args.get_int("max-tokens");
-  if (max_tokens < 0) throw Error("--max-tokens must not be negative");
-  if (prompt.empty()) throw Error("--ids is empty");
-
-  Runtime rt = open_runtime(args, args.get("MODEL_DIR"));
-  const ModelInfo& info = rt.model->info();
-  auto cache = rt.make_cache();
-  const kv::RowId row = cache->create_row();
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<int32_t> out;
-  std::string finish = "length";
-  ForwardBatch b;
-  for (std::size_t i = 0; i < prompt.size(); ++i) b.add(row, int64_t(i), prompt[i], i + 1 == prompt.size());
-  double ttft = 0;
-  Tensor logits;
-  while (int64_t(out.size()) < max_tokens) {
-    rt.model->forward(b, *cache, logits);
-    if (out.empty()) ttft = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const float* l = logits.data<float>();
-    const int32_t next = int32_t(std::max_element(l, l + logits.dim(1)) - l);
-    out.push_back(next);
-    if (!args.flag_set("ignore-eos") &&
-        std::find(info.eos_token_ids.begin(), info.eos_token_ids.end(), next) != info.eos_token_ids.end()) {
-      finish = "stop";
-      break;
-    }
-    b = ForwardBatch();
-    b.add(row, cache->length(row), next, true);
-  }
-  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double decode_tps = out.size() > 1 ? double(out.size() - 1) / (total - ttft) : 0.0;
-  if (args.flag_set("json")) {
-    nlohmann::json j;
-    j["token_ids"] = out;
-    j["finish_reason"] = finish;
-    j["usage"] = {{"prompt_tokens", prompt.size()}, {"completion_tokens", out.size()}};
-    j["timings"] = {{"time_to_first_token_s", ttft}, {"total_s", total}, {"decode_tokens_per_s", decode_tps}};
-    std::cout << j.dump() << "\n";
+  const std::string dir = args.get("MODEL_DIR");
+  const bool json = args.flag_set("json");
+  Request req;
+  if (auto ids = args.get_opt("ids")) {
+    if (args.has("PROMPT")) throw Error("give PROMPT or --ids, not both");
+    req.prompt_ids = parse_int_list(*ids, "--ids");
+  } else if (auto prompt = args.get_opt("PROMPT")) {
+    req.prompt = *prompt;
   } else {
-    for (std::size_t i = 0; i < out.size(); ++i) std::cout << (i ? "," : "") << out[i];
+    throw Error("give a PROMPT or --ids (see rowlm generate --help)");
+  }
+  apply_sampling_options(args, req);
+
+  auto engine = Engine::create(engine_options_from(args, dir, /*background=*/true));
+  if (args.flag_set("chat")) {
+    if (!engine->has_tokenizer()) throw Error("--chat needs a tokenizer, and " + dir + " has none");
+    if (!req.prompt_ids.empty()) throw Error("--chat needs a text PROMPT");
+    const auto format = args.has("chat-format") ? tokenizer::ChatFormat::by_name(args.get("chat-format"))
+                                                : tokenizer::ChatFormat::from_model_dir(dir);
+    std::vector<tokenizer::ChatMessage> messages;
+    if (auto system = args.get_opt("system")) messages.push_back({"system", *system});
+    messages.push_back({"user", req.prompt});
+    req.prompt = format.render(messages, true);
+    req.add_special_tokens = false;  // the format writes <bos> itself
+    for (const std::string& stop : format.stop_tokens())
+      if (auto id = engine->tokenizer().token_to_id(stop)) req.sampling.stop_token_ids.push_back(*id);
+  }
+
+  auto handle = engine->submit(req);
+  TokenEvent ev;
+  while (handle->next(ev)) {
+    if (!json && !ev.text.empty()) {
+      std::cout << ev.text << std::flush;
+    }
+  }
+  const RequestResult r = handle->result();
+  if (json) {
+    std::cout << result_json(r, req.sampling.logprobs.value_or(0) > 0).dump() << "\n";
+  } else {
     std::cout << "\n";
   }
-  std::fprintf(stderr, "prompt %zu tokens, generated %zu, time to first token %.1f ms, %.1f tokens/s\n",
-               prompt.size(), out.size(), ttft * 1e3, decode_tps);
+  std::fprintf(stderr, "[%s] prompt %lld tokens (%lld cached), generated %lld, time to first token %.1f ms, %.1f tokens/s\n",
+               finish_reason_name(r.finish), (long long)r.usage.prompt_tokens, (long long)r.usage.cached_prompt_tokens,
+               (long long)r.usage.completion_tokens, r.timings.time_to_first_token_s * 1e3, r.timings.decode_tokens_per_s);
+  if (r.finish == FinishReason::Error) throw Error(r.error);
   return 0;
 }
 

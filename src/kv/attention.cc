@@ -61,7 +61,7 @@ KernelFn kernel_for(Isa isa) {
 std::size_t kernel_scratch_floats(const KernelLayer& L, int heads) {
   const std::size_t stride = std::size_t(L.chunks) * 16;
   return 16 + std::size_t(L.hd4) * stride + std::size_t(L.block_size) * std::size_t(L.hd16) +
-         std::size_t(heads) * std::size_t(L.hd4) + std::size_t(heads) * std::size_t(L.hd16) + stride +
+         std::size_t(heads) * std::size_t(L.hd4) + std::size_t(heads) * std::size_t(L.hd16) + 2 * stride +
          2 * std::size_t(heads) + 16;
 }
 
@@ -148,7 +148,7 @@ void attend_with_isa(const KvCache& cache, int layer_index, std::span<const Atte
   // Split each kv head's query heads so that there is work for every thread;
   // the split never changes a result (each head is computed on its own).
   int per_item = G;
-  const int64_t want = 2 * int64_t(pool.size());
+  const int64_t want = pool.size() == 1 ? 1 : 2 * int64_t(pool.size());
   while (per_item % 2 == 0 && int64_t(queries.size()) * kvh * (G / per_item) < want) per_item /= 2;
   const int splits = G / per_item;
   const int64_t items = int64_t(queries.size()) * kvh * splits;

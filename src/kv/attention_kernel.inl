@@ -59,20 +59,27 @@ static inline float bf16_scalar(const std::byte* p) {
   return f;
 }
 
-// n (<= 16) consecutive 16-bit / 8-bit / 32-bit lanes, zero beyond n.
+// n (<= 16) consecutive 16-bit / 8-bit / 32-bit lanes, zero beyond n. The
+// full-width case is a fixed-size copy (one vector load); a partial one goes
+// through a zeroed buffer.
 static inline vu load_u16(const std::byte* p, int n) {
   vh h = {};
-  memcpy(&h, p, std::size_t(n) * 2);
+  if (n == 16) memcpy(&h, p, sizeof h);
+  else for (int i = 0; i < n; ++i) memcpy(reinterpret_cast<uint16_t*>(&h) + i, p + 2 * i, 2);
   return __builtin_convertvector(h, vu);
 }
 static inline vu load_u8(const std::byte* p, int n) {
   vb b = {};
-  memcpy(&b, p, std::size_t(n));
-  return __builtin_convertvector(b, vu);
+  if (n == 16) memcpy(&b, p, sizeof b);
+  else for (int i = 0; i < n; ++i) memcpy(reinterpret_cast<uint8_t*>(&b) + i, p + i, 1);
+  // Through 16 bits: GCC 12 widens u8 -> u16 -> u32 with vector moves, but
+  // u8 -> u32 directly lane by lane.
+  return __builtin_convertvector(__builtin_convertvector(b, vh), vu);
 }
 static inline vf load_f32(const std::byte* p, int n) {
   vf f = {};
-  memcpy(&f, p, std::size_t(n) * 4);
+  if (n == 16) memcpy(&f, p, sizeof f);
+  else for (int i = 0; i < n; ++i) memcpy(reinterpret_cast<float*>(&f) + i, p + 4 * i, 4);
   return f;
 }
 
@@ -123,84 +130,75 @@ static inline float lane(vf v, int i) {
 }
 
 // Keys of chunk c (slots 16c .. 16c+15) of one kv head, feature-major.
+template <Codec C>
 static void key_tile(const KernelLayer& L, const std::byte* kh, int c, float* kt) {
   const int bs = L.block_size;
   const int n = bs - 16 * c < 16 ? bs - 16 * c : 16;
   const std::size_t base = std::size_t(16 * c);
   const int stride = L.chunks * 16;  // floats between feature rows of the tile
   float* dst = kt + 16 * c;
-  switch (L.codec) {
-    case Codec::F32:
-      for (int d = 0; d < L.head_dim; ++d)
-        storef(dst + d * stride, load_f32(kh + (std::size_t(d) * bs + base) * 4, n));
-      break;
-    case Codec::BF16:
-      for (int d = 0; d < L.head_dim; ++d)
-        storef(dst + d * stride, from_bf16(load_u16(kh + (std::size_t(d) * bs + base) * 2, n)));
-      break;
-    case Codec::F16:
-      for (int d = 0; d < L.head_dim; ++d)
-        storef(dst + d * stride, from_f16(load_u16(kh + (std::size_t(d) * bs + base) * 2, n)));
-      break;
-    case Codec::Q8:
-    case Codec::Q4:
-      for (int g = 0; g < L.groups; ++g) {
-        const vf s = from_bf16(load_u16(kh + L.k_scales_offset + (std::size_t(g) * bs + base) * 2, n));
-        const vf b = from_bf16(load_u16(kh + L.k_biases_offset + (std::size_t(g) * bs + base) * 2, n));
-        const int d0 = g * L.group_size;
-        if (L.codec == Codec::Q8) {
-          for (int d = d0; d < d0 + L.group_size; ++d) {
-            const vf q = codes_to_float(load_u8(kh + std::size_t(d) * bs + base, n));
-            storef(dst + d * stride, s * q + b);
-          }
-        } else {
-          for (int d = d0; d < d0 + L.group_size; d += 2) {
-            const vu pair = load_u8(kh + std::size_t(d / 2) * bs + base, n);
-            storef(dst + d * stride, s * codes_to_float(pair & 15u) + b);
-            storef(dst + (d + 1) * stride, s * codes_to_float(pair >> 4) + b);
-          }
+  if constexpr (C == Codec::F32) {
+    for (int d = 0; d < L.head_dim; ++d) storef(dst + d * stride, load_f32(kh + (std::size_t(d) * bs + base) * 4, n));
+  } else if constexpr (C == Codec::BF16) {
+    for (int d = 0; d < L.head_dim; ++d)
+      storef(dst + d * stride, from_bf16(load_u16(kh + (std::size_t(d) * bs + base) * 2, n)));
+  } else if constexpr (C == Codec::F16) {
+    for (int d = 0; d < L.head_dim; ++d)
+      storef(dst + d * stride, from_f16(load_u16(kh + (std::size_t(d) * bs + base) * 2, n)));
+  } else {
+    for (int g = 0; g < L.groups; ++g) {
+      const vf s = from_bf16(load_u16(kh + L.k_scales_offset + (std::size_t(g) * bs + base) * 2, n));
+      const vf b = from_bf16(load_u16(kh + L.k_biases_offset + (std::size_t(g) * bs + base) * 2, n));
+      const int d0 = g * L.group_size;
+      if constexpr (C == Codec::Q8) {
+        for (int d = d0; d < d0 + L.group_size; ++d) {
+          const vf q = codes_to_float(load_u8(kh + std::size_t(d) * bs + base, n));
+          storef(dst + d * stride, s * q + b);
+        }
+      } else {
+        for (int d = d0; d < d0 + L.group_size; d += 2) {
+          const vu pair = load_u8(kh + std::size_t(d / 2) * bs + base, n);
+          storef(dst + d * stride, s * codes_to_float(pair & 15u) + b);
+          storef(dst + (d + 1) * stride, s * codes_to_float(pair >> 4) + b);
         }
       }
-      break;
+    }
   }
 }
 
 // The value record of one slot, as hd16 floats (zero beyond head_dim).
+template <Codec C>
 static void value_row(const KernelLayer& L, const std::byte* rec, float* dst) {
   const int hd = L.head_dim;
-  switch (L.codec) {
-    case Codec::F32:
-      for (int d = 0; d < hd; d += 16) storef(dst + d, load_f32(rec + std::size_t(d) * 4, hd - d < 16 ? hd - d : 16));
-      break;
-    case Codec::BF16:
-      for (int d = 0; d < hd; d += 16)
-        storef(dst + d, from_bf16(load_u16(rec + std::size_t(d) * 2, hd - d < 16 ? hd - d : 16)));
-      break;
-    case Codec::F16:
-      for (int d = 0; d < hd; d += 16)
-        storef(dst + d, from_f16(load_u16(rec + std::size_t(d) * 2, hd - d < 16 ? hd - d : 16)));
-      break;
-    case Codec::Q8:
-    case Codec::Q4:
-      for (int g = 0; g < L.groups; ++g) {
-        const vf s = splat(bf16_scalar(rec + L.value_bytes + std::size_t(g) * 2));
-        const vf b = splat(bf16_scalar(rec + L.value_bytes + std::size_t(L.groups + g) * 2));
-        for (int d = g * L.group_size; d < (g + 1) * L.group_size; d += 16) {
-          vu c;
-          if (L.codec == Codec::Q8) {
-            c = load_u8(rec + d, 16);
-          } else {
-            // Byte k of the 8 holds features 2k (low nibble) and 2k+1 (high).
-            vb raw = {};
-            memcpy(&raw, rec + d / 2, 8);
-            const vb dup = __builtin_shuffle(raw, vb{0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7});
-            const vu shift = {0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4};
-            c = (__builtin_convertvector(dup, vu) >> shift) & 15u;
-          }
-          storef(dst + d, s * codes_to_float(c) + b);
+  if constexpr (C == Codec::F32) {
+    for (int d = 0; d < hd; d += 16) storef(dst + d, load_f32(rec + std::size_t(d) * 4, hd - d < 16 ? hd - d : 16));
+  } else if constexpr (C == Codec::BF16) {
+    for (int d = 0; d < hd; d += 16)
+      storef(dst + d, from_bf16(load_u16(rec + std::size_t(d) * 2, hd - d < 16 ? hd - d : 16)));
+  } else if constexpr (C == Codec::F16) {
+    for (int d = 0; d < hd; d += 16)
+      storef(dst + d, from_f16(load_u16(rec + std::size_t(d) * 2, hd - d < 16 ? hd - d : 16)));
+  } else {
+    for (int g = 0; g < L.groups; ++g) {
+      const vf s = splat(bf16_scalar(rec + L.value_bytes + std::size_t(g) * 2));
+      const vf b = splat(bf16_scalar(rec + L.value_bytes + std::size_t(L.groups + g) * 2));
+      for (int d = g * L.group_size; d < (g + 1) * L.group_size; d += 16) {
+        vu c;
+        if constexpr (C == Codec::Q8) {
+          c = load_u8(rec + d, 16);
+        } else {
+          // Two packed words hold features d..d+7 and d+8..d+15, code j of
+          // a word in bits [4j, 4j+4).
+          uint32_t w[2];
+          memcpy(w, rec + d / 2, 8);
+          const vi low_half = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0};
+          const vu words = low_half ? splatu(w[0]) : splatu(w[1]);
+          const vu shift = {0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28};
+          c = (words >> shift) & 15u;
         }
+        storef(dst + d, s * codes_to_float(c) + b);
       }
-      break;
+    }
   }
 }
 
@@ -209,15 +207,77 @@ static float* align16(float* p) {
   return reinterpret_cast<float*>((u + 63) & ~std::uintptr_t(63));
 }
 
-static void run_kernel(const KernelLayer& L, const KernelWork& W, float* scratch) {
+// Score lanes of one 16-slot chunk for `nh` (1 or 2) heads at once; each
+// head's sum is its own: four partial sums over d mod 4, (a0+a1)+(a2+a3).
+template <int NH>
+__attribute__((noinline)) static void chunk_scores(const float* q, int hd4, const float* k, int stride, vf* out) {
+  vf a[NH][4] = {};
+  for (int d = 0; d < hd4; d += 4) {
+    const vf k0 = loadf(k + d * stride), k1 = loadf(k + (d + 1) * stride);
+    const vf k2 = loadf(k + (d + 2) * stride), k3 = loadf(k + (d + 3) * stride);
+    for (int h = 0; h < NH; ++h) {
+      const float* qh = q + h * hd4;
+      a[h][0] = a[h][0] + splat(qh[d]) * k0;
+      a[h][1] = a[h][1] + splat(qh[d + 1]) * k1;
+      a[h][2] = a[h][2] + splat(qh[d + 2]) * k2;
+      a[h][3] = a[h][3] + splat(qh[d + 3]) * k3;
+    }
+  }
+  for (int h = 0; h < NH; ++h) out[h] = (a[h][0] + a[h][1]) + (a[h][2] + a[h][3]);
+}
+
+// acc = acc * alpha + Σ_{i = s0..s1} p[i] · v[i], in slot order per lane.
+__attribute__((noinline)) static void accumulate(float* acc, int hd16, float alpha, const float* p, int s0, int s1,
+                                                 const float* vt) {
+  int d = 0;
+  for (; d + 64 <= hd16; d += 64) {
+    vf x0 = loadf(acc + d) * alpha, x1 = loadf(acc + d + 16) * alpha;
+    vf x2 = loadf(acc + d + 32) * alpha, x3 = loadf(acc + d + 48) * alpha;
+    for (int i = s0; i <= s1; ++i) {
+      const float* v = vt + std::size_t(i) * hd16 + d;
+      const vf w = splat(p[i]);
+      x0 = x0 + w * loadf(v);
+      x1 = x1 + w * loadf(v + 16);
+      x2 = x2 + w * loadf(v + 32);
+      x3 = x3 + w * loadf(v + 48);
+    }
+    storef(acc + d, x0);
+    storef(acc + d + 16, x1);
+    storef(acc + d + 32, x2);
+    storef(acc + d + 48, x3);
+  }
+  for (; d < hd16; d += 16) {
+    vf x = loadf(acc + d) * alpha;
+    for (int i = s0; i <= s1; ++i) x = x + splat(p[i]) * loadf(vt + std::size_t(i) * hd16 + d);
+    storef(acc + d, x);
+  }
+}
+
+// Folds one head's block scores (chunks c0..c1 in sc) into its running max m,
+// sum l and accumulator.
+static void softmax_update(float* sc, int c0, int c1, int s0, int s1, float& m, float& l, float* acc, int hd16,
+                           const float* vt) {
+  float mx = -__builtin_inff();
+  for (int i = s0; i <= s1; ++i) mx = mx < sc[i] ? sc[i] : mx;
+  const float m_new = m < mx ? mx : m;
+  const float alpha = m == -__builtin_inff() ? 0.0f : lane(vexp(splat(m - m_new)), 0);
+  for (int c = c0; c <= c1; ++c) storef(sc + 16 * c, vexp(loadf(sc + 16 * c) - m_new));
+  l = l * alpha;
+  for (int i = s0; i <= s1; ++i) l = l + sc[i];
+  m = m_new;
+  accumulate(acc, hd16, alpha, sc, s0, s1, vt);
+}
+
+template <Codec C>
+static void run_codec(const KernelLayer& L, const KernelWork& W, float* scratch) {
   const int bs = L.block_size, hd = L.head_dim, hd4 = L.hd4, hd16 = L.hd16, H = W.heads;
   const int stride = L.chunks * 16;
   float* kt = align16(scratch);
   float* vt = kt + std::size_t(hd4) * stride;
   float* qp = vt + std::size_t(bs) * hd16;
   float* acc = qp + std::size_t(H) * hd4;
-  float* sc = acc + std::size_t(H) * hd16;
-  float* ml = sc + stride;  // m and l per head
+  float* sc = acc + std::size_t(H) * hd16;  // two heads' scores
+  float* ml = sc + 2 * stride;              // m and l per head
 
   for (int d = hd; d < hd4; ++d)
     for (int i = 0; i < stride; ++i) kt[d * stride + i] = 0.0f;
@@ -227,7 +287,7 @@ static void run_kernel(const KernelLayer& L, const KernelWork& W, float* scratch
     ml[2 * h] = -__builtin_inff();
     ml[2 * h + 1] = 0.0f;
   }
-  vi slot_of_lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  const vi slot_of_lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
   for (int64_t b = W.lo / bs; b <= W.hi / bs; ++b) {
     const std::byte* blk = W.blocks[W.table[b]];
@@ -236,70 +296,45 @@ static void run_kernel(const KernelLayer& L, const KernelWork& W, float* scratch
     const int c0 = s0 / 16, c1 = s1 / 16;
     const std::byte* kh = blk + std::size_t(W.kv_head) * L.k_head_bytes;
     const std::byte* vhd = blk + L.k_bytes + std::size_t(W.kv_head) * L.v_head_bytes;
-    for (int c = c0; c <= c1; ++c) key_tile(L, kh, c, kt);
-    for (int s = s0; s <= s1; ++s) value_row(L, vhd + std::size_t(s) * L.head_bytes, vt + std::size_t(s) * hd16);
+    for (int c = c0; c <= c1; ++c) key_tile<C>(L, kh, c, kt);
+    for (int s = s0; s <= s1; ++s) value_row<C>(L, vhd + std::size_t(s) * L.head_bytes, vt + std::size_t(s) * hd16);
 
-    for (int h = 0; h < H; ++h) {
-      const float* qh = qp + h * hd4;
-      // Scores of this block's slots.
-      float mx = -__builtin_inff();
+    for (int h = 0; h < H; h += 2) {
+      const int nh = H - h >= 2 ? 2 : 1;
       for (int c = c0; c <= c1; ++c) {
-        vf a0 = {}, a1 = {}, a2 = {}, a3 = {};
-        const float* k = kt + 16 * c;
-        for (int d = 0; d < hd4; d += 4) {
-          a0 = a0 + splat(qh[d]) * loadf(k + d * stride);
-          a1 = a1 + splat(qh[d + 1]) * loadf(k + (d + 1) * stride);
-          a2 = a2 + splat(qh[d + 2]) * loadf(k + (d + 2) * stride);
-          a3 = a3 + splat(qh[d + 3]) * loadf(k + (d + 3) * stride);
-        }
-        vf s = ((a0 + a1) + (a2 + a3)) * W.scale;
-        if (W.softcap > 0.0f) {
-          float t[16];
-          memcpy(t, &s, sizeof t);
-          for (int i = 0; i < 16; ++i) t[i] = W.softcap * ::tanhf(t[i] / W.softcap);
-          memcpy(&s, t, sizeof t);
-        }
+        vf s[2];
+        if (nh == 2) chunk_scores<2>(qp + h * hd4, hd4, kt + 16 * c, stride, s);
+        else chunk_scores<1>(qp + h * hd4, hd4, kt + 16 * c, stride, s);
         const vi slot = slot_of_lane + 16 * c;
-        s = ((slot < s0) | (slot > s1)) ? splat(-__builtin_inff()) : s;
-        storef(sc + 16 * c, s);
-      }
-      for (int i = s0; i <= s1; ++i) mx = mx < sc[i] ? sc[i] : mx;
-      float& m = ml[2 * h];
-      float& l = ml[2 * h + 1];
-      const float m_new = m < mx ? mx : m;
-      const float alpha = m == -__builtin_inff() ? 0.0f : lane(vexp(splat(m - m_new)), 0);
-      for (int c = c0; c <= c1; ++c) storef(sc + 16 * c, vexp(loadf(sc + 16 * c) - m_new));
-      l = l * alpha;
-      for (int i = s0; i <= s1; ++i) l = l + sc[i];
-      m = m_new;
-
-      float* ah = acc + h * hd16;
-      int d = 0;
-      for (; d + 64 <= hd16; d += 64) {
-        vf x0 = loadf(ah + d) * alpha, x1 = loadf(ah + d + 16) * alpha;
-        vf x2 = loadf(ah + d + 32) * alpha, x3 = loadf(ah + d + 48) * alpha;
-        for (int i = s0; i <= s1; ++i) {
-          const float* v = vt + std::size_t(i) * hd16 + d;
-          const vf p = splat(sc[i]);
-          x0 = x0 + p * loadf(v);
-          x1 = x1 + p * loadf(v + 16);
-          x2 = x2 + p * loadf(v + 32);
-          x3 = x3 + p * loadf(v + 48);
+        for (int j = 0; j < nh; ++j) {
+          vf x = s[j] * W.scale;
+          if (W.softcap > 0.0f) {
+            float t[16];
+            memcpy(t, &x, sizeof t);
+            for (int i = 0; i < 16; ++i) t[i] = W.softcap * ::tanhf(t[i] / W.softcap);
+            memcpy(&x, t, sizeof t);
+          }
+          x = ((slot < s0) | (slot > s1)) ? splat(-__builtin_inff()) : x;
+          storef(sc + j * stride + 16 * c, x);
         }
-        storef(ah + d, x0);
-        storef(ah + d + 16, x1);
-        storef(ah + d + 32, x2);
-        storef(ah + d + 48, x3);
       }
-      for (; d < hd16; d += 16) {
-        vf x = loadf(ah + d) * alpha;
-        for (int i = s0; i <= s1; ++i) x = x + splat(sc[i]) * loadf(vt + std::size_t(i) * hd16 + d);
-        storef(ah + d, x);
-      }
+      for (int j = 0; j < nh; ++j)
+        softmax_update(sc + j * stride, c0, c1, s0, s1, ml[2 * (h + j)], ml[2 * (h + j) + 1],
+                       acc + std::size_t(h + j) * hd16, hd16, vt);
     }
   }
   for (int h = 0; h < H; ++h) {
     const float l = ml[2 * h + 1];
     for (int d = 0; d < hd; ++d) W.out[h * hd + d] = acc[h * hd16 + d] / l;
+  }
+}
+
+static void run_kernel(const KernelLayer& L, const KernelWork& W, float* scratch) {
+  switch (L.codec) {
+    case Codec::F32: return run_codec<Codec::F32>(L, W, scratch);
+    case Codec::BF16: return run_codec<Codec::BF16>(L, W, scratch);
+    case Codec::F16: return run_codec<Codec::F16>(L, W, scratch);
+    case Codec::Q8: return run_codec<Codec::Q8>(L, W, scratch);
+    case Codec::Q4: return run_codec<Codec::Q4>(L, W, scratch);
   }
 }

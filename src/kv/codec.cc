@@ -10,6 +10,8 @@
 namespace rowlm::kv {
 namespace {
 
+constexpr int kMaxHeadDim = 4096;
+
 std::string layer_name(int index) {
   return index < 0 ? std::string("kv layer") : "kv layer " + std::to_string(index);
 }
@@ -70,6 +72,10 @@ HeadFormat head_format(const LayerSpec& spec, int layer_index) {
   if (spec.kv_heads <= 0) throw Error(where + ": kv_heads must be positive, not " + std::to_string(spec.kv_heads));
   if (spec.head_dim <= 0) throw Error(where + ": head_dim must be positive, not " + std::to_string(spec.head_dim));
   if (spec.window < 0) throw Error(where + ": window must be 0 (full) or positive, not " + std::to_string(spec.window));
+  if (spec.kv_heads > 4096) throw Error(where + ": implausible kv_heads " + std::to_string(spec.kv_heads));
+  if (spec.head_dim > kMaxHeadDim)
+    throw Error(where + ": head_dim " + std::to_string(spec.head_dim) + " exceeds the supported " +
+                std::to_string(kMaxHeadDim));
   HeadFormat f;
   f.codec = spec.codec.codec;
   f.head_dim = spec.head_dim;
@@ -117,10 +123,9 @@ void encode_head(const HeadFormat& f, const float* x, std::byte* record) {
     case Codec::Q8:
     case Codec::Q4: {
       // Words are assembled in an aligned buffer: records need not be aligned.
-      uint32_t words[512 * 8 / 32];
-      uint16_t params[2 * 512 / 32];
+      uint32_t words[kMaxHeadDim * 8 / 32];
+      uint16_t params[2 * kMaxHeadDim / 32];
       const std::size_t n_words = f.value_bytes / 4;
-      ROWLM_CHECK(f.head_dim <= 512, "quantized KV supports head_dim up to 512");
       quant::quantize({x, std::size_t(f.head_dim)}, {f.bits, f.group_size}, DType::BF16, {words, n_words}, params,
                       params + f.groups);
       std::memcpy(record, words, f.value_bytes);
@@ -141,10 +146,9 @@ void decode_head(const HeadFormat& f, const std::byte* record, float* out) {
       return;
     case Codec::Q8:
     case Codec::Q4: {
-      uint32_t words[512 * 8 / 32];
-      uint16_t params[2 * 512 / 32];
+      uint32_t words[kMaxHeadDim * 8 / 32];
+      uint16_t params[2 * kMaxHeadDim / 32];
       const std::size_t n_words = f.value_bytes / 4;
-      ROWLM_CHECK(f.head_dim <= 512, "quantized KV supports head_dim up to 512");
       std::memcpy(words, record, f.value_bytes);
       std::memcpy(params, record + f.value_bytes, 4 * std::size_t(f.groups));
       quant::dequantize({words, n_words}, params, params + f.groups, DType::BF16, {f.bits, f.group_size},

@@ -189,7 +189,7 @@ void KvCache::Impl::settle(Row& r) {
     const int64_t cut = r.length - w + 1;  // first position the next query sees
     if (cut <= lr.first) continue;
     int64_t dead = std::min<int64_t>(cut / bs(), int64_t(lr.blocks.size()));
-    if (r.retain_for_publish) dead = std::min(dead, r.published);
+    if (r.retain_for_publish && publishable(r)) dead = std::min(dead, r.published);
     for (int64_t b = dead - 1; b >= lr.first / bs(); --b) {
       int32_t& id = lr.blocks[std::size_t(b)];
       if (id != kNoBlock) release(int(l), id);
@@ -197,6 +197,13 @@ void KvCache::Impl::settle(Row& r) {
     }
     lr.first = std::max(lr.first, dead * bs());
   }
+}
+
+bool KvCache::Impl::publishable(const Row& r) const {
+  if (r.min_reusable > 0) return false;
+  for (std::size_t l = 0; l < pools.size(); ++l)
+    if (pools[l].spec.window == 0 && r.layers[l].start > 0) return false;
+  return true;
 }
 
 void KvCache::Impl::release_row(Row& r) {
@@ -215,6 +222,8 @@ void KvCache::Impl::release_row(Row& r) {
 KvCache::KvCache(CacheOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 
 KvCache::~KvCache() = default;
+KvCache::KvCache(KvCache&&) noexcept = default;
+KvCache& KvCache::operator=(KvCache&&) noexcept = default;
 
 const CacheOptions& KvCache::options() const { return impl_->options; }
 int KvCache::num_layers() const { return int(impl_->pools.size()); }
@@ -323,7 +332,7 @@ void KvCache::write(int layer_index, RowId row_id, int64_t first, int count, con
   LayerPool& p = m.pools[std::size_t(layer_index)];
   const BlockLayout& bl = p.layout;
   const int hd = bl.head.head_dim, kvh = bl.kv_heads;
-  std::vector<std::byte> record(token_record_bytes(layer_index));
+  std::vector<std::byte> record(2 * std::size_t(kvh) * bl.head.head_bytes);
   for (int t = 0; t < count; ++t) {
     const int64_t pos = first + t;
     for (int h = 0; h < kvh; ++h) {
@@ -393,6 +402,7 @@ RowId KvCache::fork(RowId parent_id) {
   Row child = parent;
   child.in_round = false;
   child.round_start = 0;
+  child.retain_for_publish = false;  // the engine opts in per row
   const RowId id = create_row();
   for (std::size_t l = 0; l < m.pools.size(); ++l)
     for (int32_t b : child.layers[l].blocks)
@@ -432,6 +442,7 @@ RowCache KvCache::extract(RowId id, int64_t limit) const {
 RowId KvCache::restore(const RowCache& saved) {
   Impl& m = *impl_;
   check_row_cache(saved, "KV row to restore");
+  if (m.next_row == std::numeric_limits<RowId>::max()) throw Error("KV cache: row ids exhausted");
   if (saved.layers != m.options.layers)
     throw Error("KV row to restore has layout [" + layout_signature(saved.layers) + "] but the cache holds [" +
                 layout() + "]");
@@ -525,6 +536,8 @@ void KvCache::set_minimum_reusable_offset(RowId id, int64_t offset) {
     throw Error("minimum reusable offset " + std::to_string(offset) + " for " + row_name(id) + " outside [0, " +
                 std::to_string(r.length) + "]");
   r.min_reusable = offset;
+  if (!r.in_round && !r.in_step) impl_->settle(r);
+  impl_->enforce_prefix_budget();
 }
 
 void KvCache::retain_for_publish(RowId id, bool on) {
@@ -693,7 +706,7 @@ void KvCache::check_consistency() const {
           fail(row_name(id) + " layer " + std::to_string(l) + " lacks block " + std::to_string(b));
       const int w = m.pools[l].spec.window;
       if (w && !r.in_round && !r.in_step && lr.first / bs < (r.length - w + 1) / bs &&
-          !(r.retain_for_publish && lr.first / bs >= r.published))
+          !(r.retain_for_publish && m.publishable(r) && lr.first / bs >= r.published))
         fail(row_name(id) + " window layer " + std::to_string(l) + " holds blocks it should have freed");
     }
   }

@@ -97,6 +97,8 @@ class KvCache {
   ~KvCache();
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
+  KvCache(KvCache&&) noexcept;
+  KvCache& operator=(KvCache&&) noexcept;
 
   const CacheOptions& options() const;
   int num_layers() const;
@@ -122,6 +124,7 @@ class KvCache {
   // Makes the pending tokens part of each row (length += count).
   void end_step();
   // Drops the pending step (after a failed forward): rows are as before begin_step.
+  // (A shared block that begin_step copied for writing stays copied: same bytes.)
   void abort_step();
   bool step_open() const;
   // Tokens reserved for the row in the open step (0 if none).

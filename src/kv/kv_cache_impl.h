@@ -113,6 +113,9 @@ struct KvCache::Impl {
 
   // Window layers: frees blocks wholly below length - W + 1.
   void settle(Row& r);
+  // Whether publish() can register the row's blocks (its history starts at
+  // 0 in full layers and nothing was stored at another precision).
+  bool publishable(const Row& r) const;
   void release_row(Row& r);
 
   // Prefix cache.

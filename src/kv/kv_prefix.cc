@@ -149,9 +149,7 @@ int64_t KvCache::publish(RowId id, std::span<const int32_t> tokens) {
   Impl& m = *impl_;
   Row& r = m.row(id);
   if (r.in_step) throw Error("cannot publish kv row " + std::to_string(id) + ": it is part of the open step");
-  if (r.min_reusable > 0) return 0;
-  for (std::size_t l = 0; l < m.pools.size(); ++l)
-    if (m.pools[l].spec.window == 0 && r.layers[l].start > 0) return 0;
+  if (!m.publishable(r)) return 0;
   const int64_t B = m.bs();
   const int64_t frontier = std::min<int64_t>(r.in_round ? r.round_start : r.length, int64_t(tokens.size()));
   const int64_t n_blocks = frontier / B;

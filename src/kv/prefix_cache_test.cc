@@ -223,6 +223,24 @@ TEST(PrefixCache, PublishesOnlyWhatIsSettledAndReusable) {
   expect_drained(c);
 }
 
+// A row kept for publishing that can never publish (part of it stored at
+// another precision) must still free its window blocks.
+TEST(PrefixCache, UnpublishableRowsStillSettleTheirWindow) {
+  KvCache c = make_cache();
+  const auto T = prompt(30, 2);
+  const RowId a = c.create_row();
+  c.retain_for_publish(a);
+  prefill(c, a, T, 8, 8, false);
+  EXPECT_EQ(c.first_position(a, 1), 0) << "held until published";
+  c.set_minimum_reusable_offset(a, 2);
+  EXPECT_EQ(c.first_position(a, 1), 4);
+  prefill(c, a, T, 30, 8);
+  EXPECT_EQ(c.first_position(a, 1), 24);
+  EXPECT_EQ(c.prefix_cache_blocks(), 0);
+  c.check_consistency();
+  expect_drained(c);
+}
+
 TEST(PrefixCache, ClearingReturnsEveryCachedByte) {
   KvCache c = make_cache();
   const auto T = prompt(30, 1);

@@ -86,7 +86,8 @@ void check_row_cache(const RowCache& row, const std::string& what) {
   if (row.data.size() != row.layers.size())
     throw Error(what + ": " + std::to_string(row.data.size()) + " layer payloads for " +
                 std::to_string(row.layers.size()) + " layers");
-  if (row.length < 0) throw Error(what + ": negative length " + std::to_string(row.length));
+  if (row.length < 0 || row.length > (int64_t(1) << 40))
+    throw Error(what + ": implausible length " + std::to_string(row.length));
   if (row.minimum_reusable_offset < 0 || row.minimum_reusable_offset > row.length)
     throw Error(what + ": minimum reusable offset " + std::to_string(row.minimum_reusable_offset) +
                 " outside [0, length " + std::to_string(row.length) + "]");
@@ -96,7 +97,11 @@ void check_row_cache(const RowCache& row, const std::string& what) {
     if (l.first < 0 || l.first > row.length)
       throw Error(what + ": layer " + std::to_string(i) + " first position " + std::to_string(l.first) +
                   " outside [0, length " + std::to_string(row.length) + "]");
-    const std::size_t want = std::size_t(row.length - l.first) * token_record_bytes(row.layers[i]);
+    const std::size_t rec = token_record_bytes(row.layers[i]);
+    if (std::size_t(row.length - l.first) > (std::size_t(1) << 46) / rec)
+      throw Error(what + ": layer " + std::to_string(i) + " would hold an implausible " +
+                  std::to_string(row.length - l.first) + " records of " + std::to_string(rec) + " bytes");
+    const std::size_t want = std::size_t(row.length - l.first) * rec;
     if (l.records.size() != want)
       throw Error(what + ": layer " + std::to_string(i) + " holds " + std::to_string(l.records.size()) +
                   " bytes, expected " + std::to_string(want) + " for positions [" + std::to_string(l.first) +

@@ -17,6 +17,7 @@ struct VAvx2 {
   using Mask = R;
   // 2 x 2 tiles: 8 accumulator registers + 4 for x + 2 for w fit the 16 ymm.
   static constexpr int kMR = 2;
+  static constexpr int kAccumulators = 4;
   static constexpr int kNR = 2;
 
   static R zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
@@ -99,7 +100,6 @@ struct VAvx2 {
     const __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
     return _mm_cvtss_f32(s1);
   }
-  static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 };
 
 uint64_t stream_read(const void* data, std::size_t bytes) {

@@ -20,8 +20,10 @@ struct VAvx512 {
   struct Mask {
     __mmask16 m;
   };
-  // 4 x 6 tiles: 24 accumulators + 4 x vectors + 1 w vector of the 32 zmm.
+  // Blocked 4 x 6 tiles: 24 accumulators + 4 x vectors + 1 w vector of the
+  // 32 zmm; streaming tiles use the same 24 accumulators for up to 12 rows.
   static constexpr int kMR = 4;
+  static constexpr int kAccumulators = 24;
   static constexpr int kNR = 6;
 
   static __mmask16 first(int n) { return __mmask16((1u << n) - 1u); }
@@ -68,7 +70,6 @@ struct VAvx512 {
     const __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
     return _mm_cvtss_f32(s1);
   }
-  static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 };
 
 uint64_t stream_read(const void* data, std::size_t bytes) {

@@ -18,6 +18,7 @@ struct VScalar {
     bool v[kLanes];
   };
   static constexpr int kMR = 2;
+  static constexpr int kAccumulators = 4;
   static constexpr int kNR = 2;
 
   template <class F>
@@ -80,7 +81,6 @@ struct VScalar {
     const float s2_1 = s4[1] + s4[3];
     return s2_0 + s2_1;
   }
-  static void prefetch(const void*) {}
 };
 
 uint64_t stream_read(const void* data, std::size_t bytes) {

@@ -25,9 +25,12 @@ class Workspace {
 };
 
 // How the blocked schedule is cut; exposed so tests and benchmarks can
-// exercise other shapes. Values are in bytes of f32 panel per work item.
+// exercise other shapes. A work item is (weight rows) x (x rows); it walks K
+// in blocks, keeping its f32 weight panel and its accumulators in L2.
 struct MatmulTuning {
-  std::size_t panel_bytes = 384 * 1024;  // widened weight rows kept hot in L2
+  int64_t k_block = 1024;                // K per block (a multiple of 16)
+  std::size_t panel_bytes = 192 * 1024;  // f32 weight rows x one K block
+  std::size_t acc_bytes = 256 * 1024;    // 16-lane accumulators of an item
 };
 
 // y[m, n] = Σ_k x[m, k] · w[n, k]; x is [M, K] and y is [M, N], both dense.

@@ -1,0 +1,172 @@
+// CPU kernel throughput against the machine's ceilings, as JSON:
+//   GEMV (M = 1) weight streaming in GB/s and % of the measured read bandwidth,
+//   GEMM (prefill) in GFLOP/s and % of the measured f32 FMA peak,
+// for bf16, f16 and f32 weights. Weight sets are cycled so that every GEMV
+// reads from DRAM, never from the last-level cache.
+//
+//   kernels_bench [--threads N] [--isa scalar|avx2|avx512] [--only gemv|gemm] [--quick]
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/ceilings.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/matmul.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+namespace rowlm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Weights with ordinary values (no zeros, no subnormals) in the given dtype.
+Tensor make_weights(DType dtype, int64_t N, int64_t K, uint32_t seed) {
+  Tensor w(dtype, {N, K});
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-0.05f, 0.05f);
+  float table[256];
+  for (float& v : table) v = dist(rng);
+  const int64_t n = w.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = table[(i * 7 + seed) & 255];
+    if (dtype == DType::F32) w.data<float>()[i] = v;
+    else w.data<uint16_t>()[i] = dtype == DType::BF16 ? f32_to_bf16(v) : f32_to_f16(v);
+  }
+  return w;
+}
+
+Tensor make_activations(int64_t M, int64_t K) {
+  Tensor x(DType::F32, {M, K});
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = dist(rng);
+  return x;
+}
+
+struct Bench {
+  const cpu::Kernels& kernels;
+  ThreadPool& pool;
+  cpu::Workspace& workspace;
+
+  void run(const Tensor& x, const Tensor& w, Tensor& y) {
+    cpu::matmul(kernels, pool, workspace, x.data<float>(), x.dim(0), x.dim(1),
+                cpu::WeightRows{w.dtype(), w.raw(), w.dim(1)}, w.dim(0), y.data<float>());
+  }
+
+  // Best GB/s over `passes` passes through enough copies of the matrix to
+  // exceed the last-level cache several times.
+  double gemv_gbps(DType dtype, int64_t N, int64_t K, int passes) {
+    const double bytes = double(N) * double(K) * double(dtype_size(dtype));
+    const int copies = int(std::clamp(std::ceil(512e6 / bytes), 1.0, 16.0));
+    std::vector<Tensor> ws;
+    for (int c = 0; c < copies; ++c) ws.push_back(make_weights(dtype, N, K, uint32_t(c + 1)));
+    const Tensor x = make_activations(1, K);
+    Tensor y(DType::F32, {1, N});
+    for (const Tensor& w : ws) run(x, w, y);  // warm-up
+    double best = 0;
+    for (int p = 0; p < passes; ++p) {
+      const auto start = Clock::now();
+      for (const Tensor& w : ws) run(x, w, y);
+      best = std::max(best, bytes * copies / seconds_since(start) / 1e9);
+    }
+    return best;
+  }
+
+  double gemm_gflops(DType dtype, int64_t M, int64_t N, int64_t K, int repeats) {
+    const Tensor w = make_weights(dtype, N, K, 1);
+    const Tensor x = make_activations(M, K);
+    Tensor y(DType::F32, {M, N});
+    run(x, w, y);  // warm-up
+    double best = 0;
+    for (int r = 0; r < repeats; ++r) {
+      const auto start = Clock::now();
+      run(x, w, y);
+      best = std::max(best, 2.0 * double(M) * double(N) * double(K) / seconds_since(start) / 1e9);
+    }
+    return best;
+  }
+};
+
+int run_bench(int argc, char** argv) {
+  int threads = 0;
+  bool quick = false;
+  std::string only;
+  cpu::Isa isa = cpu::isa_from_env();
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
+    else if (arg == "--isa" && i + 1 < argc) isa = cpu::parse_isa(argv[++i]);
+    else if (arg == "--quick") quick = true;
+    else if (arg == "--only" && i + 1 < argc) only = argv[++i];
+    else throw Error("kernels_bench: unknown argument '" + arg + "' (use --threads N, --isa NAME, --only gemv|gemm, --quick)");
+  }
+  ThreadPool pool(threads);
+  cpu::Workspace workspace(pool.size());
+  Bench bench{cpu::kernels_for(isa), pool, workspace};
+
+  const double bandwidth = cpu::measure_read_bandwidth(pool);
+  const double peak = cpu::measure_fma_peak(pool);
+  std::printf("{\n  \"isa\": \"%s\",\n  \"threads\": %d,\n", std::string(cpu::isa_name(isa)).c_str(), pool.size());
+  std::printf("  \"read_bandwidth_gbps\": %.2f,\n  \"fma_peak_gflops\": %.1f,\n", bandwidth, peak);
+
+  struct Gemv { int64_t N, K; };
+  std::vector<Gemv> gemvs = {{2048, 8192}, {8192, 2048}, {262144, 1536}};
+  if (quick) gemvs.resize(2);
+  if (only == "gemm") gemvs.clear();
+  std::printf("  \"gemv\": [");
+  const char* sep = "\n";
+  for (DType dt : {DType::BF16, DType::F16, DType::F32})
+    for (const Gemv& g : gemvs) {
+      const double gbps = bench.gemv_gbps(dt, g.N, g.K, quick ? 2 : 3);
+      std::printf("%s    {\"dtype\": \"%s\", \"N\": %lld, \"K\": %lld, \"gbps\": %.2f, \"pct_bandwidth\": %.1f}",
+                  sep, std::string(dtype_name(dt)).c_str(), (long long)g.N, (long long)g.K, gbps,
+                  100.0 * gbps / bandwidth);
+      sep = ",\n";
+      std::fflush(stdout);
+    }
+  std::printf("\n  ],\n");
+
+  struct Gemm { int64_t M, N, K; };
+  std::vector<Gemm> gemms = {{64, 2048, 2560}, {128, 4096, 2560}, {512, 2560, 8192}, {512, 10240, 2560}};
+  if (quick) gemms = {{64, 2048, 2560}, {256, 2048, 2560}};
+  if (only == "gemv") gemms.clear();
+  std::printf("  \"gemm\": [");
+  sep = "\n";
+  for (DType dt : {DType::BF16, DType::F16, DType::F32})
+    for (const Gemm& g : gemms) {
+      const double gflops = bench.gemm_gflops(dt, g.M, g.N, g.K, quick ? 1 : 2);
+      std::printf("%s    {\"dtype\": \"%s\", \"M\": %lld, \"N\": %lld, \"K\": %lld, \"gflops\": %.1f, "
+                  "\"pct_fma_peak\": %.1f}",
+                  sep, std::string(dtype_name(dt)).c_str(), (long long)g.M, (long long)g.N, (long long)g.K,
+                  gflops, 100.0 * gflops / peak);
+      sep = ",\n";
+      std::fflush(stdout);
+    }
+  std::printf("\n  ]\n}\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace rowlm
+
+int main(int argc, char** argv) {
+  try {
+    return rowlm::run_bench(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kernels_bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,225 @@
+// KV benchmark: prints one JSON object.
+//   bytes_per_token  per codec for Gemma-like layers, and the ratio to bf16;
+//   decode_attention one query per row over context T, per codec, and the
+//                    speed relative to bf16 blocks at the same context;
+//   join_retire      cost of a row joining (restore / fork / attach) and
+//                    retiring while other rows hold 0 .. 32K tokens each.
+// Usage: kv_bench [--quick]
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <memory>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kv/attention.h"
+#include "kv/attention_kernel.h"
+#include "kv/kv_cache.h"
+#include "kv/row_cache.h"
+
+using namespace rowlm;
+using namespace rowlm::kv;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// CPU time of the calling thread: on a shared machine it ignores the time
+// other processes hold the core (single-threaded measurements only).
+double thread_cpu_s() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+// Best (least disturbed) seconds per call over `reps` batches of `inner` calls.
+double time_per_call(const std::function<void()>& fn, int reps, int inner, bool cpu_time = false) {
+  fn();  // warm
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = cpu_time ? thread_cpu_s() : now_s();
+    for (int i = 0; i < inner; ++i) fn();
+    best = std::min(best, ((cpu_time ? thread_cpu_s() : now_s()) - t0) / inner);
+  }
+  return best;
+}
+
+LayerSpec spec(int kv_heads, int head_dim, int window, const std::string& codec) {
+  LayerSpec s;
+  s.kv_heads = kv_heads;
+  s.head_dim = head_dim;
+  s.window = window;
+  s.codec = parse_codec(codec);
+  return s;
+}
+
+// Fills `rows` rows with `tokens` tokens each of pseudo-random K/V.
+void fill(KvCache& c, const std::vector<RowId>& rows, int64_t tokens) {
+  const int chunk = 256;
+  std::vector<float> k, v;
+  uint64_t s = 1;
+  for (RowId r : rows) {
+    int64_t done = 0;
+    while (done < tokens) {
+      const int32_t n = int32_t(std::min<int64_t>(chunk, tokens - done));
+      c.begin_step({&r, 1}, {&n, 1});
+      for (int l = 0; l < c.num_layers(); ++l) {
+        const LayerSpec& ls = c.layer(l);
+        const std::size_t per = std::size_t(ls.kv_heads) * ls.head_dim * std::size_t(n);
+        k.resize(per);
+        v.resize(per);
+        for (std::size_t i = 0; i < per; ++i) {
+          s = s * 6364136223846793005ull + 1442695040888963407ull;
+          k[i] = float(int64_t(s >> 40) - (1 << 23)) / float(1 << 23);
+          v[i] = float(int64_t((s >> 20) & 0xfffff) - (1 << 19)) / float(1 << 19);
+        }
+        c.write(l, r, done, n, k.data(), v.data());
+      }
+      c.end_step();
+      done += n;
+    }
+  }
+}
+
+std::string bytes_per_token_json() {
+  std::string out = "{";
+  bool first = true;
+  for (const char* codec : {"f32", "bf16", "f16", "q8:64", "q4:64", "q8:32", "q4:32", "q4:128"}) {
+    KvCache c({{spec(1, 256, 512, codec), spec(1, 512, 0, codec)}, 16, 0, 0});
+    KvCache ref({{spec(1, 256, 512, "bf16"), spec(1, 512, 0, "bf16")}, 16, 0, 0});
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%s\"%s\": {\"hd256\": %zu, \"hd512\": %zu, \"ratio_to_bf16\": %.4f}",
+                  first ? "" : ", ", codec, c.bytes_per_token(0), c.bytes_per_token(1),
+                  double(c.bytes_per_token()) / double(ref.bytes_per_token()));
+    out += buf;
+    first = false;
+  }
+  return out + "}";
+}
+
+struct DecodeConfig {
+  const char* name;
+  int heads, kv_heads, head_dim;
+};
+
+std::string decode_json(bool quick) {
+  const std::vector<DecodeConfig> configs = {{"gemma4_e2b_sliding_gqa8", 8, 1, 256},
+                                             {"gemma4_full_hd512_gqa8", 8, 1, 512},
+                                             {"mha_8x128", 8, 8, 128}};
+  const std::vector<int64_t> contexts = quick ? std::vector<int64_t>{1024} : std::vector<int64_t>{1024, 4096, 16384};
+  const std::vector<const char*> codecs = {"bf16", "q8:64", "q4:64", "f16", "f32"};
+  std::string out = "[";
+  bool first_entry = true;
+  for (const DecodeConfig& cfg : configs) {
+    for (int64_t T : contexts) {
+      for (int R : {1, 8}) {
+        if (T * R > 65536) continue;  // keep the run short
+        // Every codec's cache is built first; timings then rotate through the
+        // codecs so that machine noise hits them alike. Single-thread runs
+        // are timed in thread CPU time, two-thread runs in wall time.
+        std::vector<std::unique_ptr<KvCache>> caches;
+        std::vector<std::vector<AttentionQuery>> queries;
+        for (const char* codec : codecs) {
+          caches.push_back(std::make_unique<KvCache>(CacheOptions{{spec(cfg.kv_heads, cfg.head_dim, 0, codec)}, 16, 0, 0}));
+          std::vector<RowId> rows;
+          for (int i = 0; i < R; ++i) rows.push_back(caches.back()->create_row());
+          fill(*caches.back(), rows, T);
+          queries.emplace_back();
+          for (RowId r : rows) queries.back().push_back({r, T - 1});
+        }
+        std::vector<float> q(std::size_t(R) * cfg.heads * cfg.head_dim), out_buf(q.size());
+        for (std::size_t i = 0; i < q.size(); ++i) q[i] = float(int(i % 17) - 8) * 0.03f;
+        const AttentionParams p{cfg.heads, cfg.head_dim, 0, 1.0f, 0.0f};
+        for (int threads : {1, 2}) {
+          ThreadPool pool(threads);
+          std::vector<double> best(codecs.size(), 1e30);
+          for (int round = 0; round < (quick ? 3 : 6); ++round)
+            for (std::size_t c = 0; c < codecs.size(); ++c) {
+              const double kv_bytes = double(caches[c]->bytes_per_token(0)) * double(T) * R;
+              const int inner = std::clamp(int(3e7 / (kv_bytes + 1)), 2, 100);
+              best[c] = std::min(best[c], time_per_call([&] { attend(*caches[c], 0, queries[c], q.data(), p, out_buf.data(), pool); },
+                                                        1, inner, threads == 1));
+            }
+          std::string per_codec;
+          for (std::size_t c = 0; c < codecs.size(); ++c) {
+            const double kv_bytes = double(caches[c]->bytes_per_token(0)) * double(T) * R;
+            char buf[320];
+            std::snprintf(buf, sizeof buf,
+                          "%s\"%s\": {\"us_per_step\": %.1f, \"kv_GBps\": %.2f, \"speed_vs_bf16\": %.3f}",
+                          c ? ", " : "", codecs[c], best[c] * 1e6, kv_bytes / best[c] / 1e9, best[0] / best[c]);
+            per_codec += buf;
+          }
+          char head[256];
+          std::snprintf(head, sizeof head,
+                        "%s{\"config\": \"%s\", \"context\": %lld, \"rows\": %d, \"threads\": %d, \"clock\": \"%s\", ",
+                        first_entry ? "" : ",\n    ", cfg.name, (long long)T, R, threads, threads == 1 ? "thread_cpu" : "wall");
+          out += head;
+          out += "\"codecs\": {" + per_codec + "}}";
+          first_entry = false;
+        }
+      }
+    }
+  }
+  return out + "]";
+}
+
+// Join (restore of a 512-token row, fork, attach of a cached prefix) and
+// retire while 8 other rows hold `context` tokens each. Paged rows never move
+// another row's K/V, so the cost must not grow with `context`.
+std::string join_retire_json(bool quick) {
+  const std::vector<int64_t> contexts = quick ? std::vector<int64_t>{0, 4096} : std::vector<int64_t>{0, 1024, 8192, 32768};
+  std::string out = "[";
+  for (std::size_t i = 0; i < contexts.size(); ++i) {
+    const int64_t ctx = contexts[i];
+    KvCache c({{spec(1, 64, 0, "bf16"), spec(1, 64, 512, "q4:64")}, 16, 0, std::size_t(64) << 20});
+    std::vector<RowId> others;
+    for (int r = 0; r < 8; ++r) others.push_back(c.create_row());
+    fill(c, others, ctx);
+    const RowId src = c.create_row();
+    fill(c, {src}, 512);
+    std::vector<int32_t> tokens(512);
+    for (int t = 0; t < 512; ++t) tokens[std::size_t(t)] = t * 7 % 101;
+    c.retain_for_publish(src);
+    c.publish(src, tokens);
+    const RowCache saved = c.extract(src);
+    const int reps = quick ? 5 : 9, inner = 200;
+    const double restore_retire = time_per_call([&] { c.retire(c.restore(saved)); }, reps, inner, true);
+    const double fork_retire = time_per_call([&] { c.retire(c.fork(src)); }, reps, inner, true);
+    const double attach_retire = time_per_call(
+        [&] {
+          const RowId r = c.create_row();
+          c.attach_prefix(r, tokens, 511);
+          c.retire(r);
+        },
+        reps, inner, true);
+    const double create_retire = time_per_call([&] { c.retire(c.create_row()); }, reps, inner * 10, true);
+    char buf[400];
+    std::snprintf(buf, sizeof buf,
+                  "%s{\"other_rows\": 8, \"other_context\": %lld, \"restore512_retire_us\": %.2f, "
+                  "\"fork512_retire_us\": %.2f, \"attach511_retire_us\": %.2f, \"create_retire_us\": %.3f}",
+                  i ? ",\n    " : "", (long long)ctx, restore_retire * 1e6, fork_retire * 1e6, attach_retire * 1e6,
+                  create_retire * 1e6);
+    out += buf;
+  }
+  return out + "]";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  std::printf("{\n  \"isa\": \"%s\",\n", detail::isa_name(detail::best_isa()));
+  std::printf("  \"bytes_per_token\": %s,\n", bytes_per_token_json().c_str());
+  std::fflush(stdout);
+  std::printf("  \"join_retire\": %s,\n", join_retire_json(quick).c_str());
+  std::fflush(stdout);
+  std::printf("  \"decode_attention\": %s\n}\n", decode_json(quick).c_str());
+  return 0;
+}

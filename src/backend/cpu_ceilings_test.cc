@@ -1,0 +1,31 @@
+// The ceiling probes run on every thread and report finite, positive rates;
+// the rates themselves are the benchmark's business, not a unit test's.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "backend/cpu/ceilings.h"
+#include "core/error.h"
+
+namespace rowlm {
+namespace {
+
+TEST(CpuCeilings, ProbesReportFinitePositiveRates) {
+  ThreadPool pool(2);
+  const double gbps = cpu::measure_read_bandwidth(pool, std::size_t(1) << 20, 1);
+  EXPECT_TRUE(std::isfinite(gbps) && gbps > 0) << gbps;
+  const double gflops = cpu::measure_fma_peak(pool, 1, 1 << 14);
+  EXPECT_TRUE(std::isfinite(gflops) && gflops > 0) << gflops;
+}
+
+TEST(CpuCeilings, RejectsDegenerateArguments) {
+  ThreadPool pool(1);
+  EXPECT_THROW(cpu::measure_read_bandwidth(pool, 100, 1), Error);
+  EXPECT_THROW(cpu::measure_read_bandwidth(pool, std::size_t(1) << 20, 0), Error);
+  EXPECT_THROW(cpu::measure_fma_peak(pool, 0), Error);
+  EXPECT_THROW(cpu::measure_fma_peak(pool, 1, 0), Error);
+}
+
+}  // namespace
+}  // namespace rowlm

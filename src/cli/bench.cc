@@ -1,0 +1,182 @@
+// rowlm bench: forward-pass speed on random weights with real Gemma 4 layer
+// geometry, judged against ceilings measured in the same run on the same
+// machine: memory read bandwidth (decode streams every weight once per step)
+// and f32 FMA peak (prefill is compute-bound).
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/ceilings.h"
+#include "cli/commands.h"
+#include "cli/runtime.h"
+#include "core/error.h"
+#include "model/gemma4.h"
+
+namespace rowlm::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The text decoder of a released size with its first `layers` layers (the
+// KV-shared tail scaled down in proportion), as a config.json.
+nlohmann::json shape_config(const std::string& shape, int layers) {
+  nlohmann::json j;
+  int full_every = 0, total = 0, shared = 0;
+  if (shape == "e2b") {
+    j = {{"hidden_size", 1536}, {"intermediate_size", 6144}, {"num_attention_heads", 8},
+         {"num_key_value_heads", 1}, {"use_double_wide_mlp", true}};
+    full_every = 5, total = 35, shared = 20;
+  } else if (shape == "e4b") {
+    j = {{"hidden_size", 2560}, {"intermediate_size", 10240}, {"num_attention_heads", 8},
+         {"num_key_value_heads", 2}, {"use_double_wide_mlp", false}};
+    full_every = 6, total = 42, shared = 18;
+  } else {
+    throw Error("--shape must be e2b or e4b, got '" + shape + "'");
+  }
+  if (layers < 1 || layers > total) throw Error("--layers must be 1.." + std::to_string(total) + " for " + shape);
+  std::vector<std::string> types;
+  for (int i = 0; i < layers; ++i) types.push_back((i + 1) % full_every ? "sliding_attention" : "full_attention");
+  types.back() = "full_attention";
+  int n_shared = shared * layers / total;
+  // Keep at least one donor of each type before the shared region.
+  while (n_shared > 0) {
+    bool s = false, f = false;
+    for (int i = 0; i < layers - n_shared; ++i) (types[std::size_t(i)] == "full_attention" ? f : s) = true;
+    if (s && f) break;
+    --n_shared;
+  }
+  j.update({{"model_type", "gemma4_text"}, {"vocab_size", 262144}, {"num_hidden_layers", layers},
+            {"layer_types", types}, {"head_dim", 256}, {"global_head_dim", 512}, {"sliding_window", 512},
+            {"hidden_size_per_layer_input", 256}, {"vocab_size_per_layer_input", 262144},
+            {"num_kv_shared_layers", n_shared}, {"final_logit_softcapping", 30.0},
+            {"rms_norm_eps", 1e-6}, {"tie_word_embeddings", true}, {"max_position_embeddings", 131072}});
+  return j;
+}
+
+// Bytes of the matrices a decode step streams (every linear layer and the
+// tied output head; embedding rows are gathered, not streamed).
+std::size_t streamed_weight_bytes(const gemma4::Weights& w) {
+  std::size_t b = w.embed_tokens.nbytes() + w.per_layer_model_projection.nbytes();
+  for (const auto& l : w.layers)
+    for (const Tensor* t : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj,
+                            &l.down_proj, &l.per_layer_input_gate, &l.per_layer_projection})
+      b += t->empty() ? 0 : t->nbytes();
+  return b;
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+int run_bench(const std::vector<std::string>& argv) {
+  Args args("bench", "Measures the forward pass on random bf16 weights with a released Gemma 4 size's layer\n"
+                     "geometry, and the machine's read bandwidth and FMA peak in the same run. Prints JSON.");
+  args.option("shape", "NAME", "layer geometry: e2b or e4b", "e2b")
+      .option("layers", "N", "number of decoder layers (the vocabulary and output head stay full size)", "4")
+      .option("prefill", "N", "prompt tokens for the prefill measurement", "256")
+      .option("decode-steps", "N", "decode steps per batch size", "16")
+      .option("batch", "B,B,...", "decode batch sizes", "1,8")
+      .option("context", "N", "tokens already in each row before decode steps", "64")
+      .flag("no-ceilings", "skip the bandwidth and FMA measurements")
+      .flag("table", "also print a table to stderr");
+  add_runtime_options(args, "bf16");
+  if (!args.parse(argv)) return 0;
+  const std::string shape = args.get("shape");
+  const int layers = int(args.get_int("layers"));
+  const int64_t prefill = args.get_int("prefill"), steps = args.get_int("decode-steps"), context = args.get_int("context");
+  const auto batches = args.get_int_list("batch");
+  if (prefill < 1 || steps < 1 || context < 1) throw Error("--prefill, --decode-steps and --context must be positive");
+  for (int32_t b : batches) if (b < 1 || b > 256) throw Error("--batch sizes must be 1..256");
+
+  const int64_t threads = args.get_int("threads");
+  auto backend = make_cpu_backend(int(threads));
+  const nlohmann::json cfg_json = shape_config(shape, layers);
+  gemma4::Config cfg = gemma4::parse_config(cfg_json.dump(), "bench:" + shape);
+  std::fprintf(stderr, "bench: building random %s weights with %d layers...\n", shape.c_str(), layers);
+  gemma4::Weights weights = gemma4::make_synthetic_weights(cfg, 1);
+  const std::size_t streamed = streamed_weight_bytes(weights);
+  const int64_t params = weights.parameter_count;
+  auto model = gemma4::make_model(cfg, std::move(weights), *backend);
+
+  nlohmann::json out;
+  out["shape"] = shape;
+  out["layers"] = layers;
+  out["threads"] = backend->pool().size();
+  out["kv_codec"] = args.get("kv-codec");
+  out["parameters"] = params;
+  out["streamed_weight_bytes_per_step"] = streamed;
+  double bandwidth = 0, peak = 0;
+  if (!args.flag_set("no-ceilings")) {
+    bandwidth = cpu::measure_read_bandwidth(backend->pool());
+    peak = cpu::measure_fma_peak(backend->pool());
+    out["ceilings"] = {{"read_bandwidth_gb_s", bandwidth}, {"fma_peak_gflop_s", peak}};
+  }
+
+  uint32_t rng = 12345;
+  auto next_token = [&] { rng = rng * 1664525u + 1013904223u; return int32_t(rng % 262144u); };
+  const kv::CacheOptions copt = cache_options_for(args, *model);
+
+  // Prefill: one row, the whole prompt in one step; best of two.
+  {
+    double best = 1e30;
+    for (int rep = 0; rep < 2; ++rep) {
+      kv::KvCache cache(copt);
+      const kv::RowId row = cache.create_row();
+      ForwardBatch b;
+      for (int64_t i = 0; i < prefill; ++i) b.add(row, i, next_token(), i + 1 == prefill);
+      Tensor logits;
+      const auto t0 = Clock::now();
+      model->forward(b, cache, logits);
+      best = std::min(best, seconds_since(t0));
+    }
+    // Linear-layer flops: 2 per weight per token (the head only for the last token).
+    const double head = double(cfg.vocab_size) * cfg.hidden_size;
+    const double linear = double(streamed) / 2.0 - head;
+    const double flops = 2.0 * linear * double(prefill) + 2.0 * head;
+    out["prefill"] = {{"tokens", prefill}, {"seconds", best}, {"tokens_per_s", prefill / best},
+                      {"linear_gflop_s", flops / best / 1e9}};
+    if (peak > 0) out["prefill"]["fraction_of_fma_peak"] = flops / best / 1e9 / peak;
+  }
+
+  // Decode: B rows with `context` tokens each, then timed steps of B tokens.
+  out["decode"] = nlohmann::json::array();
+  for (int32_t B : batches) {
+    kv::KvCache cache(copt);
+    std::vector<kv::RowId> rows;
+    ForwardBatch warm;
+    for (int32_t r = 0; r < B; ++r) {
+      rows.push_back(cache.create_row());
+      for (int64_t i = 0; i < context; ++i) warm.add(rows.back(), i, next_token(), i + 1 == context);
+    }
+    Tensor logits;
+    model->forward(warm, cache, logits);
+    double best = 1e30;
+    for (int64_t s = 0; s < steps; ++s) {
+      ForwardBatch b;
+      for (kv::RowId r : rows) b.add(r, cache.length(r), next_token(), true);
+      const auto t0 = Clock::now();
+      model->forward(b, cache, logits);
+      best = std::min(best, seconds_since(t0));
+    }
+    nlohmann::json d = {{"batch", B}, {"step_seconds", best}, {"tokens_per_s", B / best},
+                        {"weight_gb_s", double(streamed) / best / 1e9}};
+    if (bandwidth > 0) d["fraction_of_bandwidth"] = double(streamed) / best / 1e9 / bandwidth;
+    out["decode"].push_back(d);
+  }
+  std::cout << out.dump(1) << "\n";
+  if (args.flag_set("table")) {
+    std::fprintf(stderr, "%-22s %12s %12s\n", "measurement", "tokens/s", "of ceiling");
+    std::fprintf(stderr, "%-22s %12.1f %11.0f%%\n", "prefill", double(out["prefill"]["tokens_per_s"]),
+                 100 * out["prefill"].value("fraction_of_fma_peak", 0.0));
+    for (const auto& d : out["decode"])
+      std::fprintf(stderr, "decode batch %-9d %12.1f %11.0f%%\n", int(d["batch"]), double(d["tokens_per_s"]),
+                   100 * d.value("fraction_of_bandwidth", 0.0));
+  }
+  return 0;
+}
+
+}  // namespace rowlm::cli

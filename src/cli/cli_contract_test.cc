@@ -1,0 +1,175 @@
+// The rowlm command end to end: the contracts automated checks rely on
+// (score, generate --json, perplexity, batch, inspect) against the
+// transformers fixtures, and clear errors for bad arguments.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/npy.h"
+
+namespace rowlm {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct CommandRun {
+  int status;
+  std::string out, err;
+};
+
+const std::string kSource = ROWLM_SOURCE_DIR;
+
+// Runs `rowlm ARGS` with stdin from `input`, capturing both streams.
+CommandRun rowlm(const std::string& args, const std::string& input = "") {
+  const fs::path dir = fs::temp_directory_path() / ("rowlm_cli_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "in") << input;
+  const std::string cmd = std::string(ROWLM_BINARY_DIR) + "/rowlm " + args + " <" + (dir / "in").string() +
+                          " >" + (dir / "out").string() + " 2>" + (dir / "err").string();
+  const int rc = std::system(cmd.c_str());
+  auto slurp = [](const fs::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  CommandRun r{WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, slurp(dir / "out"), slurp(dir / "err")};
+  fs::remove_all(dir);
+  return r;
+}
+
+json fixture(const std::string& path) {
+  std::ifstream in(kSource + "/tests/fixtures/" + path);
+  return json::parse(in);
+}
+
+std::string join(const std::vector<int>& ids) {
+  std::string s;
+  for (std::size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  return s;
+}
+
+TEST(Cli, ScoreWritesReferenceLogits) {
+  const auto ref = fixture("gemma4/e_series/reference.json");
+  const std::string out = (fs::temp_directory_path() / "rowlm_score_test.npy").string();
+  const CommandRun r = rowlm("score " + kSource + "/tests/fixtures/gemma4/e_series --ids " +
+                      join(ref["ids_a"].get<std::vector<int>>()) + " --logits-out " + out);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const Tensor got = read_npy(out), want = read_npy(kSource + "/tests/fixtures/gemma4/e_series/logits_a.npy");
+  ASSERT_EQ(got.shape(), want.shape());
+  float diff = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) diff = std::max(diff, std::fabs(got.data<float>()[i] - want.data<float>()[i]));
+  EXPECT_LE(diff, 1e-4f);
+  fs::remove(out);
+}
+
+TEST(Cli, GenerateJsonIsGreedyAndMatchesTransformers) {
+  for (const char* name : {"e_series", "moe_keqv"}) {
+    const auto ref = fixture(std::string("gemma4/") + name + "/reference.json");
+    const auto want = ref["greedy_tokens"].get<std::vector<int>>();
+    const CommandRun r = rowlm("generate " + kSource + "/tests/fixtures/gemma4/" + name + " --ids " +
+                        join(ref["greedy_prompt"].get<std::vector<int>>()) + " --max-tokens " +
+                        std::to_string(want.size()) + " --ignore-eos --json");
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(json::parse(r.out)["token_ids"].get<std::vector<int>>(), want) << name;
+  }
+}
+
+// The bundled models: greedy continuations and perplexity against
+// transformers (tests/fixtures/tiny, made by tools/train_tiny/evaluate.py).
+TEST(Cli, BundledModelsMatchTransformers) {
+  const auto ref = fixture("tiny/reference.json");
+  for (const auto& [role, dir] : {std::pair{"target", "rowlm-tiny"}, std::pair{"draft", "rowlm-tiny-draft"}}) {
+    const auto& m = ref["models"][role];
+    for (const auto& g : m["greedy"]) {
+      const auto want = g["greedy_tokens"].get<std::vector<int>>();
+      const CommandRun r = rowlm("generate " + kSource + "/models/" + dir + " --ids " +
+                          join(g["prompt_ids"].get<std::vector<int>>()) + " --max-tokens " +
+                          std::to_string(want.size()) + " --ignore-eos --json --kv-codec f32");
+      ASSERT_EQ(r.status, 0) << r.err;
+      EXPECT_EQ(json::parse(r.out)["token_ids"].get<std::vector<int>>(), want) << dir << ": " << g["prompt"];
+    }
+    const CommandRun p = rowlm("perplexity " + kSource + "/models/" + dir + " --file " + kSource +
+                        "/tests/fixtures/tiny/heldout_sample.txt");
+    ASSERT_EQ(p.status, 0) << p.err;
+    const double got = json::parse(p.out)["perplexity"], want = m["heldout_sample_ppl"];
+    EXPECT_LE(std::fabs(got - want) / want, 0.005) << dir << ": rowlm " << got << " vs transformers " << want;
+    EXPECT_EQ(json::parse(p.out)["tokens"].get<int>(), ref["heldout_sample_tokens"].get<int>());
+  }
+}
+
+TEST(Cli, BatchWritesOneResultPerRequestInInputOrder) {
+  const std::string input =
+      R"({"id": "a", "prompt": "In the beginning", "max_tokens": 5, "temperature": 0, "logprobs": 2})" "\n"
+      R"({"id": "b", "prompt": "A river is", "max_tokens": 7, "temperature": 0.8, "seed": 3, "arrival_step": 2})" "\n"
+      R"({"ids": [2, 500, 600], "max_tokens": 3, "temperature": 0})" "\n";
+  const CommandRun r = rowlm("batch " + kSource + "/models/rowlm-tiny --input - --output - --token-budget 4", input);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::stringstream lines(r.out);
+  std::vector<json> out;
+  for (std::string l; std::getline(lines, l);) out.push_back(json::parse(l));
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0]["id"], "a");
+  EXPECT_EQ(out[1]["id"], "b");
+  EXPECT_EQ(out[2]["id"], 3);  // the line number when no id is given
+  EXPECT_EQ(out[0]["token_ids"].size(), 5u);
+  EXPECT_EQ(out[0]["logprobs"].size(), 5u);
+  for (const auto& o : out) {
+    for (const char* k : {"token_ids", "text", "finish_reason", "usage", "timings"}) EXPECT_TRUE(o.contains(k)) << k;
+  }
+  // The same request alone through generate gives the same tokens.
+  const CommandRun solo = rowlm("generate " + kSource + "/models/rowlm-tiny \"A river is\" --max-tokens 7 --temperature 0.8 --seed 3 --json");
+  ASSERT_EQ(solo.status, 0) << solo.err;
+  EXPECT_EQ(json::parse(solo.out)["token_ids"], out[1]["token_ids"]);
+}
+
+TEST(Cli, InspectReportsSizeAndKvCost) {
+  const CommandRun r = rowlm("inspect " + kSource + "/models/rowlm-tiny --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = json::parse(r.out);
+  // transformers counts 17,790,944 parameters; rowlm also counts the ten
+  // layer_scalar values, which transformers keeps as buffers.
+  EXPECT_EQ(j["parameters"].get<int64_t>(), 17790944 + 10);
+  // Per token: 5 sliding donor layers (1 KV head x 64) and 1 full (1 x 128), K and V.
+  EXPECT_EQ(j["kv_bytes_per_token"]["bf16"]["all_layers"].get<int64_t>(), 5 * 2 * 64 * 2 + 2 * 128 * 2);
+  EXPECT_LT(j["kv_bytes_per_token"]["q4"]["all_layers"].get<double>(),
+            0.3 * j["kv_bytes_per_token"]["bf16"]["all_layers"].get<double>() + 1);
+}
+
+TEST(Cli, BadArgumentsGiveClearErrors) {
+  struct Case {
+    std::string args, expect;
+  };
+  const std::string m = kSource + "/models/rowlm-tiny";
+  for (const Case& c : std::vector<Case>{
+           {"frobnicate", "unknown command"},
+           {"generate", "missing MODEL_DIR"},
+           {"generate /nonexistent/model \"hi\"", "does not exist"},
+           {"generate " + m + " \"hi\" --max-tokens lots", "--max-tokens"},
+           {"generate " + m + " \"hi\" --temperature -1", "temperature"},
+           {"generate " + m + " \"hi\" --kv-codec q3", "q3"},
+           {"generate " + m + " --ids 1,x,3", "--ids"},
+           {"generate " + m + " --ids 1,99999999", "vocabulary"},
+           {"generate " + m + " \"hi\" --bogus", "unknown option --bogus"},
+           {"score " + m + " --ids 1,2", "--logits-out"},
+           {"perplexity " + m + " --file /nonexistent.txt", "cannot open"},
+           {"batch " + m + " --input -", "line"},
+       }) {
+    const CommandRun r = rowlm(c.args, "{\"prompt\": 5}\n");
+    EXPECT_NE(r.status, 0) << c.args;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.args << "\nstderr: " << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace rowlm

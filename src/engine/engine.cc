@@ -1,0 +1,523 @@
+// The engine: a scheduler thread (or the caller, in manual mode) running
+// iteration-level continuous batching over one paged KV cache.
+//
+// Each step: drop cancelled requests; admit waiting ones (FIFO) while the
+// pool can hold their projected bytes, reusing cached prompt prefixes; then
+// flatten one token of every decoding row and chunks of prefilling rows into
+// one forward pass under the token budget; sample the rows whose logits
+// were computed; stream their text; retire finished rows (publishing their
+// blocks to the prefix cache). If the pool runs out, the most recently
+// admitted row is preempted: its blocks are released, its tokens kept, and
+// it is recomputed when it resumes. Kernels and samplers are batch
+// invariant, so none of this changes any request's output.
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <list>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "engine/request_handle.h"
+#include "engine/request_state.h"
+#include "tokenizer/tokenizer.h"
+
+namespace rowlm {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::Error: return "error";
+  }
+  return "?";
+}
+
+namespace engine {
+namespace {
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// MemAvailable from /proc/meminfo, or 0 if unknown.
+std::size_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::size_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+// Wakes the scheduler thread; shared with handles so a late cancel() after
+// the engine is gone touches nothing freed.
+struct Signal {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool pending = false;
+  void notify() {
+    {
+      std::lock_guard lock(mu);
+      pending = true;
+    }
+    cv.notify_all();
+  }
+};
+
+class EngineImpl final : public Engine {
+ public:
+  explicit EngineImpl(const EngineOptions& options);
+  ~EngineImpl() override { shutdown(); }
+
+  std::shared_ptr<RequestHandle> submit(Request request,
+                                        std::function<void(const TokenEvent&)> on_token) override;
+  bool step() override;
+  void run_until_idle() override;
+  const ModelInfo& model_info() const override { return model_->info(); }
+  bool has_tokenizer() const override { return tokenizer_.has_value(); }
+  const Tokenizer& tokenizer() const override {
+    if (!tokenizer_) throw Error("engine: " + opt_.model_dir + " has no tokenizer.json");
+    return *tokenizer_;
+  }
+  EngineStats stats() const override;
+  void shutdown() override;
+
+ private:
+  void loop();
+  bool step_locked_out();  // one scheduler step; the scheduler's own state needs no lock
+  void take_submissions();
+  void drop_cancelled();
+  void admit();
+  void preempt(RequestState& r);
+  void finish(RequestState& r, FinishReason reason, std::string error = {});
+  void on_logits(RequestState& r, const float* logits);
+  bool stop_condition(RequestState& r, int32_t token);
+  void publish(RequestState& r);
+  void update_gauges();
+
+  EngineOptions opt_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+  std::optional<Tokenizer> tokenizer_;
+  std::unique_ptr<kv::KvCache> cache_;
+  std::vector<int32_t> eos_;
+
+  // Submissions cross threads through this queue; everything below it is
+  // the scheduler's own.
+  mutable std::mutex submit_mu_;
+  std::deque<std::unique_ptr<RequestState>> incoming_;
+  bool closed_ = false;
+  std::shared_ptr<Signal> signal_ = std::make_shared<Signal>();
+  std::thread thread_;
+  std::atomic<uint64_t> next_id_{1};
+
+  std::deque<std::unique_ptr<RequestState>> waiting_;
+  std::list<std::unique_ptr<RequestState>> running_;  // in admission order
+  uint64_t admit_counter_ = 0;
+
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+};
+
+// Options are checked before anything loads, so a bad flag fails fast.
+const EngineOptions& checked(const EngineOptions& o) {
+  if (o.model_dir.empty()) throw Error("engine: no model directory given");
+  return o;
+}
+
+EngineImpl::EngineImpl(const EngineOptions& options)
+    : opt_(checked(options)) {
+  if (opt_.max_running < 1) throw Error("engine: max_running must be at least 1");
+  if (opt_.token_budget < 1) throw Error("engine: token_budget must be at least 1");
+  if (opt_.max_waiting < 0) throw Error("engine: max_waiting must not be negative");
+  if (!opt_.draft.empty()) throw Error("engine: speculative decoding (--draft) is not available yet");
+  backend_ = make_cpu_backend(opt_.threads);
+  model_ = load_model(opt_.model_dir, *backend_);
+  if (std::filesystem::exists(std::filesystem::path(opt_.model_dir) / "tokenizer.json"))
+    tokenizer_.emplace(Tokenizer::load(opt_.model_dir));
+  eos_ = model_->info().eos_token_ids;
+
+  kv::CacheOptions copt;
+  copt.layers = model_->kv_layers(kv::CodecSpec{});
+  const auto codecs = kv::parse_codec_map(opt_.kv_codec, int(copt.layers.size()));
+  for (std::size_t i = 0; i < copt.layers.size(); ++i) copt.layers[i].codec = codecs[i];
+  copt.capacity_bytes = opt_.kv_budget_bytes;
+  if (copt.capacity_bytes == 0) {
+    // Half of the memory available now, at most 16 GiB: room for the model's
+    // pages and the rest of the system.
+    const std::size_t avail = available_memory();
+    copt.capacity_bytes = avail ? std::min(avail / 2, std::size_t(16) << 30) : std::size_t(2) << 30;
+  }
+  copt.prefix_cache_bytes = opt_.prefix_cache ? (opt_.prefix_cache_bytes ? opt_.prefix_cache_bytes
+                                                                          : copt.capacity_bytes / 4)
+                                              : 0;
+  cache_ = std::make_unique<kv::KvCache>(copt);
+  stats_.kv_capacity_bytes = copt.capacity_bytes;
+  if (opt_.background) thread_ = std::thread([this] { loop(); });
+}
+
+std::shared_ptr<RequestHandle> EngineImpl::submit(Request request,
+                                                  std::function<void(const TokenEvent&)> on_token) {
+  const ModelInfo& info = model_->info();
+  if (request.prompt_ids.empty() && !tokenizer_)
+    throw Error("request: " + opt_.model_dir + " has no tokenizer.json; give the prompt as token ids");
+  if (!tokenizer_ && !request.sampling.stop.empty())
+    throw Error("request: stop strings need a tokenizer, and " + opt_.model_dir + " has none");
+  std::vector<int32_t> prompt = request.prompt_ids.empty()
+                                    ? tokenizer_->encode(request.prompt, request.add_special_tokens)
+                                    : request.prompt_ids;
+  if (prompt.empty()) throw Error("request: the prompt is empty");
+  for (int32_t id : prompt)
+    if (id < 0 || id >= info.vocab_size)
+      throw Error("request: prompt token id " + std::to_string(id) + " is outside the vocabulary (size " +
+                  std::to_string(info.vocab_size) + ")");
+  if (info.max_position > 0 && int64_t(prompt.size()) >= info.max_position)
+    throw Error("request: the prompt has " + std::to_string(prompt.size()) +
+                " tokens; the model's context is " + std::to_string(info.max_position));
+  request.sampling.validate(info.vocab_size);
+  const uint64_t id = next_id_++;
+  std::weak_ptr<Signal> weak = signal_;
+  auto handle = std::make_shared<HandleImpl>(id, [weak] {
+    if (auto s = weak.lock()) s->notify();
+  });
+  auto state = std::make_unique<RequestState>(id, std::move(request), std::move(prompt), info.vocab_size,
+                                              tokenizer_ ? &*tokenizer_ : nullptr, handle, std::move(on_token));
+  {
+    std::lock_guard lock(submit_mu_);
+    if (closed_) throw Error("engine: shut down");
+    if (int64_t(incoming_.size()) + stats().waiting >= opt_.max_waiting)
+      throw QueueFull("engine: the queue is full (" + std::to_string(opt_.max_waiting) + " waiting requests)");
+    incoming_.push_back(std::move(state));
+  }
+  signal_->notify();
+  return handle;
+}
+
+void EngineImpl::take_submissions() {
+  std::lock_guard lock(submit_mu_);
+  while (!incoming_.empty()) {
+    waiting_.push_back(std::move(incoming_.front()));
+    incoming_.pop_front();
+  }
+}
+
+void EngineImpl::finish(RequestState& r, FinishReason reason, std::string error) {
+  if (r.row >= 0) {
+    publish(r);
+    cache_->retire(r.row);
+    r.row = -1;
+  }
+  // Text still held back (a possible stop-string prefix, an open UTF-8
+  // sequence) belongs to the output unless a stop string ended it.
+  if (!r.stops.stopped() && r.decoder) {
+    std::string tail = r.stops.feed(r.decoder->finish()).text;
+    if (!r.stops.stopped()) tail += r.stops.flush();
+    if (!tail.empty() && reason != FinishReason::Cancelled && reason != FinishReason::Error) {
+      r.result.text += tail;
+      TokenEvent ev;
+      ev.text = tail;
+      if (r.on_token) r.on_token(ev);
+      r.handle->push(ev);
+    }
+  }
+  r.finished = Clock::now();
+  RequestResult& res = r.result;
+  res.token_ids.assign(r.generated().begin(), r.generated().end());
+  res.finish = reason;
+  res.error = std::move(error);
+  res.usage.prompt_tokens = r.prompt_length;
+  res.usage.completion_tokens = r.generated_count();
+  res.timings.total_s = seconds(r.finished - r.submitted);
+  if (r.generated_count() > 0) {
+    res.timings.time_to_first_token_s = seconds(r.first_token - r.submitted);
+    const double decode_s = seconds(r.finished - r.first_token);
+    if (r.generated_count() > 1 && decode_s > 0)
+      res.timings.decode_tokens_per_s = double(r.generated_count() - 1) / decode_s;
+  }
+  {
+    std::lock_guard lock(stats_mu_);
+    if (reason == FinishReason::Cancelled) ++stats_.requests_cancelled;
+    else if (reason == FinishReason::Error) ++stats_.requests_failed;
+    else ++stats_.requests_finished;
+  }
+  r.handle->finish(res);
+}
+
+void EngineImpl::drop_cancelled() {
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if ((*it)->handle->cancel_requested()) {
+      finish(**it, FinishReason::Cancelled);
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = running_.begin(); it != running_.end();) {
+    if ((*it)->handle->cancel_requested()) {
+      finish(**it, FinishReason::Cancelled);
+      it = running_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void EngineImpl::admit() {
+  while (!waiting_.empty() && int(running_.size()) < opt_.max_running) {
+    RequestState& r = *waiting_.front();
+    const std::vector<int32_t>& seq = r.tokens;
+    const int64_t limit = model_->info().max_position > 0 ? model_->info().max_position : INT64_MAX;
+    const int64_t max_new = r.request.sampling.max_tokens ? *r.request.sampling.max_tokens : limit;
+    const int64_t target = std::min<int64_t>(limit, r.prompt_length + max_new);
+    const int64_t reusable = opt_.prefix_cache ? cache_->match_prefix(seq, int64_t(seq.size()) - 1) : 0;
+    const std::size_t need = cache_->projected_bytes(target, opt_.token_budget) -
+                             std::min(cache_->projected_bytes(target, opt_.token_budget),
+                                      cache_->projected_bytes(reusable, 1));
+    // Room: what is free (cached prefixes are evictable) minus what admitted
+    // rows still need for their prompts. Their later growth is not held back
+    // in advance: if it outruns the pool, the newest row is preempted. A
+    // request admitted into an empty batch always runs (it fails only if it
+    // cannot fit alone).
+    std::size_t room = cache_->free_bytes() + cache_->prefix_cache_bytes();
+    for (const auto& other : running_) {
+      const std::size_t prompt_need = cache_->projected_bytes(other->sequence_length(), opt_.token_budget);
+      room -= std::min(room, prompt_need - std::min(prompt_need, cache_->row_bytes(other->row)));
+    }
+    if (!running_.empty() && need > room) break;
+    r.row = cache_->create_row();
+    if (opt_.prefix_cache) cache_->retain_for_publish(r.row);
+    r.computed = opt_.prefix_cache ? cache_->attach_prefix(r.row, seq, int64_t(seq.size()) - 1) : 0;
+    if (!r.ever_admitted) {
+      r.admitted = Clock::now();
+      r.result.timings.queue_s = seconds(r.admitted - r.submitted);
+      r.result.usage.cached_prompt_tokens = std::min<int64_t>(r.computed, r.prompt_length);
+      r.ever_admitted = true;
+      std::lock_guard lock(stats_mu_);
+      stats_.cached_prompt_tokens += r.result.usage.cached_prompt_tokens;
+      stats_.prompt_tokens += r.prompt_length;
+    }
+    r.admit_order = ++admit_counter_;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+}
+
+void EngineImpl::preempt(RequestState& r) {
+  cache_->retire(r.row);
+  r.row = -1;
+  r.computed = 0;
+  ++r.result.preemptions;
+  {
+    std::lock_guard lock(stats_mu_);
+    ++stats_.preemptions;
+  }
+}
+
+void EngineImpl::publish(RequestState& r) {
+  if (!opt_.prefix_cache || r.row < 0) return;
+  cache_->publish(r.row, std::span(r.tokens).first(std::size_t(r.computed)));
+}
+
+bool EngineImpl::stop_condition(RequestState& r, int32_t token) {
+  const auto& p = r.request.sampling;
+  if (!r.request.ignore_eos && std::find(eos_.begin(), eos_.end(), token) != eos_.end()) {
+    r.result.stop = tokenizer_ ? std::string(tokenizer_->id_to_token(token).value_or("")) : std::to_string(token);
+    return true;
+  }
+  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end()) {
+    r.result.stop = tokenizer_ ? std::string(tokenizer_->id_to_token(token).value_or("")) : std::to_string(token);
+    return true;
+  }
+  return false;
+}
+
+// A logits row for the token after the row's computed sequence: sample,
+// stream, and decide whether the request is done.
+void EngineImpl::on_logits(RequestState& r, const float* logits) {
+  const std::span<const float> row(logits, std::size_t(model_->info().vocab_size));
+  const sampling::SampledToken s = r.sampler.sample(row);
+  r.sampler.accept(s.token);
+  r.tokens.push_back(s.token);
+  if (r.generated_count() == 1) r.first_token = Clock::now();
+  if (s.logprobs) r.result.logprobs.push_back(*s.logprobs);
+  {
+    std::lock_guard lock(stats_mu_);
+    ++stats_.generated_tokens;
+  }
+
+  const bool stop_token = stop_condition(r, s.token);
+  TokenEvent ev;
+  ev.token = s.token;
+  ev.logprobs = s.logprobs;
+  bool stop_string = false;
+  if (!stop_token && r.decoder) {
+    const auto out = r.stops.feed(r.decoder->push(s.token));
+    ev.text = out.text;
+    if (out.stop) {
+      stop_string = true;
+      r.result.stop = r.request.sampling.stop[*out.stop];
+    }
+  }
+  r.result.text += ev.text;
+  if (r.on_token) r.on_token(ev);
+  r.handle->push(ev);
+
+  const int64_t limit = model_->info().max_position;
+  const auto& max_tokens = r.request.sampling.max_tokens;
+  if (stop_token || stop_string) {
+    finish(r, FinishReason::Stop);
+  } else if ((max_tokens && r.generated_count() >= *max_tokens) ||
+             (limit > 0 && r.sequence_length() >= limit)) {
+    finish(r, FinishReason::Length);
+  }
+}
+
+bool EngineImpl::step_locked_out() {
+  take_submissions();
+  drop_cancelled();
+  admit();
+  update_gauges();
+  if (running_.empty()) return !waiting_.empty();
+
+  for (;;) {
+    // Plan: one token for every decoding row, then prefill chunks in
+    // admission order while the budget lasts.
+    ForwardBatch batch;
+    std::vector<RequestState*> logit_owner;
+    std::vector<std::pair<RequestState*, int64_t>> fed;
+    int64_t budget = opt_.token_budget;
+    auto feed = [&](RequestState& r, int64_t n) {
+      const int64_t end = r.computed + n;
+      for (int64_t p = r.computed; p < end; ++p) {
+        const bool last = p + 1 == r.sequence_length();
+        batch.add(r.row, p, r.tokens[std::size_t(p)], last);
+        if (last) logit_owner.push_back(&r);
+      }
+      fed.emplace_back(&r, n);
+      budget -= n;
+    };
+    for (auto& r : running_)
+      if (r->sequence_length() - r->computed == 1) feed(*r, 1);
+    for (auto& r : running_) {
+      const int64_t need = r->sequence_length() - r->computed;
+      if (need > 1 && budget > 0) feed(*r, std::min(need, budget));
+    }
+
+    Tensor logits;
+    try {
+      model_->forward(batch, *cache_, logits);
+    } catch (const kv::OutOfBlocks& e) {
+      // Preempt the most recently admitted row and plan again; a row alone
+      // that cannot fit fails.
+      auto victim = std::max_element(running_.begin(), running_.end(), [](const auto& a, const auto& b) {
+        return a->admit_order < b->admit_order;
+      });
+      if (running_.size() == 1) {
+        finish(**victim, FinishReason::Error, std::string("the KV cache cannot hold this request: ") + e.what());
+        running_.erase(victim);
+        return true;
+      }
+      preempt(**victim);
+      waiting_.push_front(std::move(*victim));
+      running_.erase(victim);
+      continue;
+    } catch (const std::exception& e) {
+      // Not the requests' fault, but nothing else can be done with them.
+      for (auto& r : running_) finish(*r, FinishReason::Error, e.what());
+      running_.clear();
+      return true;
+    }
+    for (auto& [r, n] : fed) r->computed += n;
+    {
+      std::lock_guard lock(stats_mu_);
+      ++stats_.steps;
+    }
+    for (std::size_t i = 0; i < logit_owner.size(); ++i) {
+      try {
+        on_logits(*logit_owner[i], logits.data<float>() + int64_t(i) * logits.dim(1));
+      } catch (const std::exception& e) {
+        if (!logit_owner[i]->handle->done()) finish(*logit_owner[i], FinishReason::Error, e.what());
+      }
+    }
+    for (auto it = running_.begin(); it != running_.end();) {
+      if ((*it)->handle->done()) {
+        it = running_.erase(it);
+      } else {
+        publish(**it);
+        ++it;
+      }
+    }
+    update_gauges();
+    return true;
+  }
+}
+
+bool EngineImpl::step() {
+  if (opt_.background) throw Error("engine: step() is for engines created with background = false");
+  return step_locked_out();
+}
+
+void EngineImpl::run_until_idle() {
+  if (opt_.background) throw Error("engine: run_until_idle() is for engines created with background = false");
+  while (step_locked_out()) {
+  }
+}
+
+void EngineImpl::loop() {
+  for (;;) {
+    bool more = false;
+    {
+      std::lock_guard lock(submit_mu_);
+      if (closed_) break;
+    }
+    more = step_locked_out();
+    if (!more) {
+      std::unique_lock lock(signal_->mu);
+      signal_->cv.wait(lock, [&] { return signal_->pending; });
+      signal_->pending = false;
+    }
+  }
+}
+
+void EngineImpl::update_gauges() {
+  std::lock_guard lock(stats_mu_);
+  stats_.running = int64_t(running_.size());
+  stats_.waiting = int64_t(waiting_.size());
+  stats_.kv_used_bytes = cache_->used_bytes();
+  stats_.prefix_cache_bytes = cache_->prefix_cache_bytes();
+}
+
+EngineStats EngineImpl::stats() const {
+  std::lock_guard lock(stats_mu_);
+  EngineStats s = stats_;
+  return s;
+}
+
+void EngineImpl::shutdown() {
+  {
+    std::lock_guard lock(submit_mu_);
+    if (closed_ && !thread_.joinable() && incoming_.empty() && waiting_.empty() && running_.empty()) return;
+    closed_ = true;
+  }
+  signal_->notify();
+  if (thread_.joinable()) thread_.join();
+  take_submissions();
+  for (auto& r : waiting_) finish(*r, FinishReason::Cancelled);
+  for (auto& r : running_) finish(*r, FinishReason::Cancelled);
+  waiting_.clear();
+  running_.clear();
+}
+
+}  // namespace
+
+}  // namespace engine
+
+std::unique_ptr<Engine> Engine::create(const EngineOptions& options) {
+  return std::make_unique<engine::EngineImpl>(options);
+}
+
+}  // namespace rowlm

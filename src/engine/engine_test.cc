@@ -1,0 +1,269 @@
+// The engine against its promises, on the bundled model: a request's tokens
+// and log-probabilities are bitwise the same alone or in any schedule
+// (arrivals, chunked prefill, prefix reuse, preemption, every KV codec);
+// cancellation frees KV at once; bad requests are refused with a reason.
+
+#include "rowlm/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "core/error.h"
+
+namespace rowlm {
+namespace {
+
+std::string model_dir() { return std::string(ROWLM_SOURCE_DIR) + "/models/rowlm-tiny"; }
+
+EngineOptions manual(const std::string& codec = "bf16") {
+  EngineOptions o;
+  o.model_dir = model_dir();
+  o.threads = 2;
+  o.kv_codec = codec;
+  o.background = false;
+  o.kv_budget_bytes = std::size_t(256) << 20;
+  return o;
+}
+
+struct Spec {
+  std::string prompt;
+  float temperature;
+  uint64_t seed;
+  int max_tokens;
+  int arrival;  // engine step at which it is submitted
+  std::vector<std::string> stop;
+};
+
+Request make_request(const Spec& s) {
+  Request r;
+  r.prompt = s.prompt;
+  r.sampling.temperature = s.temperature;
+  r.sampling.seed = s.seed;
+  r.sampling.max_tokens = s.max_tokens;
+  r.sampling.logprobs = 2;
+  r.sampling.stop = s.stop;
+  return r;
+}
+
+// Runs the specs through one engine with arrivals at their steps.
+std::vector<RequestResult> run_schedule(EngineOptions opt, const std::vector<Spec>& specs) {
+  auto engine = Engine::create(opt);
+  std::vector<std::shared_ptr<RequestHandle>> handles(specs.size());
+  int step = 0;
+  std::size_t submitted = 0;
+  for (;;) {
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      if (!handles[i] && specs[i].arrival <= step) {
+        handles[i] = engine->submit(make_request(specs[i]));
+        ++submitted;
+      }
+    const bool more = engine->step();
+    ++step;
+    if (!more && submitted == specs.size()) break;
+    if (step > 100000) ADD_FAILURE() << "engine did not finish";
+  }
+  std::vector<RequestResult> out;
+  for (auto& h : handles) out.push_back(h->result());
+  return out;
+}
+
+void expect_same(const RequestResult& a, const RequestResult& b, const std::string& what) {
+  EXPECT_EQ(a.token_ids, b.token_ids) << what;
+  EXPECT_EQ(a.text, b.text) << what;
+  EXPECT_EQ(a.finish, b.finish) << what;
+  ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << what;
+  for (std::size_t i = 0; i < a.logprobs.size(); ++i) {
+    // Bitwise: the same float, not merely close.
+    EXPECT_EQ(std::memcmp(&a.logprobs[i].chosen, &b.logprobs[i].chosen, sizeof(float)), 0) << what << " token " << i;
+    ASSERT_EQ(a.logprobs[i].top.size(), b.logprobs[i].top.size());
+    for (std::size_t k = 0; k < a.logprobs[i].top.size(); ++k) {
+      EXPECT_EQ(a.logprobs[i].top[k].token, b.logprobs[i].top[k].token);
+      EXPECT_EQ(std::memcmp(&a.logprobs[i].top[k].logprob, &b.logprobs[i].top[k].logprob, sizeof(float)), 0);
+    }
+  }
+}
+
+const char* kPrompts[] = {
+    "In the beginning God created",
+    "The Python interpreter reads",
+    "And the king said unto",
+    "A river is a large natural stream of water flowing in a channel to the sea, a lake, or another river; "
+    "rivers have carried boats and goods for as long as there have been people on their banks, and the",
+    "What does the word",
+    "Lists in Python",
+};
+
+std::vector<Spec> random_specs(std::mt19937& rng, int n) {
+  std::vector<Spec> out;
+  for (int i = 0; i < n; ++i) {
+    Spec s;
+    s.prompt = kPrompts[rng() % std::size(kPrompts)];
+    if (rng() % 2) s.prompt += " " + std::string(kPrompts[rng() % std::size(kPrompts)]);
+    s.temperature = (rng() % 3 == 0) ? 0.0f : 0.9f;
+    s.seed = rng();
+    s.max_tokens = 4 + int(rng() % 20);
+    s.arrival = int(rng() % 12);
+    out.push_back(s);
+  }
+  return out;
+}
+
+// Every request alone in a fresh engine: the reference.
+std::vector<RequestResult> solo(const EngineOptions& opt, const std::vector<Spec>& specs) {
+  std::vector<RequestResult> out;
+  for (Spec s : specs) {
+    s.arrival = 0;
+    EngineOptions o = opt;
+    o.prefix_cache = false;
+    out.push_back(run_schedule(o, {s})[0]);
+  }
+  return out;
+}
+
+class EngineDeterminism : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(EngineDeterminism, RequestOutputIndependentOfSchedule) {
+  const std::string codec = GetParam();
+  std::mt19937 rng(1234);
+  const auto specs = random_specs(rng, 6);
+  const auto alone = solo(manual(codec), specs);
+  for (int trial = 0; trial < 2; ++trial) {
+    EngineOptions opt = manual(codec);
+    opt.max_running = 2 + int(rng() % 4);
+    opt.token_budget = 8 + int(rng() % 40);  // forces chunked prefill
+    opt.prefix_cache = trial == 1;
+    const auto batched = run_schedule(opt, specs);
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      expect_same(batched[i], alone[i], codec + " trial " + std::to_string(trial) + " request " + std::to_string(i));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, EngineDeterminism, ::testing::Values("bf16", "f32", "q8", "q4"),
+                         [](const auto& info) { return std::string(info.param); });
+
+TEST(Engine, PreemptionKeepsOutputsIdentical) {
+  std::mt19937 rng(99);
+  auto specs = random_specs(rng, 5);
+  for (auto& s : specs) { s.arrival = 0; s.max_tokens = 24; }
+  const auto alone = solo(manual(), specs);
+  EngineOptions opt = manual();
+  opt.prefix_cache = false;
+  // Room for about three rows' prompts (a token costs 5 window layers x 256 B
+  // + 1 full layer x 512 B in bf16, in blocks of 16): rows are admitted while
+  // their prompts fit, and preempted when their growth outruns the pool.
+  opt.kv_budget_bytes = 300 * 1024;
+  opt.max_running = 5;
+  const auto batched = run_schedule(opt, specs);
+  int64_t preemptions = 0;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    expect_same(batched[i], alone[i], "request " + std::to_string(i));
+    preemptions += batched[i].preemptions;
+  }
+  EXPECT_GT(preemptions, 0) << "the budget was meant to force preemption";
+}
+
+TEST(Engine, PrefixReuseSkipsCachedPromptTokens) {
+  EngineOptions opt = manual();
+  auto engine = Engine::create(opt);
+  Spec s{std::string(kPrompts[3]) + " " + kPrompts[3], 0.0f, 1, 8, 0, {}};
+  auto first = engine->submit(make_request(s));
+  engine->run_until_idle();
+  auto second = engine->submit(make_request(s));
+  engine->run_until_idle();
+  const auto a = first->result(), b = second->result();
+  EXPECT_EQ(a.usage.cached_prompt_tokens, 0);
+  EXPECT_GT(b.usage.cached_prompt_tokens, a.usage.prompt_tokens / 2);
+  expect_same(a, b, "same request with and without its prefix cached");
+}
+
+TEST(Engine, CancelFreesBlocks) {
+  auto engine = Engine::create(manual());
+  Spec s{kPrompts[3], 0.9f, 5, 200, 0, {}};
+  auto h = engine->submit(make_request(s));
+  for (int i = 0; i < 5; ++i) engine->step();
+  EXPECT_GT(engine->stats().kv_used_bytes, 0u);
+  h->cancel();
+  engine->step();
+  EXPECT_TRUE(h->done());
+  EXPECT_EQ(h->result().finish, FinishReason::Cancelled);
+  EXPECT_EQ(engine->stats().running, 0);
+  EXPECT_EQ(engine->stats().kv_used_bytes - engine->stats().prefix_cache_bytes, 0u);
+}
+
+TEST(Engine, StopStringEndsTextBeforeIt) {
+  auto engine = Engine::create(manual());
+  Spec base{"And the king said unto", 0.0f, 1, 40, 0, {}};
+  auto h = engine->submit(make_request(base));
+  engine->run_until_idle();
+  const std::string full = h->result().text;
+  ASSERT_GT(full.size(), 12u);
+  const std::string stop = full.substr(6, 4);
+  Spec with_stop = base;
+  with_stop.stop = {stop};
+  auto h2 = engine->submit(make_request(with_stop));
+  engine->run_until_idle();
+  const auto r = h2->result();
+  EXPECT_EQ(r.finish, FinishReason::Stop);
+  EXPECT_EQ(r.stop, stop);
+  EXPECT_EQ(r.text, full.substr(0, full.find(stop)));
+}
+
+TEST(Engine, StreamedTextEqualsResult) {
+  auto engine = Engine::create(manual());
+  Spec s{"The Python interpreter", 0.8f, 7, 30, 0, {}};
+  auto h = engine->submit(make_request(s));
+  engine->run_until_idle();
+  std::string streamed;
+  TokenEvent ev;
+  int tokens = 0;
+  while (h->next(ev)) {
+    streamed += ev.text;
+    tokens += ev.token >= 0;
+  }
+  const auto r = h->result();
+  EXPECT_EQ(streamed, r.text);
+  EXPECT_EQ(tokens, int(r.token_ids.size()));
+}
+
+TEST(Engine, RejectsBadRequests) {
+  EngineOptions opt = manual();
+  opt.max_waiting = 2;
+  auto engine = Engine::create(opt);
+  Request empty;
+  empty.prompt_ids = {};
+  empty.prompt = "";
+  empty.add_special_tokens = false;
+  EXPECT_THROW(engine->submit(empty), Error);
+  Request bad = make_request({"hi", 0.5f, 1, 4, 0, {}});
+  bad.sampling.top_p = 2.0f;
+  EXPECT_THROW(engine->submit(bad), Error);
+  Request bad_id;
+  bad_id.prompt_ids = {1, 999999};
+  EXPECT_THROW(engine->submit(bad_id), Error);
+  Request too_long;
+  too_long.prompt_ids.assign(std::size_t(engine->model_info().max_position) + 1, 5);
+  EXPECT_THROW(engine->submit(too_long), Error);
+  engine->submit(make_request({"a", 0.0f, 1, 2, 0, {}}));
+  engine->submit(make_request({"b", 0.0f, 1, 2, 0, {}}));
+  EXPECT_THROW(engine->submit(make_request({"c", 0.0f, 1, 2, 0, {}})), QueueFull);
+}
+
+TEST(Engine, BackgroundThreadServesManySubmitters) {
+  std::mt19937 rng(7);
+  auto specs = random_specs(rng, 8);
+  const auto alone = solo(manual(), specs);
+  EngineOptions opt = manual();
+  opt.background = true;
+  auto engine = Engine::create(opt);
+  std::vector<RequestResult> got(specs.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < specs.size(); ++i)
+    threads.emplace_back([&, i] { got[i] = engine->submit(make_request(specs[i]))->result(); });
+  for (auto& t : threads) t.join();
+  for (std::size_t i = 0; i < specs.size(); ++i) expect_same(got[i], alone[i], "request " + std::to_string(i));
+}
+
+}  // namespace
+}  // namespace rowlm

@@ -1,0 +1,63 @@
+#pragma once
+// One request inside the engine: its tokens, sampler, text stream and
+// handle, and where it stands in the schedule. Owned by the scheduler
+// thread; the handle is the only part other threads touch.
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "engine/request_handle.h"
+#include "kv/kv_cache.h"
+#include "rowlm/engine.h"
+#include "sampling/sampler.h"
+#include "sampling/stop_strings.h"
+#include "tokenizer/stream_decoder.h"
+
+namespace rowlm::engine {
+
+using Clock = std::chrono::steady_clock;
+
+struct RequestState {
+  RequestState(uint64_t id, Request request, std::vector<int32_t> prompt, int64_t vocab_size,
+               const Tokenizer* tokenizer, std::shared_ptr<HandleImpl> handle,
+               std::function<void(const TokenEvent&)> on_token)
+      : id(id),
+        request(std::move(request)),
+        prompt_length(int64_t(prompt.size())),
+        tokens(std::move(prompt)),
+        sampler(this->request.sampling, vocab_size, tokens),
+        decoder(tokenizer ? std::optional<StreamDecoder>(std::in_place, *tokenizer, /*skip_special_tokens=*/true)
+                          : std::nullopt),
+        stops(this->request.sampling.stop),
+        handle(std::move(handle)),
+        on_token(std::move(on_token)) {}
+
+  const uint64_t id;
+  const Request request;
+  const int64_t prompt_length;
+  std::vector<int32_t> tokens;  // the prompt, then every generated token
+  sampling::Sampler sampler;
+  std::optional<StreamDecoder> decoder;  // none when the model has no tokenizer
+  sampling::StopStringMatcher stops;
+  std::shared_ptr<HandleImpl> handle;
+  std::function<void(const TokenEvent&)> on_token;
+  RequestResult result;
+
+  // Schedule. The model has consumed `computed` tokens of sequence() (the
+  // row's KV length); the rest is fed at coming steps.
+  kv::RowId row = -1;
+  int64_t computed = 0;
+  uint64_t admit_order = 0;
+  Clock::time_point submitted = Clock::now(), admitted, first_token, finished;
+  bool ever_admitted = false;
+
+  int64_t sequence_length() const { return int64_t(tokens.size()); }
+  int64_t generated_count() const { return int64_t(tokens.size()) - prompt_length; }
+  std::span<const int32_t> generated() const { return std::span(tokens).subspan(std::size_t(prompt_length)); }
+};
+
+}  // namespace rowlm::engine
