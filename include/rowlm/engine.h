@@ -58,6 +58,10 @@ struct Request {
   bool add_special_tokens = true;    // for a text prompt (e.g. <bos>); off for rendered chats
   sampling::SamplingParams sampling;
   bool ignore_eos = false;           // keep going past the model's end-of-sequence ids
+  // The streamed text leaves out special tokens (e.g. <bos>); off, their text
+  // is kept, as tool-call parsing needs (Gemma 4 marks calls with special
+  // tokens). A stop token's text is never part of the output either way.
+  bool skip_special_tokens = true;
 };
 
 enum class FinishReason { Stop, Length, Cancelled, Error };

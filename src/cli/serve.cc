@@ -11,6 +11,7 @@
 #include <pthread.h>
 
 #include "cli/commands.h"
+#include "cli/request_options.h"
 #include "cli/runtime.h"
 #include "core/error.h"
 #include "rowlm/engine.h"
@@ -72,30 +73,13 @@ int run_serve(const std::vector<std::string>& argv) {
               "ROWLM_API_KEY environment variable, if set")
       .option("served-model-name", "NAME", "the model id clients send (default: MODEL_DIR's name)")
       .option("chat-format", "NAME", "chat format instead of the one detected from MODEL_DIR")
-      .option("max-running", "N", "most requests in the running batch", "64")
-      .option("token-budget", "N", "most tokens in one step (prefill chunks + decode)", "256")
-      .option("max-waiting", "N", "most queued requests; beyond them requests get 429 with Retry-After", "256")
-      .option("draft", "DRAFT", "speculative decoding: 'ngram', or a draft model directory")
-      .option("draft-tokens", "N", "tokens proposed per row per round", "4")
-      .flag("no-prefix-cache", "do not reuse cached prompt prefixes")
       .option("max-body", "BYTES", "largest request body; larger ones get 413", "8M")
       .option("http-threads", "N", "connections served at once (default: max-running + max-waiting + 8)")
       .option("shutdown-grace", "SECONDS", "on SIGINT/SIGTERM, how long running requests may finish", "10")
       .flag("quiet", "no log line per request");
-  add_runtime_options(args, "bf16");
+  add_engine_options(args);
   if (!args.parse(argv)) return 0;
-
-  EngineOptions eo;
-  eo.model_dir = args.get("MODEL_DIR");
-  eo.threads = int_option(args, "threads", 0, 1024);
-  eo.kv_codec = args.get("kv-codec");
-  eo.kv_budget_bytes = parse_bytes(args.get("kv-budget"), "--kv-budget");
-  eo.prefix_cache = !args.flag_set("no-prefix-cache");
-  eo.max_running = int_option(args, "max-running", 1, 4096);
-  eo.token_budget = int_option(args, "token-budget", 1, 1 << 20);
-  eo.max_waiting = int_option(args, "max-waiting", 0, 1 << 20);
-  eo.draft = args.get_opt("draft").value_or("");
-  eo.draft_tokens = int_option(args, "draft-tokens", 1, 64);
+  const EngineOptions eo = engine_options_from(args, args.get("MODEL_DIR"), /*background=*/true);
 
   server::ServerOptions so;
   so.host = args.get("host");
@@ -105,8 +89,11 @@ int run_serve(const std::vector<std::string>& argv) {
   so.model_name = args.get_opt("served-model-name").value_or("");
   so.chat_format = args.get_opt("chat-format").value_or("");
   so.max_body_bytes = parse_bytes(args.get("max-body"), "--max-body");
+  // Each request holds a connection thread while it waits or streams; with
+  // a thread for every request the engine may hold, one more request always
+  // finds a thread to tell it 429.
   so.http_threads = args.has("http-threads") ? int_option(args, "http-threads", 1, 100000)
-                                             : std::min(eo.max_running + eo.max_waiting + 8, 4096);
+                                             : eo.max_running + eo.max_waiting + 8;
   so.log_requests = !args.flag_set("quiet");
   const double grace = parse_double(args.get("shutdown-grace"), "--shutdown-grace");
   if (!(grace >= 0 && grace <= 86400)) throw Error("--shutdown-grace must be in [0, 86400] seconds");

@@ -30,7 +30,7 @@ struct RequestState {
         prompt_length(int64_t(prompt.size())),
         tokens(std::move(prompt)),
         sampler(this->request.sampling, vocab_size, tokens),
-        decoder(tokenizer ? std::optional<StreamDecoder>(std::in_place, *tokenizer, /*skip_special_tokens=*/true)
+        decoder(tokenizer ? std::optional<StreamDecoder>(std::in_place, *tokenizer, this->request.skip_special_tokens)
                           : std::nullopt),
         stops(this->request.sampling.stop),
         handle(std::move(handle)),

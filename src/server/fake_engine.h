@@ -59,6 +59,7 @@ class FakeEngine : public Engine {
   void run_until_idle() override {}
   const ModelInfo& model_info() const override { return info_; }
   const Tokenizer& tokenizer() const override { return tokenizer_; }
+  bool has_tokenizer() const override { return true; }
   EngineStats stats() const override {
     EngineStats s;
     s.running = active.load();

@@ -80,6 +80,9 @@ PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedMo
       req.sampling = sampling;
       if (sampling.seed) req.sampling.seed = *sampling.seed + uint64_t(j);
       req.ignore_eos = r.ignore_eos;
+      // Tool calls are parsed from the text; Gemma 4 writes their markup
+      // with special tokens.
+      req.skip_special_tokens = !rc.tool_syntax.has_value();
       out.requests.push_back(std::move(req));
     }
   }
