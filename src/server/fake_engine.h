@@ -51,6 +51,7 @@ class FakeEngine : public Engine {
     ++submitted;
     ++active;
     auto h = std::make_shared<Handle>(*this, std::move(request));
+    handles_.remove_if([](const std::weak_ptr<Handle>& w) { return w.expired(); });
     handles_.push_back(h);
     h->start();
     return h;

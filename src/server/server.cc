@@ -1,6 +1,7 @@
 #include "server/server.h"
 
 #include <atomic>
+#include <malloc.h>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -39,6 +40,15 @@ const char* endpoint_name(Endpoint e) {
 Dialect dialect_of(const httplib::Request& req) {
   return req.path.starts_with("/v1/messages") || req.has_header("anthropic-version") ? Dialect::kAnthropic
                                                                                      : Dialect::kOpenAI;
+}
+
+// The metrics label of a path: the generation endpoints by name, anything
+// else as "other" (a label per requested path would grow without bound).
+std::string endpoint_label(const std::string& path) {
+  if (path == "/v1/chat/completions") return endpoint_name(Endpoint::kChatCompletions);
+  if (path == "/v1/completions") return endpoint_name(Endpoint::kCompletions);
+  if (path == "/v1/messages") return endpoint_name(Endpoint::kMessages);
+  return "other";
 }
 
 Outcome outcome_of_status(int status) {
@@ -87,7 +97,10 @@ class InFlight {
   }
   ~InFlight() {
     metrics_.add_in_flight(-1);
-    --count_;
+    // The last request out hands the allocator's free memory back to the
+    // system: after a burst of many connection threads, glibc would keep
+    // tens of MB of freed arena pages resident.
+    if (--count_ == 0) malloc_trim(0);
   }
   InFlight(const InFlight&) = delete;
   InFlight& operator=(const InFlight&) = delete;
@@ -161,7 +174,7 @@ void HttpServer::Impl::install() {
     send_error(res, dialect_of(req),
                ApiError(401, "missing or wrong API key (send 'Authorization: Bearer KEY' or 'x-api-key: KEY')", "",
                         "invalid_api_key"));
-    metrics.count_request(req.path, Outcome::kUnauthorized);
+    metrics.count_request(endpoint_label(req.path), Outcome::kUnauthorized);
     return httplib::Server::HandlerResponse::Handled;
   });
   http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
@@ -174,7 +187,7 @@ void HttpServer::Impl::install() {
       default: message = "HTTP error " + std::to_string(res.status); break;
     }
     send_error(res, dialect_of(req), ApiError(res.status, message));
-    if (res.status == 413) metrics.count_request(req.path, Outcome::kRejected);
+    if (res.status == 413) metrics.count_request(endpoint_label(req.path), Outcome::kRejected);
     return httplib::Server::HandlerResponse::Handled;
   }));
   http.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {

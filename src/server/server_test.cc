@@ -238,6 +238,14 @@ TEST_F(ServerTest, ApiKey) {
   EXPECT_EQ(Json::parse(r->body)["error"]["type"], "authentication_error");
   EXPECT_EQ(client().Get("/health")->status, 200);  // probes need no key
   EXPECT_EQ(client().Get("/v1/models")->status, 401);
+  // Refusals are counted per endpoint, other paths under one label.
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(post("/v1/probe" + std::to_string(i), {})->status, 401);
+  const std::string m = client().Get("/metrics")->body;
+  EXPECT_NE(m.find("rowlm_http_requests_total{endpoint=\"chat_completions\",outcome=\"unauthorized\"} 3"),
+            std::string::npos) << m;
+  EXPECT_NE(m.find("rowlm_http_requests_total{endpoint=\"other\",outcome=\"unauthorized\"} 4"), std::string::npos)
+      << m;  // /v1/models and the three probes
+  EXPECT_EQ(m.find("probe"), std::string::npos);
 }
 
 TEST_F(ServerTest, FullQueueGets429WithRetryAfter) {
