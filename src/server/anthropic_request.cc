@@ -133,6 +133,7 @@ GenerationRequest parse_messages_request(const Json& body, int64_t /*vocab_size:
   GenerationRequest r;
   r.chat = true;
   r.model = f.required_string("model");
+  check_depth(body, "");
   auto max_tokens = f.integer("max_tokens", 1, kInt32Max);
   if (!max_tokens) throw_bad_field("max_tokens", "is required");
   r.sampling.max_tokens = int32_t(*max_tokens);

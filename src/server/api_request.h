@@ -4,7 +4,8 @@
 // and (legacy) completions, and Anthropic's messages. Each throws ApiError 400
 // naming the field at fault for malformed JSON shapes, wrong types, values
 // out of range, and fields this server cannot honour; unknown fields are
-// ignored, as OpenAI's and vLLM's servers do.
+// ignored, as OpenAI's and vLLM's servers do. Bodies nesting deeper than
+// kMaxJsonDepth are refused before anything else reads them.
 
 #include <cstdint>
 #include <string>

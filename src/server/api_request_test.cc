@@ -239,6 +239,29 @@ TEST(MessagesRequest, ToolUseAndResultsBecomeTurns) {
   EXPECT_EQ(r.sampling.stop, std::vector<std::string>{"END"});
 }
 
+TEST(Requests, DeepNestingIsRefusedWithoutRecursion) {
+  // Parsed from text, as the server receives it (the parser does not recurse;
+  // building it here by nesting values would).
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  for (Parser p : {parse_chat_completion_request, parse_completion_request, parse_messages_request}) {
+    Json body = p == parse_messages_request ? messages_body() : p == parse_completion_request ? completion_body() : chat_body();
+    std::string text = body.dump();
+    text.insert(text.size() - 1, ",\"metadata\":" + deep);
+    EXPECT_EQ(rejection(p, Json::parse(text)).param(), "body");
+  }
+  Json bias = chat_body();
+  bias["logit_bias"] = {{"5", Json::array({Json::array()})}};
+  EXPECT_NE(std::string(rejection(parse_chat_completion_request, bias).what()).find("got array"), std::string::npos);
+  std::string args = "{\"a\":";
+  for (int i = 0; i < 200; ++i) args += "[";
+  for (int i = 0; i < 200; ++i) args += "]";
+  args += "}";
+  Json call = chat_body();
+  call["messages"].push_back({{"role", "assistant"},
+                              {"tool_calls", {{{"id", "c"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", args}}}}}}});
+  EXPECT_EQ(rejection(parse_chat_completion_request, call).param(), "messages[1].tool_calls[0].function.arguments");
+}
+
 TEST(Requests, TheBodyMustBeAnObject) {
   for (Parser p : {parse_chat_completion_request, parse_completion_request, parse_messages_request}) {
     EXPECT_EQ(rejection(p, Json::array()).param(), "body");

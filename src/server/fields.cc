@@ -2,12 +2,26 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "server/api_error.h"
 
 namespace rowlm::server {
 
 std::string index_path(const std::string& path, std::size_t i) { return path + "[" + std::to_string(i) + "]"; }
+
+void check_depth(const Json& value, const std::string& path) {
+  std::vector<std::pair<const Json*, int>> stack = {{&value, 1}};
+  while (!stack.empty()) {
+    const auto [v, depth] = stack.back();
+    stack.pop_back();
+    if (!v->is_structured()) continue;
+    if (depth > kMaxJsonDepth)
+      throw_bad_field(path.empty() ? "body" : path, "nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    for (const Json& child : *v) stack.emplace_back(&child, depth + 1);
+  }
+}
 
 std::string json_type_name(const Json& value) {
   switch (value.type()) {

@@ -46,6 +46,13 @@ class Fields {
   std::string path_;
 };
 
+// Request JSON may nest at most this deep: the server's own formatting of
+// tool schemas and arguments recurses, so depth is checked before use.
+inline constexpr int kMaxJsonDepth = 64;
+// Throws ApiError 400 naming `path` when `value` nests deeper than
+// kMaxJsonDepth (checked without recursion).
+void check_depth(const Json& value, const std::string& path);
+
 // "<path>[i]".
 std::string index_path(const std::string& path, std::size_t i);
 // A short rendering of a JSON value for error messages (truncated).

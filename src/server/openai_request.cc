@@ -80,7 +80,8 @@ void parse_common(const Fields& f, int64_t vocab_size, GenerationRequest& r) {
       const int64_t id = std::stoll(key);
       token_id(Json(id), path, vocab_size);
       if (!value.is_number() || !std::isfinite(value.get<double>()) || std::fabs(value.get<double>()) > 100)
-        throw_bad_field(path, "must be a number in [-100, 100], got " + describe_value(value));
+        throw_bad_field(path, "must be a number in [-100, 100], got " +
+                                  (value.is_number() ? describe_value(value) : json_type_name(value)));
       s.logit_bias[int32_t(id)] = float(value.get<double>());
     }
   }
@@ -143,6 +144,7 @@ ToolCall parse_openai_tool_call(const Json& j, const std::string& path) {
   const std::string args = ff.string("arguments").value_or("{}");
   Json parsed = Json::parse(args, nullptr, false);
   if (!parsed.is_object()) throw_bad_field(ff.path("arguments"), "must be a JSON object encoded as a string");
+  check_depth(parsed, ff.path("arguments"));
   call.arguments = std::move(parsed);
   return call;
 }
@@ -249,6 +251,7 @@ void parse_tools(const Fields& f, GenerationRequest& r) {
 
 GenerationRequest parse_chat_completion_request(const Json& body, int64_t vocab_size) {
   Fields f(body, "");
+  check_depth(body, "");
   GenerationRequest r;
   r.chat = true;
   parse_common(f, vocab_size, r);
@@ -275,6 +278,7 @@ GenerationRequest parse_chat_completion_request(const Json& body, int64_t vocab_
 
 GenerationRequest parse_completion_request(const Json& body, int64_t vocab_size) {
   Fields f(body, "");
+  check_depth(body, "");
   GenerationRequest r;
   r.chat = false;
   r.sampling.max_tokens = 16;  // OpenAI's default for completions

@@ -86,6 +86,8 @@ const malformed = [
   ['/v1/chat/completions', '{"model":"rowlm-tiny","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema"}}', 400, 'response_format'],
   ['/v1/chat/completions', '{"model":"rowlm-tiny","messages":[{"role":"user","content":"x"}],"tool_choice":"required"}', 400, 'tool_choice'],
   ['/v1/chat/completions', JSON.stringify(chat({ messages: [{ role: 'user', content: 'word '.repeat(5000) }] })), 400, 'messages'],
+  ['/v1/chat/completions', '{"model":"rowlm-tiny","messages":[{"role":"user","content":"x"}],"tools":' +
+    '['.repeat(20000) + ']'.repeat(20000) + '}', 400, 'body'],
   ['/v1/completions', '{"model":"rowlm-tiny","prompt":[1,2,99999]}', 400, 'prompt[2]'],
   ['/v1/completions', '{"model":"rowlm-tiny","prompt":"x","suffix":"y"}', 400, 'suffix'],
   ['/v1/completions', '{"model":"rowlm-tiny"}', 400, 'prompt'],
