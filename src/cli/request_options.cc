@@ -5,7 +5,7 @@
 
 namespace rowlm::cli {
 
-void add_engine_options(Args& args) {
+void add_engine_options(Args& args, int default_max_waiting) {
   args.option("threads", "N", "CPU threads (0 = one per core)", "0")
       .option("kv-codec", "CODEC",
               "KV storage: f32, bf16, f16, q8, q4 (q4:32 picks the group size), or a per-layer map "
@@ -14,7 +14,7 @@ void add_engine_options(Args& args) {
       .option("kv-budget", "BYTES", "KV pool capacity, e.g. 2G (0 = half the available memory, at most 16G)", "0")
       .option("max-running", "N", "most requests in the running batch", "64")
       .option("token-budget", "N", "most tokens per forward step (prefill is chunked to fit)", "256")
-      .option("max-waiting", "N", "most queued requests", "1024")
+      .option("max-waiting", "N", "most queued requests", std::to_string(default_max_waiting))
       .flag("no-prefix-cache", "do not reuse cached prompt prefixes")
       .option("draft", "MODEL_DIR|ngram", "speculative decoding with a draft model or n-gram prompt lookup")
       .option("draft-tokens", "N", "tokens drafted per row per round", "4");

@@ -13,7 +13,7 @@ namespace rowlm::cli {
 
 // --threads --kv-codec --kv-budget --max-running --token-budget --max-waiting
 // --no-prefix-cache --draft --draft-tokens
-void add_engine_options(Args& args);
+void add_engine_options(Args& args, int default_max_waiting = 1024);
 EngineOptions engine_options_from(const Args& args, const std::string& model_dir, bool background);
 
 // --max-tokens --temperature --top-p --top-k --min-p --seed

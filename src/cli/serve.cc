@@ -77,7 +77,9 @@ int run_serve(const std::vector<std::string>& argv) {
       .option("http-threads", "N", "connections served at once (default: max-running + max-waiting + 8)")
       .option("shutdown-grace", "SECONDS", "on SIGINT/SIGTERM, how long running requests may finish", "10")
       .flag("quiet", "no log line per request");
-  add_engine_options(args);
+  // Every queued request holds a connection thread (see --http-threads); a
+  // CPU server's queue of 256 is already many seconds of work.
+  add_engine_options(args, /*default_max_waiting=*/256);
   if (!args.parse(argv)) return 0;
   const EngineOptions eo = engine_options_from(args, args.get("MODEL_DIR"), /*background=*/true);
 
