@@ -45,7 +45,7 @@ const float* as_f32(const cpu::Kernels& k, const Tensor& t, std::vector<float>& 
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int threads, cpu::Isa isa)
-      : kernels_(cpu::kernels_for(isa)), pool_(threads), workspace_(pool_.size()) {}
+      : kernels_(cpu::kernels_for(isa)), pool_(threads) {}
 
   std::string name() const override {
     return "cpu (" + std::string(cpu::isa_name(kernels_.isa)) + ", " +
@@ -69,7 +69,7 @@ class CpuBackend final : public Backend {
     require(y.dtype() == DType::F32 && y.rank() == 2 && y.dim(0) == M && y.dim(1) == N,
             "matmul: y must be f32 [" + std::to_string(M) + ", " + std::to_string(N) + "], got " + describe(y));
     require(!overlaps(y, x) && !overlaps(y, w), "matmul: y must not overlap x or w");
-    cpu::matmul(kernels_, pool_, workspace_, x.data<float>(), M, K,
+    cpu::matmul(kernels_, pool_, x.data<float>(), M, K,
                 cpu::WeightRows{w.dtype(), w.raw(), K}, N, y.data<float>());
   }
 
@@ -324,7 +324,6 @@ class CpuBackend final : public Backend {
 
   const cpu::Kernels& kernels_;
   ThreadPool pool_;
-  cpu::Workspace workspace_;
 };
 
 }  // namespace
