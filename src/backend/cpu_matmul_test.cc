@@ -59,8 +59,9 @@ struct Shape3 {
   int64_t M, K, N;
 };
 
-// Odd K (tails of every length class), N not a multiple of any micro-tile
-// width, M across the streaming/blocked boundary.
+// Odd K (tails of several lengths, and K = 0), N leaving a remainder after
+// every tile width (12, 8, 6 weight rows), M covering every row-group size
+// (1 to 4 rows of x) and several groups.
 constexpr Shape3 kShapes[] = {{1, 1, 1},   {1, 37, 13},  {2, 16, 6},   {3, 100, 7}, {3, 50, 19},
                               {4, 47, 25}, {5, 33, 11},  {7, 200, 31}, {17, 70, 19},
                               {64, 129, 29}, {1, 0, 3},
