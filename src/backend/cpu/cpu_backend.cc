@@ -127,7 +127,8 @@ class CpuBackend final : public Backend {
     require(int64_t(freqs.inv_freq.size()) == half,
             "rope: inv_freq has " + std::to_string(freqs.inv_freq.size()) + " entries, head_dim " +
                 std::to_string(hd) + " needs " + std::to_string(half));
-    require(x.dtype() == DType::F32 && x.rank() >= 2 && x.dim(0) == T && x.dim(-1) % hd == 0,
+    const bool shape_ok = x.rank() == 3 ? x.dim(2) == hd : x.rank() == 2 && x.dim(1) % hd == 0;
+    require(x.dtype() == DType::F32 && shape_ok && x.dim(0) == T,
             "rope: x must be f32 [" + std::to_string(T) + ", heads, " + std::to_string(hd) +
                 "] (or [T, heads·head_dim]), got " + describe(x));
     for (int64_t t = 0; t < T; ++t)
