@@ -56,9 +56,10 @@ struct Kernels {
   void (*add_scaled)(float* y, float a, const float* x, int64_t n);  // y += (a · x), two roundings
   void (*tanh)(const float* x, int64_t n, float* out);         // the tanh the others use
 
-  // Ceiling probes (ceilings.h): read `bytes` (a multiple of 64) with vector
-  // loads; run `iters` rounds of independent FMA chains, returning their
-  // flop count. Both return values only to keep the work observable.
+  // Ceiling probes (ceilings.h): read `bytes` (a multiple of 64, 64-byte
+  // aligned) with vector loads; run `iters` rounds of independent FMA
+  // chains, returning their flop count. Both return values only to keep the
+  // work observable.
   uint64_t (*stream_read)(const void* data, std::size_t bytes);
   double (*fma_chains)(int64_t iters, float* sink);
 };
