@@ -347,6 +347,9 @@ TEST(CpuOps, BadArgumentsGiveErrorsNamingTheOperation) {
   EXPECT_NE(error_of([&] { b->rope(x, std::vector<int64_t>{0, -1}, RopeFrequencies{8, {1, 1, 1, 1}}); })
                 .find("negative"),
             std::string::npos);
+  Tensor heads(DType::F32, {2, 1, 8});  // head_dim 8, but freqs claim 4
+  EXPECT_NE(error_of([&] { b->rope(heads, positions, RopeFrequencies{4, {1, 1}}); }).find("rope: x"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { b->gelu_tanh_mul(x, other, out); }).find("gelu_tanh_mul"), std::string::npos);
   EXPECT_NE(error_of([&] { b->add(x, other); }).find("add"), std::string::npos);
   EXPECT_NE(error_of([&] { b->softcap(x, 0.0f); }).find("softcap"), std::string::npos);
