@@ -12,16 +12,6 @@
 #include "backend/cpu/test_util.h"
 #include "core/error.h"
 
-// Until the KV module defines kv::attend (CpuBackend::attention forwards to
-// it), this weak stand-in lets the test binary link; a real definition
-// replaces it. These tests never call attention. Delete once kv::attend lands.
-namespace rowlm::kv {
-[[gnu::weak]] void attend(const KvCache&, int, std::span<const AttentionQuery>, const float*,
-                          const AttentionParams&, float*, ThreadPool&) {
-  throw Error("kv::attend is not linked into this binary");
-}
-}  // namespace rowlm::kv
-
 namespace rowlm {
 namespace {
 
