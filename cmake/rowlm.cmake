@@ -13,7 +13,7 @@ endif()
 # -ffp-contract=off: with FMA enabled GCC would otherwise fuse a*b+c (even
 # written with intrinsics) where it likes, so ISA paths would round differently
 # from each other and from the portable path; kernels ask for FMA explicitly.
-set(ROWLM_AVX512_FLAGS -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c -mbmi2 -ffp-contract=off)
+set(ROWLM_AVX512_FLAGS -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -mbmi2 -ffp-contract=off)
 set(ROWLM_AVX2_FLAGS -mavx2 -mfma -mf16c -mbmi2 -ffp-contract=off)
 
 # rowlm_module(NAME DEPS dep...) declares the static library rowlm_NAME from

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "backend/backend.h"
-#include "backend/cpu/isa.h"
+#include "core/isa.h"
 
 namespace rowlm {
 

@@ -14,7 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "backend/cpu/isa.h"
+#include "core/isa.h"
 #include "core/dtype.h"
 
 namespace rowlm::cpu {
