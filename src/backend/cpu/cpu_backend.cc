@@ -167,6 +167,13 @@ class CpuBackend final : public Backend {
     elementwise(out.numel(), [&](int64_t i, int64_t n) { kernels_.gelu_tanh_mul(g + i, u + i, n, o + i); });
   }
 
+  void copy(const Tensor& src, Tensor& dst) override {
+    require(src.dtype() == dst.dtype() && src.numel() == dst.numel(),
+            "copy: src and dst must have one dtype and size, got " + describe(src) + " and " + describe(dst));
+    require(!overlaps(src, dst), "copy: src and dst must not overlap");
+    std::memcpy(dst.raw(), src.raw(), src.nbytes());
+  }
+
   void add(Tensor& y, const Tensor& x) override {
     require(y.dtype() == DType::F32 && x.dtype() == DType::F32 && y.shape() == x.shape(),
             "add: y and x must be f32 of one shape, got " + describe(y) + " and " + describe(x));
