@@ -141,7 +141,7 @@ TEST_P(EngineDeterminism, RequestOutputIndependentOfSchedule) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, EngineDeterminism, ::testing::Values("bf16", "f32", "q8", "q4"),
-                         [](const auto& info) { return std::string(info.param); });
+                         [](const auto& param_info) { return std::string(param_info.param); });
 
 TEST(Engine, PreemptionKeepsOutputsIdentical) {
   std::mt19937 rng(99);

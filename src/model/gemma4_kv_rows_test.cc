@@ -151,8 +151,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ModelCodec{"tests/fixtures/gemma4/e_series", "f32"}, ModelCodec{"tests/fixtures/gemma4/e_series", "bf16"},
                       ModelCodec{"tests/fixtures/gemma4/everything", "bf16"}, ModelCodec{"models/rowlm-tiny", "bf16"},
                       ModelCodec{"models/rowlm-tiny", "q8:32"}, ModelCodec{"models/rowlm-tiny", "q4:32"}),
-    [](const auto& info) {
-      std::string n = info.param.model.substr(info.param.model.rfind('/') + 1) + "_" + info.param.codec;
+    [](const auto& param_info) {
+      const ModelCodec& p = param_info.param;
+      std::string n = p.model.substr(p.model.rfind('/') + 1) + "_" + p.codec;
       for (char& c : n)
         if (!isalnum(static_cast<unsigned char>(c))) c = '_';
       return n;
