@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <memory>
 #include <span>
-#include <string>
 #include <vector>
 
 #include "engine/request_state.h"
@@ -43,10 +42,9 @@ class Drafter {
  public:
   virtual ~Drafter() = default;
 
-  // Admission: whether the drafter's own storage can take `request`
-  // reaching `tokens` positions, given the rows it already holds (`alone`:
-  // no other row is running, so only the request's own size matters).
-  virtual bool has_room(const RequestState& /*request*/, int64_t /*tokens*/, bool /*alone*/) const { return true; }
+  // Admission, while other rows run: whether the drafter's own storage can
+  // take `request` reaching `tokens` positions beside the rows it holds.
+  virtual bool has_room(const RequestState& /*request*/, int64_t /*tokens*/) const { return true; }
   // The request was admitted (or resumed after preemption) / has left the
   // batch (finished, cancelled or preempted).
   virtual void attach(RequestState& /*request*/) {}

@@ -359,7 +359,7 @@ void EngineImpl::admit() {
       for (const auto& other : running_) held.emplace_back(other->row, other->sequence_length());
       if (admission_need(*cache_, target, reusable, step_tokens()) > admission_room(*cache_, held, step_tokens()))
         break;
-      if (drafter_ && !drafter_->has_room(r, target, false)) break;
+      if (drafter_ && !drafter_->has_room(r, target)) break;
     }
     r.row = cache_->create_row();
     if (opt_.prefix_cache) cache_->retain_for_publish(r.row);

@@ -5,8 +5,9 @@
 // forward: the tokens the target has computed (prefill chunks, one step
 // behind) and, for a row that drafts, also its last sampled token, whose
 // logits give the first draft. Then one draft forward per further draft
-// position, for all rows still drafting. Drafts live in a speculative round
-// of the draft cache and are rolled back to what the target accepted.
+// position, for all rows still drafting. A drafting row's step is one
+// speculative round of the draft cache, rolled back to what the target
+// accepted.
 //
 // The draft row keeps up with no budget of its own, so a decoding row
 // always drafts: a sampled request's output must not depend on the batch,
@@ -40,8 +41,7 @@ class ModelDrafter final : public Drafter {
       : model_(std::move(model)), cache_(std::move(cache_options)), prefix_cache_(prefix_cache),
         step_tokens_(step_tokens) {}
 
-  bool has_room(const RequestState& r, int64_t tokens, bool alone) const override {
-    if (alone) return true;
+  bool has_room(const RequestState& r, int64_t tokens) const override {
     const int64_t reusable =
         prefix_cache_ ? cache_.match_prefix(r.tokens, std::max<int64_t>(0, r.sequence_length() - 1)) : 0;
     std::vector<std::pair<kv::RowId, int64_t>> held;
