@@ -107,13 +107,15 @@ TEST_P(GreedySpeculation, EmitsExactlyWhatPlainDecodingDoes) {
   // Stops fire in the middle of accepted runs too.
   EXPECT_GT(std::count_if(plain.begin(), plain.end(), [](const auto& r) { return r.finish == FinishReason::Stop; }), 0);
   rng.seed(std::hash<std::string>{}(std::string(drafter) + codec));
-  for (int trial = 0; trial < 2; ++trial) {
+  // Each request alone (bf16 only, to keep the test short), then all of
+  // them in a random schedule (every codec).
+  for (int trial = std::string(codec) == "bf16" ? 0 : 1; trial < 2; ++trial) {
     EngineOptions opt = options(codec, drafter_dir(drafter));
     opt.draft_tokens = 2 + int(rng() % 4);
     std::vector<RequestResult> got;
     EngineStats stats;
     if (trial == 0) {
-      got = solo(opt, specs);  // each request alone
+      got = solo(opt, specs);
     } else {
       opt.max_running = 2 + int(rng() % 3);
       opt.token_budget = 8 + int(rng() % 24);  // chunked prefill, trimmed drafts
@@ -229,9 +231,9 @@ TEST(Speculation, StopsAtTheContextEndLikePlainDecoding) {
 // chosen tokens' ranks then checks the verification scheme end to end.
 TEST(Speculation, SampledTokensFollowTheTargetDistribution) {
   constexpr int K = 4;
-  constexpr float T = 1.5f;
+  constexpr float T = 3.0f;  // flat enough that many drafts are rejected
   std::vector<Spec> specs;
-  for (int i = 0; i < 160; ++i)
+  for (int i = 0; i < 80; ++i)
     specs.push_back({kPrompts[i % 3], T, uint64_t(1000 + i), 16, 0, {}, {}, K, K});
   EngineOptions opt = options("bf16", draft_model_dir());
   opt.draft_tokens = 3;
@@ -266,7 +268,9 @@ TEST(Speculation, SampledTokensFollowTheTargetDistribution) {
     ASSERT_GT(expected[std::size_t(k)], 5.0) << "too few samples for the test at rank " << k;
     chi2 += std::pow(observed[std::size_t(k)] - expected[std::size_t(k)], 2) / expected[std::size_t(k)];
   }
-  // 3 degrees of freedom: P(chi2 > 16.27) = 0.001.
+  // 3 degrees of freedom: P(chi2 > 16.27) = 0.001. (The verifier scores
+  // about 0.5 here; one that redraws a rejected position from p instead of
+  // the residual max(0, p - q) scores about 43.)
   EXPECT_LT(chi2, 16.27) << samples << " samples; observed by rank " << observed[0] << " " << observed[1] << " "
                          << observed[2] << " " << observed[3] << ", expected " << expected[0] << " " << expected[1]
                          << " " << expected[2] << " " << expected[3];
