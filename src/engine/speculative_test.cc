@@ -289,6 +289,21 @@ TEST(Speculation, AcceptanceIsHighOnRepetitiveText) {
   }
 }
 
+TEST(Speculation, CancelFreesTheDraftRowToo) {
+  auto engine = Engine::create(options("q8", draft_model_dir()));
+  auto h = engine->submit(make_request({kPrompts[3], 0.9f, 5, 200, 0, {}}));
+  for (int i = 0; i < 5; ++i) engine->step();
+  const EngineStats running = engine->stats();
+  EXPECT_GT(running.draft_proposed, 0);
+  EXPECT_GT(running.kv_used_bytes - running.prefix_cache_bytes, 0u);
+  h->cancel();
+  engine->step();
+  EXPECT_EQ(h->result().finish, FinishReason::Cancelled);
+  const EngineStats after = engine->stats();
+  EXPECT_EQ(after.running, 0);
+  EXPECT_EQ(after.kv_used_bytes - after.prefix_cache_bytes, 0u);  // target and draft caches
+}
+
 TEST(Speculation, BadDraftOptionsAreRefusedClearly) {
   auto error_of = [](const EngineOptions& o) -> std::string {
     try {
