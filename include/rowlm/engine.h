@@ -46,7 +46,7 @@ struct EngineOptions {
   int max_waiting = 1024;             // most queued requests; submit() beyond it throws QueueFull
   // Speculative decoding: "" (off), "ngram" (prompt lookup), or a draft model directory.
   std::string draft;
-  int draft_tokens = 4;               // tokens proposed per row per round
+  int draft_tokens = 3;               // tokens proposed per row per round (docs/speculative.md)
   // false: no scheduler thread; the caller drives the engine with step()
   // (deterministic schedules for `rowlm batch` and tests).
   bool background = true;

@@ -156,6 +156,31 @@ TEST(Cli, ChatReusesTheConversationKv) {
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '>'), 5) << r.out;  // one prompt per input line
 }
 
+// Speculative decoding end to end: greedy output is plain decoding's, and
+// the JSON reports what was drafted.
+TEST(Cli, DraftFlagsSpeculateAndReportIt) {
+  const std::string m = kSource + "/models/rowlm-tiny";
+  const std::string args = " \"And the king said unto\" --max-tokens 40 --ignore-eos --json --threads 1";
+  const CommandRun plain = rowlm("generate " + m + args);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_FALSE(json::parse(plain.out).contains("speculative"));
+  for (const std::string& draft : {kSource + "/models/rowlm-tiny-draft", std::string("ngram")}) {
+    const CommandRun r = rowlm("generate " + m + args + " --draft " + draft + " --draft-tokens 3");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const json j = json::parse(r.out);
+    EXPECT_EQ(j["token_ids"], json::parse(plain.out)["token_ids"]) << draft;
+    EXPECT_GT(j["speculative"]["proposed"].get<int>(), 0) << draft;
+    EXPECT_LE(j["speculative"]["accepted"].get<int>(), j["speculative"]["proposed"].get<int>()) << draft;
+  }
+  const CommandRun b = rowlm("batch " + m + " --input - --output - --draft ngram --threads 1",
+                             R"({"id": 1, "prompt": "In the beginning", "max_tokens": 30, "temperature": 0})" "\n");
+  ASSERT_EQ(b.status, 0) << b.err;
+  EXPECT_GT(json::parse(b.out)["speculative"]["proposed"].get<int>(), 0);
+  const CommandRun bad = rowlm("generate " + m + " hi --threads 1 --draft " + kSource + "/tests/fixtures/gemma4/bf16");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("vocabulary"), std::string::npos) << bad.err;
+}
+
 TEST(Cli, InspectReportsSizeAndKvCost) {
   const CommandRun r = rowlm("inspect " + kSource + "/models/rowlm-tiny --json");
   ASSERT_EQ(r.status, 0) << r.err;
