@@ -85,7 +85,8 @@ struct Signal {
 
 class EngineImpl final : public Engine {
  public:
-  explicit EngineImpl(const EngineOptions& options);
+  // `model` runs on `backend`; model_dir (if set) supplies the tokenizer.
+  EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> backend, std::unique_ptr<Model> model);
   ~EngineImpl() override { shutdown(); }
 
   std::shared_ptr<RequestHandle> submit(Request request,
@@ -144,11 +145,6 @@ class EngineImpl final : public Engine {
   EngineStats stats_;
 };
 
-// Options are checked before anything loads, so a bad flag fails fast.
-const EngineOptions& checked(const EngineOptions& o) {
-  if (o.model_dir.empty()) throw Error("engine: no model directory given");
-  return o;
-}
 
 // The draft model of `dir`, which must share the target's vocabulary.
 std::unique_ptr<Model> load_draft_model(const std::string& dir, Backend& backend, const ModelInfo& target) {
@@ -184,19 +180,18 @@ std::size_t context_bytes(const std::vector<kv::LayerSpec>& layers, int64_t toke
   return total;
 }
 
-EngineImpl::EngineImpl(const EngineOptions& options)
-    : opt_(checked(options)) {
+EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> backend,
+                       std::unique_ptr<Model> model)
+    : opt_(options), backend_(std::move(backend)), model_(std::move(model)) {
   if (opt_.max_running < 1) throw Error("engine: max_running must be at least 1");
   if (opt_.token_budget < 1) throw Error("engine: token_budget must be at least 1");
   if (opt_.max_waiting < 0) throw Error("engine: max_waiting must not be negative");
   if (!opt_.draft.empty() && (opt_.draft_tokens < 1 || opt_.draft_tokens > kMaxDraftTokens))
     throw Error("engine: draft_tokens must be 1.." + std::to_string(kMaxDraftTokens) + ", got " +
                 std::to_string(opt_.draft_tokens));
-  backend_ = make_cpu_backend(opt_.threads);
-  model_ = load_model(opt_.model_dir, *backend_);
   std::unique_ptr<Model> draft_model;
   if (!opt_.draft.empty() && opt_.draft != "ngram") draft_model = load_draft_model(opt_.draft, *backend_, model_->info());
-  if (std::filesystem::exists(std::filesystem::path(opt_.model_dir) / "tokenizer.json"))
+  if (!opt_.model_dir.empty() && std::filesystem::exists(std::filesystem::path(opt_.model_dir) / "tokenizer.json"))
     tokenizer_.emplace(Tokenizer::load(opt_.model_dir));
   eos_ = model_->info().eos_token_ids;
 
@@ -722,7 +717,17 @@ void EngineImpl::shutdown() {
 }  // namespace engine
 
 std::unique_ptr<Engine> Engine::create(const EngineOptions& options) {
-  return std::make_unique<engine::EngineImpl>(options);
+  if (options.model_dir.empty()) throw Error("engine: no model directory given");
+  if (options.threads < 0) throw Error("engine: threads must not be negative");
+  auto backend = make_cpu_backend(options.threads);
+  auto model = load_model(options.model_dir, *backend);
+  return std::make_unique<engine::EngineImpl>(options, std::move(backend), std::move(model));
+}
+
+std::unique_ptr<Engine> Engine::create(const EngineOptions& options, std::unique_ptr<Backend> backend,
+                                       std::unique_ptr<Model> model) {
+  if (!backend || !model) throw Error("engine: a backend and a model are needed");
+  return std::make_unique<engine::EngineImpl>(options, std::move(backend), std::move(model));
 }
 
 }  // namespace rowlm
