@@ -215,7 +215,7 @@ std::string join_retire_json(bool quick) {
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  std::printf("{\n  \"isa\": \"%s\",\n", detail::isa_name(detail::best_isa()));
+  std::printf("{\n  \"isa\": \"%s\",\n", std::string(cpu::isa_name(cpu::isa_from_env())).c_str());
   std::printf("  \"bytes_per_token\": %s,\n", bytes_per_token_json().c_str());
   std::fflush(stdout);
   std::printf("  \"join_retire\": %s,\n", join_retire_json(quick).c_str());

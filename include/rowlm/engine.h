@@ -46,7 +46,7 @@ struct EngineOptions {
   int max_waiting = 1024;             // most queued requests; submit() beyond it throws QueueFull
   // Speculative decoding: "" (off), "ngram" (prompt lookup), or a draft model directory.
   std::string draft;
-  int draft_tokens = 4;               // tokens proposed per row per round
+  int draft_tokens = 3;               // tokens proposed per row per round (docs/speculative.md)
   // false: no scheduler thread; the caller drives the engine with step()
   // (deterministic schedules for `rowlm batch` and tests).
   bool background = true;
@@ -136,6 +136,11 @@ class Engine {
   // Loads the model (and draft model) and starts the scheduler thread
   // unless options.background is false. Throws rowlm::Error on bad options.
   static std::unique_ptr<Engine> create(const EngineOptions& options);
+  // An engine over a model already built on `backend` (random weights for
+  // benchmarks, say). options.model_dir, if set, supplies the tokenizer;
+  // without one, requests give token ids.
+  static std::unique_ptr<Engine> create(const EngineOptions& options, std::unique_ptr<Backend> backend,
+                                        std::unique_ptr<Model> model);
 
   // Queues a request; thread-safe. `on_token`, if given, is called from the
   // scheduler thread for every event (keep it short); next() works either way.

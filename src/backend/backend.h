@@ -62,6 +62,8 @@ class Backend {
   // out = gelu_tanh(gate) ⊙ up, elementwise; all [M, I] f32. out may alias gate.
   virtual void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
 
+  // dst = src (same dtype and element count; no overlap).
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;
   // y += x (same shape).
   virtual void add(Tensor& y, const Tensor& x) = 0;
   // y *= s.

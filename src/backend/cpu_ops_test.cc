@@ -12,16 +12,6 @@
 #include "backend/cpu/test_util.h"
 #include "core/error.h"
 
-// Until the KV module defines kv::attend (CpuBackend::attention forwards to
-// it), this weak stand-in lets the test binary link; a real definition
-// replaces it. These tests never call attention. Delete once kv::attend lands.
-namespace rowlm::kv {
-[[gnu::weak]] void attend(const KvCache&, int, std::span<const AttentionQuery>, const float*,
-                          const AttentionParams&, float*, ThreadPool&) {
-  throw Error("kv::attend is not linked into this binary");
-}
-}  // namespace rowlm::kv
-
 namespace rowlm {
 namespace {
 
@@ -346,6 +336,9 @@ TEST(CpuOps, BadArgumentsGiveErrorsNamingTheOperation) {
             std::string::npos);
   EXPECT_NE(error_of([&] { b->rope(x, std::vector<int64_t>{0, -1}, RopeFrequencies{8, {1, 1, 1, 1}}); })
                 .find("negative"),
+            std::string::npos);
+  Tensor heads(DType::F32, {2, 1, 8});  // head_dim 8, but freqs claim 4
+  EXPECT_NE(error_of([&] { b->rope(heads, positions, RopeFrequencies{4, {1, 1}}); }).find("rope: x"),
             std::string::npos);
   EXPECT_NE(error_of([&] { b->gelu_tanh_mul(x, other, out); }).find("gelu_tanh_mul"), std::string::npos);
   EXPECT_NE(error_of([&] { b->add(x, other); }).find("add"), std::string::npos);

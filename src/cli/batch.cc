@@ -106,6 +106,10 @@ int run_batch(const std::vector<std::string>& argv) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::fprintf(stderr, "%zu requests (%lld failed), %lld tokens generated in %.2f s (%.1f tokens/s)\n", lines.size(),
                (long long)failed, (long long)generated, secs, double(generated) / secs);
+  if (const EngineStats s = engine->stats(); s.draft_proposed > 0)
+    std::fprintf(stderr, "speculative decoding: %lld tokens drafted, %lld accepted (%.1f%%)\n",
+                 (long long)s.draft_proposed, (long long)s.draft_accepted,
+                 100.0 * double(s.draft_accepted) / double(s.draft_proposed));
   return failed ? 1 : 0;
 }
 

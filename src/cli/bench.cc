@@ -15,6 +15,7 @@
 #include "cli/runtime.h"
 #include "core/error.h"
 #include "model/gemma4.h"
+#include "rowlm/engine.h"
 
 namespace rowlm::cli {
 namespace {
@@ -70,6 +71,99 @@ std::size_t streamed_weight_bytes(const gemma4::Weights& w) {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double idx = p * double(v.size() - 1);
+  const std::size_t lo = std::size_t(idx), hi = std::min(v.size() - 1, lo + 1);
+  return v[lo] + (v[hi] - v[lo]) * (idx - double(lo));
+}
+
+// Continuous batching under load: C requests submitted at once to one
+// engine; aggregate and per-request throughput, time to first token.
+nlohmann::json concurrency_run(Engine& engine, int concurrency, int64_t prompt_tokens, int64_t gen_tokens,
+                               uint32_t& rng, int vocab) {
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  const auto t0 = Clock::now();
+  for (int c = 0; c < concurrency; ++c) {
+    Request r;
+    for (int64_t i = 0; i < prompt_tokens; ++i) {
+      rng = rng * 1664525u + 1013904223u;
+      r.prompt_ids.push_back(int32_t(4 + rng % uint32_t(vocab - 4)));
+    }
+    r.sampling.temperature = 0;
+    r.sampling.max_tokens = int32_t(gen_tokens);
+    r.ignore_eos = true;
+    handles.push_back(engine.submit(r));
+  }
+  std::vector<double> ttft, per_request;
+  int64_t generated = 0;
+  for (auto& h : handles) {
+    const RequestResult res = h->result();
+    if (res.finish == FinishReason::Error) throw Error("bench request failed: " + res.error);
+    ttft.push_back(res.timings.time_to_first_token_s);
+    per_request.push_back(res.timings.decode_tokens_per_s);
+    generated += res.usage.completion_tokens;
+  }
+  const double wall = seconds_since(t0);
+  return {{"concurrency", concurrency},
+          {"seconds", wall},
+          {"generated_tokens", generated},
+          {"aggregate_tokens_per_s", double(generated) / wall},
+          {"per_request_decode_tokens_per_s_p50", percentile(per_request, 0.5)},
+          {"time_to_first_token_p50_s", percentile(ttft, 0.5)},
+          {"time_to_first_token_p95_s", percentile(ttft, 0.95)}};
+}
+
+// --concurrency: the engine under C simultaneous requests, for each C.
+int concurrency_bench(const Args& args, const std::string& concurrency, const std::string& shape, int layers,
+                      int64_t threads) {
+  const auto levels = parse_int_list(concurrency, "--concurrency");
+  for (int32_t c : levels) if (c < 1 || c > 4096) throw Error("--concurrency levels must be 1..4096");
+  const int64_t prompt_tokens = args.get_int("prompt-tokens"), gen_tokens = args.get_int("gen-tokens");
+  if (prompt_tokens < 1 || gen_tokens < 1) throw Error("--prompt-tokens and --gen-tokens must be positive");
+  EngineOptions eo;
+  eo.threads = int(threads);
+  eo.kv_codec = args.get("kv-codec");
+  eo.kv_budget_bytes = parse_bytes(args.get("kv-budget"), "--kv-budget");
+  eo.prefix_cache = false;
+  eo.max_running = *std::max_element(levels.begin(), levels.end());
+  eo.token_budget = std::max<int>(256, eo.max_running);
+  std::unique_ptr<Engine> engine;
+  std::string source;
+  if (auto dir = args.get_opt("model")) {
+    eo.model_dir = *dir;
+    engine = Engine::create(eo);
+    source = *dir;
+  } else {
+    auto backend = make_cpu_backend(int(threads));
+    const gemma4::Config cfg = gemma4::parse_config(shape_config(shape, layers).dump(), "bench:" + shape);
+    std::fprintf(stderr, "bench: building random %s weights with %d layers...\n", shape.c_str(), layers);
+    auto model = gemma4::make_model(cfg, gemma4::make_synthetic_weights(cfg, 1), *backend);
+    engine = Engine::create(eo, std::move(backend), std::move(model));
+    source = "random " + shape + " weights, " + std::to_string(layers) + " layers";
+  }
+  nlohmann::json runs = nlohmann::json::array();
+  uint32_t seed = 7;
+  const int vocab = std::min(engine->model_info().vocab_size, 262144);
+  for (int32_t c : levels) runs.push_back(concurrency_run(*engine, c, prompt_tokens, gen_tokens, seed, vocab));
+  const double single = runs[0]["aggregate_tokens_per_s"];
+  for (auto& r : runs) r["aggregate_vs_first"] = double(r["aggregate_tokens_per_s"]) / single;
+  nlohmann::json out = {{"model", source}, {"kv_codec", eo.kv_codec}, {"threads", eo.threads},
+                        {"prompt_tokens", prompt_tokens}, {"gen_tokens", gen_tokens}, {"runs", runs}};
+  std::cout << out.dump(1) << "\n";
+  if (args.flag_set("table")) {
+    std::fprintf(stderr, "%11s %16s %10s %18s %12s %12s\n", "concurrency", "aggregate tok/s", "vs first",
+                 "per-request tok/s", "TTFT p50 ms", "TTFT p95 ms");
+    for (const auto& r : runs)
+      std::fprintf(stderr, "%11d %16.1f %9.2fx %18.1f %12.1f %12.1f\n", int(r["concurrency"]),
+                   double(r["aggregate_tokens_per_s"]), double(r["aggregate_vs_first"]),
+                   double(r["per_request_decode_tokens_per_s_p50"]), 1e3 * double(r["time_to_first_token_p50_s"]),
+                   1e3 * double(r["time_to_first_token_p95_s"]));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int run_bench(const std::vector<std::string>& argv) {
@@ -82,6 +176,11 @@ int run_bench(const std::vector<std::string>& argv) {
       .option("batch", "B,B,...", "decode batch sizes", "1,8")
       .option("context", "N", "tokens already in each row before decode steps", "64")
       .flag("no-ceilings", "skip the bandwidth and FMA measurements")
+      .option("concurrency", "C,C,...",
+              "instead: run C requests at once through the engine, for each C (continuous batching)")
+      .option("model", "MODEL_DIR", "with --concurrency: a real model instead of random weights")
+      .option("prompt-tokens", "N", "with --concurrency: prompt length of each request", "16")
+      .option("gen-tokens", "N", "with --concurrency: tokens each request generates", "64")
       .flag("table", "also print a table to stderr");
   add_runtime_options(args, "bf16");
   if (!args.parse(argv)) return 0;
@@ -93,6 +192,7 @@ int run_bench(const std::vector<std::string>& argv) {
   for (int32_t b : batches) if (b < 1 || b > 256) throw Error("--batch sizes must be 1..256");
 
   const int64_t threads = args.get_int("threads");
+  if (auto conc = args.get_opt("concurrency")) return concurrency_bench(args, *conc, shape, layers, threads);
   auto backend = make_cpu_backend(int(threads));
   const nlohmann::json cfg_json = shape_config(shape, layers);
   gemma4::Config cfg = gemma4::parse_config(cfg_json.dump(), "bench:" + shape);

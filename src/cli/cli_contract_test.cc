@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -131,6 +132,53 @@ TEST(Cli, BatchWritesOneResultPerRequestInInputOrder) {
   const CommandRun solo = rowlm("generate " + kSource + "/models/rowlm-tiny \"A river is\" --max-tokens 7 --temperature 0.8 --seed 3 --json");
   ASSERT_EQ(solo.status, 0) << solo.err;
   EXPECT_EQ(json::parse(solo.out)["token_ids"], out[1]["token_ids"]);
+}
+
+// The chat keeps the conversation's KV: the second turn's prompt reuses the
+// first turn's tokens, and /reset forgets them.
+TEST(Cli, ChatReusesTheConversationKv) {
+  const CommandRun r = rowlm("chat " + kSource + "/models/rowlm-tiny --stats --temperature 0 --max-tokens 12",
+                             "Define mountain.\nDefine river.\n/reset\nDefine river.\n/exit\n");
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::vector<std::pair<int, int>> turns;  // (prompt tokens, reused)
+  std::stringstream err(r.err);
+  for (std::string line; std::getline(err, line);) {
+    int prompt = 0, reused = 0;
+    if (std::sscanf(line.c_str(), "(%d prompt tokens, %d reused", &prompt, &reused) == 2) turns.emplace_back(prompt, reused);
+  }
+  ASSERT_EQ(turns.size(), 3u) << r.err;
+  EXPECT_EQ(turns[0].second, 0);
+  // Turn 2 reuses what turn 1 left in the KV (its prompt and reply, block-aligned).
+  EXPECT_GT(turns[1].second, turns[0].first - 16);
+  EXPECT_GT(turns[1].first, turns[0].first);
+  // After /reset the conversation starts over: same prompt as a first turn.
+  EXPECT_LT(turns[2].first, turns[1].first);
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '>'), 5) << r.out;  // one prompt per input line
+}
+
+// Speculative decoding end to end: greedy output is plain decoding's, and
+// the JSON reports what was drafted.
+TEST(Cli, DraftFlagsSpeculateAndReportIt) {
+  const std::string m = kSource + "/models/rowlm-tiny";
+  const std::string args = " \"And the king said unto\" --max-tokens 40 --ignore-eos --json --threads 1";
+  const CommandRun plain = rowlm("generate " + m + args);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_FALSE(json::parse(plain.out).contains("speculative"));
+  for (const std::string& draft : {kSource + "/models/rowlm-tiny-draft", std::string("ngram")}) {
+    const CommandRun r = rowlm("generate " + m + args + " --draft " + draft + " --draft-tokens 3");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const json j = json::parse(r.out);
+    EXPECT_EQ(j["token_ids"], json::parse(plain.out)["token_ids"]) << draft;
+    EXPECT_GT(j["speculative"]["proposed"].get<int>(), 0) << draft;
+    EXPECT_LE(j["speculative"]["accepted"].get<int>(), j["speculative"]["proposed"].get<int>()) << draft;
+  }
+  const CommandRun b = rowlm("batch " + m + " --input - --output - --draft ngram --threads 1",
+                             R"({"id": 1, "prompt": "In the beginning", "max_tokens": 30, "temperature": 0})" "\n");
+  ASSERT_EQ(b.status, 0) << b.err;
+  EXPECT_GT(json::parse(b.out)["speculative"]["proposed"].get<int>(), 0);
+  const CommandRun bad = rowlm("generate " + m + " hi --threads 1 --draft " + kSource + "/tests/fixtures/gemma4/bf16");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("vocabulary"), std::string::npos) << bad.err;
 }
 
 TEST(Cli, InspectReportsSizeAndKvCost) {

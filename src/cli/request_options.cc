@@ -17,7 +17,7 @@ void add_engine_options(Args& args, int default_max_waiting) {
       .option("max-waiting", "N", "most queued requests", std::to_string(default_max_waiting))
       .flag("no-prefix-cache", "do not reuse cached prompt prefixes")
       .option("draft", "MODEL_DIR|ngram", "speculative decoding with a draft model or n-gram prompt lookup")
-      .option("draft-tokens", "N", "tokens drafted per row per round", "4");
+      .option("draft-tokens", "N", "tokens drafted per row per round", "3");
 }
 
 EngineOptions engine_options_from(const Args& args, const std::string& model_dir, bool background) {

@@ -35,16 +35,17 @@ ThreadPool::~ThreadPool() {
   workers_.clear();  // joins
 }
 
-void ThreadPool::drain() {
+void ThreadPool::Job::drain() {
   for (;;) {
-    const int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
-    if (i >= job_size_) break;
+    const int64_t i = next.fetch_add(1, std::memory_order_relaxed);
+    if (i >= n) return;
     try {
-      (*job_)(i);
+      (*fn)(i);
     } catch (...) {
-      std::lock_guard lock(error_mutex_);
-      if (!error_) error_ = std::current_exception();
+      std::lock_guard lock(error_mutex);
+      if (!error) error = std::current_exception();
     }
+    done.fetch_add(1, std::memory_order_release);
   }
 }
 
@@ -52,10 +53,10 @@ void ThreadPool::worker_loop() {
   uint64_t seen = 0;  // the generation at construction; a job may start before this thread runs
   for (;;) {
     // Spin for a short while, then sleep until the generation changes.
-    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
     uint64_t g = generation_.load(std::memory_order_acquire);
     while (g == seen && std::chrono::steady_clock::now() < spin_until) {
-      for (int k = 0; k < 64; ++k) cpu_relax();
+      for (int k = 0; k < 32; ++k) cpu_relax();
       g = generation_.load(std::memory_order_acquire);
     }
     if (g == seen) {
@@ -64,8 +65,12 @@ void ThreadPool::worker_loop() {
     }
     seen = g;
     if (stop_.load()) return;
-    drain();
-    active_.fetch_sub(1, std::memory_order_acq_rel);
+    std::shared_ptr<Job> job;
+    {
+      std::lock_guard lock(job_mutex_);
+      job = job_;
+    }
+    if (job) job->drain();
   }
 }
 
@@ -75,17 +80,27 @@ void ThreadPool::run(int64_t n, const std::function<void(int64_t)>& fn) {
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
-  job_ = &fn;
-  job_size_ = n;
-  next_.store(0, std::memory_order_relaxed);
-  error_ = nullptr;
-  active_.store(int(workers_.size()), std::memory_order_release);
+  auto job = std::make_shared<Job>();
+  job->fn = &fn;
+  job->n = n;
+  {
+    std::lock_guard lock(job_mutex_);
+    job_ = job;
+  }
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
-  drain();
-  while (active_.load(std::memory_order_acquire) != 0) cpu_relax();
-  job_ = nullptr;
-  if (error_) std::rethrow_exception(error_);
+  job->drain();
+  // Only indices already taken by a worker are outstanding; yield now and
+  // then so a worker sharing this core can finish them.
+  for (int spins = 0; job->done.load(std::memory_order_acquire) != n; ++spins) {
+    if (spins % 64 == 63) std::this_thread::yield();
+    else cpu_relax();
+  }
+  {
+    std::lock_guard lock(job_mutex_);
+    if (job_ == job) job_.reset();
+  }
+  if (job->error) std::rethrow_exception(job->error);
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain,

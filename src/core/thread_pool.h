@@ -6,12 +6,15 @@
 //
 // Workers spin briefly before sleeping, because a decode step issues
 // hundreds of short parallel regions and a sleeping wake-up costs more than
-// the work in each.
+// the work in each. The caller never waits for a worker that has not
+// started: it takes the remaining indices itself and waits only for indices
+// in progress, so a descheduled worker (a busy machine) costs nothing.
 
 #include <atomic>
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -38,18 +41,24 @@ class ThreadPool {
   static int hardware_threads();
 
  private:
+  // One call of run(); workers that wake late hold it alive and find no work.
+  struct Job {
+    const std::function<void(int64_t)>* fn = nullptr;
+    int64_t n = 0;
+    std::atomic<int64_t> next{0};
+    std::atomic<int64_t> done{0};
+    std::mutex error_mutex;
+    std::exception_ptr error;
+    void drain();
+  };
+
   void worker_loop();
-  void drain();
 
   std::vector<std::jthread> workers_;
-  const std::function<void(int64_t)>* job_ = nullptr;
-  int64_t job_size_ = 0;
-  std::atomic<int64_t> next_{0};
-  std::atomic<int> active_{0};
+  std::mutex job_mutex_;
+  std::shared_ptr<Job> job_;
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stop_{false};
-  std::mutex error_mutex_;
-  std::exception_ptr error_;
 };
 
 }  // namespace rowlm

@@ -10,8 +10,17 @@
 // admitted row is preempted: its blocks are released, its tokens kept, and
 // it is recomputed when it resumes. Kernels and samplers are batch
 // invariant, so none of this changes any request's output.
+//
+// Speculative decoding (options.draft) runs inside the same step: a drafter
+// proposes up to γ tokens after each decoding row's last token, the row
+// feeds that token and its drafts (logits for all) into the one forward
+// beside the other rows' prefill chunks, and the drafts are verified
+// (sampling::verify_draft_token: exact match when greedy, the lossless
+// rejection scheme when sampling). The target's KV keeps what was accepted
+// through a speculative round per row (kv::KvCache::rollback_round).
 
 #include <algorithm>
+#include <array>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -21,8 +30,12 @@
 #include <thread>
 
 #include "core/error.h"
+#include "engine/drafter.h"
+#include "engine/kv_room.h"
 #include "engine/request_handle.h"
 #include "engine/request_state.h"
+#include "kv/codec.h"
+#include "sampling/speculative.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rowlm {
@@ -39,6 +52,8 @@ const char* finish_reason_name(FinishReason r) {
 
 namespace engine {
 namespace {
+
+constexpr int kMaxDraftTokens = 64;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -70,7 +85,8 @@ struct Signal {
 
 class EngineImpl final : public Engine {
  public:
-  explicit EngineImpl(const EngineOptions& options);
+  // `model` runs on `backend`; model_dir (if set) supplies the tokenizer.
+  EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> backend, std::unique_ptr<Model> model);
   ~EngineImpl() override { shutdown(); }
 
   std::shared_ptr<RequestHandle> submit(Request request,
@@ -93,9 +109,14 @@ class EngineImpl final : public Engine {
   void drop_cancelled();
   void admit();
   void preempt(RequestState& r);
+  bool make_room(const kv::OutOfBlocks& e);
   void finish(RequestState& r, FinishReason reason, std::string error = {});
   void on_logits(RequestState& r, const float* logits);
+  void verify(RequestState& r, const DraftJob& job, const float* logits);
+  std::optional<FinishReason> emit(RequestState& r, const sampling::SampledToken& s);
   bool stop_condition(RequestState& r, int32_t token);
+  int draft_limit(const RequestState& r) const;
+  int64_t step_tokens() const { return opt_.token_budget + (drafter_ ? opt_.draft_tokens : 0); }
   void publish(RequestState& r);
   void update_gauges();
 
@@ -104,6 +125,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<Model> model_;
   std::optional<Tokenizer> tokenizer_;
   std::unique_ptr<kv::KvCache> cache_;
+  std::unique_ptr<Drafter> drafter_;  // speculative decoding, when on
   std::vector<int32_t> eos_;
 
   // Submissions cross threads through this queue; everything below it is
@@ -123,21 +145,53 @@ class EngineImpl final : public Engine {
   EngineStats stats_;
 };
 
-// Options are checked before anything loads, so a bad flag fails fast.
-const EngineOptions& checked(const EngineOptions& o) {
-  if (o.model_dir.empty()) throw Error("engine: no model directory given");
-  return o;
+
+// The draft model of `dir`, which must share the target's vocabulary.
+std::unique_ptr<Model> load_draft_model(const std::string& dir, Backend& backend, const ModelInfo& target) {
+  if (!std::filesystem::is_directory(dir))
+    throw Error("engine: draft '" + dir + "' is neither \"ngram\" nor a model directory");
+  std::unique_ptr<Model> draft;
+  try {
+    draft = load_model(dir, backend);
+  } catch (const std::exception& e) {
+    throw Error("engine: cannot load the draft model " + dir + ": " + e.what());
+  }
+  if (draft->info().vocab_size != target.vocab_size)
+    throw Error("engine: the draft model " + dir + " has a vocabulary of " + std::to_string(draft->info().vocab_size) +
+                " tokens, the model " + target.directory + " one of " + std::to_string(target.vocab_size) +
+                "; a draft must share the model's vocabulary");
+  return draft;
 }
 
-EngineImpl::EngineImpl(const EngineOptions& options)
-    : opt_(checked(options)) {
+// The draft cache's codec: the default (first) entry of --kv-codec; layer
+// overrides name the target's layers, not the draft's.
+kv::CodecSpec draft_codec(const std::string& kv_codec) {
+  const std::string first = kv_codec.substr(0, kv_codec.find(','));
+  return first.find('=') == std::string::npos ? kv::parse_codec(first) : kv::CodecSpec{};
+}
+
+// Bytes one row of `tokens` positions holds in these layers (a window layer
+// holds its window and one step).
+std::size_t context_bytes(const std::vector<kv::LayerSpec>& layers, int64_t tokens, int64_t step_tokens) {
+  std::size_t total = 0;
+  for (const kv::LayerSpec& l : layers)
+    total += kv::token_record_bytes(l) *
+             std::size_t(l.window ? std::min<int64_t>(tokens, l.window - 1 + step_tokens) : tokens);
+  return total;
+}
+
+EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> backend,
+                       std::unique_ptr<Model> model)
+    : opt_(options), backend_(std::move(backend)), model_(std::move(model)) {
   if (opt_.max_running < 1) throw Error("engine: max_running must be at least 1");
   if (opt_.token_budget < 1) throw Error("engine: token_budget must be at least 1");
   if (opt_.max_waiting < 0) throw Error("engine: max_waiting must not be negative");
-  if (!opt_.draft.empty()) throw Error("engine: speculative decoding (--draft) is not available yet");
-  backend_ = make_cpu_backend(opt_.threads);
-  model_ = load_model(opt_.model_dir, *backend_);
-  if (std::filesystem::exists(std::filesystem::path(opt_.model_dir) / "tokenizer.json"))
+  if (!opt_.draft.empty() && (opt_.draft_tokens < 1 || opt_.draft_tokens > kMaxDraftTokens))
+    throw Error("engine: draft_tokens must be 1.." + std::to_string(kMaxDraftTokens) + ", got " +
+                std::to_string(opt_.draft_tokens));
+  std::unique_ptr<Model> draft_model;
+  if (!opt_.draft.empty() && opt_.draft != "ngram") draft_model = load_draft_model(opt_.draft, *backend_, model_->info());
+  if (!opt_.model_dir.empty() && std::filesystem::exists(std::filesystem::path(opt_.model_dir) / "tokenizer.json"))
     tokenizer_.emplace(Tokenizer::load(opt_.model_dir));
   eos_ = model_->info().eos_token_ids;
 
@@ -155,8 +209,25 @@ EngineImpl::EngineImpl(const EngineOptions& options)
   copt.prefix_cache_bytes = opt_.prefix_cache ? (opt_.prefix_cache_bytes ? opt_.prefix_cache_bytes
                                                                           : copt.capacity_bytes / 4)
                                               : 0;
-  cache_ = std::make_unique<kv::KvCache>(copt);
   stats_.kv_capacity_bytes = copt.capacity_bytes;
+  if (draft_model) {
+    // The draft's cache takes its share of the budget: what one row of the
+    // full context costs each model.
+    kv::CacheOptions dopt;
+    dopt.layers = draft_model->kv_layers(draft_codec(opt_.kv_codec));
+    const int64_t context = model_->info().max_position > 0 ? model_->info().max_position : 4096;
+    const double t = double(context_bytes(copt.layers, context, step_tokens()));
+    const double d = double(context_bytes(dopt.layers, context, step_tokens()));
+    const double share = d / (t + d);
+    dopt.capacity_bytes = std::size_t(double(copt.capacity_bytes) * share);
+    dopt.prefix_cache_bytes = std::size_t(double(copt.prefix_cache_bytes) * share);
+    copt.capacity_bytes -= dopt.capacity_bytes;
+    copt.prefix_cache_bytes -= dopt.prefix_cache_bytes;
+    drafter_ = make_model_drafter(std::move(draft_model), std::move(dopt), opt_.prefix_cache, step_tokens());
+  } else if (opt_.draft == "ngram") {
+    drafter_ = make_ngram_drafter();
+  }
+  cache_ = std::make_unique<kv::KvCache>(copt);
   if (opt_.background) thread_ = std::thread([this] { loop(); });
 }
 
@@ -210,6 +281,7 @@ void EngineImpl::finish(RequestState& r, FinishReason reason, std::string error)
     publish(r);
     cache_->retire(r.row);
     r.row = -1;
+    if (drafter_) drafter_->detach(r);
   }
   // Text still held back (a possible stop-string prefix, an open UTF-8
   // sequence) belongs to the output unless a stop string ended it.
@@ -274,23 +346,20 @@ void EngineImpl::admit() {
     const int64_t max_new = r.request.sampling.max_tokens ? *r.request.sampling.max_tokens : limit;
     const int64_t target = std::min<int64_t>(limit, r.prompt_length + max_new);
     const int64_t reusable = opt_.prefix_cache ? cache_->match_prefix(seq, int64_t(seq.size()) - 1) : 0;
-    const std::size_t need = cache_->projected_bytes(target, opt_.token_budget) -
-                             std::min(cache_->projected_bytes(target, opt_.token_budget),
-                                      cache_->projected_bytes(reusable, 1));
-    // Room: what is free (cached prefixes are evictable) minus what admitted
-    // rows still need for their prompts. Their later growth is not held back
-    // in advance: if it outruns the pool, the newest row is preempted. A
-    // request admitted into an empty batch always runs (it fails only if it
-    // cannot fit alone).
-    std::size_t room = cache_->free_bytes() + cache_->prefix_cache_bytes();
-    for (const auto& other : running_) {
-      const std::size_t prompt_need = cache_->projected_bytes(other->sequence_length(), opt_.token_budget);
-      room -= std::min(room, prompt_need - std::min(prompt_need, cache_->row_bytes(other->row)));
+    // A request admitted into an empty batch always runs (it fails only if
+    // it cannot fit alone); otherwise it waits until the rows admitted before
+    // it leave room (kv_room.h), in the draft's cache too.
+    if (!running_.empty()) {
+      std::vector<std::pair<kv::RowId, int64_t>> held;
+      for (const auto& other : running_) held.emplace_back(other->row, other->sequence_length());
+      if (admission_need(*cache_, target, reusable, step_tokens()) > admission_room(*cache_, held, step_tokens()))
+        break;
+      if (drafter_ && !drafter_->has_room(r, target)) break;
     }
-    if (!running_.empty() && need > room) break;
     r.row = cache_->create_row();
     if (opt_.prefix_cache) cache_->retain_for_publish(r.row);
     r.computed = opt_.prefix_cache ? cache_->attach_prefix(r.row, seq, int64_t(seq.size()) - 1) : 0;
+    if (drafter_) drafter_->attach(r);
     if (!r.ever_admitted) {
       r.admitted = Clock::now();
       r.result.timings.queue_s = seconds(r.admitted - r.submitted);
@@ -309,6 +378,7 @@ void EngineImpl::admit() {
 void EngineImpl::preempt(RequestState& r) {
   cache_->retire(r.row);
   r.row = -1;
+  if (drafter_) drafter_->detach(r);
   r.computed = 0;
   ++r.result.preemptions;
   {
@@ -336,10 +406,15 @@ bool EngineImpl::stop_condition(RequestState& r, int32_t token) {
 }
 
 // A logits row for the token after the row's computed sequence: sample,
-// stream, and decide whether the request is done.
+// stream, and finish the request if that token ends it.
 void EngineImpl::on_logits(RequestState& r, const float* logits) {
   const std::span<const float> row(logits, std::size_t(model_->info().vocab_size));
-  const sampling::SampledToken s = r.sampler.sample(row);
+  if (const auto end = emit(r, r.sampler.sample(row))) finish(r, *end);
+}
+
+// Records a generated token (sampler, sequence, logprobs, stats) and streams
+// its text. Returns how the request ends if this token ends it.
+std::optional<FinishReason> EngineImpl::emit(RequestState& r, const sampling::SampledToken& s) {
   r.sampler.accept(s.token);
   r.tokens.push_back(s.token);
   if (r.generated_count() == 1) r.first_token = Clock::now();
@@ -368,12 +443,77 @@ void EngineImpl::on_logits(RequestState& r, const float* logits) {
 
   const int64_t limit = model_->info().max_position;
   const auto& max_tokens = r.request.sampling.max_tokens;
-  if (stop_token || stop_string) {
-    finish(r, FinishReason::Stop);
-  } else if ((max_tokens && r.generated_count() >= *max_tokens) ||
-             (limit > 0 && r.sequence_length() >= limit)) {
-    finish(r, FinishReason::Length);
+  if (stop_token || stop_string) return FinishReason::Stop;
+  if ((max_tokens && r.generated_count() >= *max_tokens) || (limit > 0 && r.sequence_length() >= limit))
+    return FinishReason::Length;
+  return std::nullopt;
+}
+
+// Drafts a decoding row may take: at most γ, and no more than it can still
+// emit (its max_tokens, the context) with the token that follows them.
+int EngineImpl::draft_limit(const RequestState& r) const {
+  int64_t n = opt_.draft_tokens;
+  if (const auto& max_tokens = r.request.sampling.max_tokens) n = std::min<int64_t>(n, *max_tokens - r.generated_count() - 1);
+  if (const int64_t limit = model_->info().max_position; limit > 0) n = std::min(n, limit - r.sequence_length() - 1);
+  return int(std::max<int64_t>(0, n));
+}
+
+// The row fed its last token and job.tokens; logits holds 1 + g rows. The
+// documented loop of sampling/speculative.h, ending early where the request
+// ends; the KV keeps the fed tokens that were emitted.
+void EngineImpl::verify(RequestState& r, const DraftJob& job, const float* logits) {
+  const int g = int(job.tokens.size());
+  const std::size_t vocab = std::size_t(model_->info().vocab_size);
+  const int64_t start = r.computed;
+  int emitted = 0, accepted = 0;
+  std::optional<FinishReason> end;
+  std::string error;
+  try {
+    while (emitted < g && !end) {
+      const std::span<const float> row(logits + std::size_t(emitted) * vocab, vocab);
+      const std::span<const float> q = job.probs.empty() ? std::span<const float>() : job.probs[std::size_t(emitted)];
+      const sampling::DraftVerdict v = sampling::verify_draft_token(r.sampler, row, q, job.tokens[std::size_t(emitted)]);
+      end = emit(r, v.token);
+      ++emitted;
+      if (!v.accepted) break;
+      ++accepted;
+    }
+    if (!end && accepted == g) {
+      const std::span<const float> row(logits + std::size_t(g) * vocab, vocab);
+      end = emit(r, r.sampler.sample(row));
+      ++emitted;
+    }
+  } catch (const std::exception& e) {
+    end = FinishReason::Error;
+    error = e.what();
   }
+  cache_->rollback_round(std::span(&r.row, 1), std::array<int64_t, 1>{emitted});
+  r.computed = start + emitted;
+  drafter_->resolve(job, accepted);
+  r.result.draft_proposed += g;
+  r.result.draft_accepted += accepted;
+  {
+    std::lock_guard lock(stats_mu_);
+    stats_.draft_proposed += g;
+    stats_.draft_accepted += accepted;
+  }
+  if (end) finish(r, *end, std::move(error));
+}
+
+// Out of KV blocks: preempts the most recently admitted row so the step can
+// be planned again. A row alone that cannot fit fails; false then.
+bool EngineImpl::make_room(const kv::OutOfBlocks& e) {
+  auto victim = std::max_element(running_.begin(), running_.end(),
+                                 [](const auto& a, const auto& b) { return a->admit_order < b->admit_order; });
+  if (running_.size() == 1) {
+    finish(**victim, FinishReason::Error, std::string("the KV cache cannot hold this request: ") + e.what());
+    running_.erase(victim);
+    return false;
+  }
+  preempt(**victim);
+  waiting_.push_front(std::move(*victim));
+  running_.erase(victim);
+  return true;
 }
 
 bool EngineImpl::step_locked_out() {
@@ -384,63 +524,122 @@ bool EngineImpl::step_locked_out() {
   if (running_.empty()) return !waiting_.empty();
 
   for (;;) {
-    // Plan: one token for every decoding row, then prefill chunks in
-    // admission order while the budget lasts.
-    ForwardBatch batch;
-    std::vector<RequestState*> logit_owner;
-    std::vector<std::pair<RequestState*, int64_t>> fed;
-    int64_t budget = opt_.token_budget;
-    auto feed = [&](RequestState& r, int64_t n) {
-      const int64_t end = r.computed + n;
-      for (int64_t p = r.computed; p < end; ++p) {
-        const bool last = p + 1 == r.sequence_length();
-        batch.add(r.row, p, r.tokens[std::size_t(p)], last);
-        if (last) logit_owner.push_back(&r);
-      }
-      fed.emplace_back(&r, n);
-      budget -= n;
+    // Plan: every decoding row feeds its last sampled token, and with a
+    // drafter up to γ drafts after it; prefill chunks take what the token
+    // budget leaves, in admission order. A row resumed after preemption
+    // recomputes up to that last token and then decodes it like any other
+    // row: with sampling, which positions are drafted decides what is
+    // emitted, so it must depend on the request alone, never on the
+    // schedule. A row with one prompt token left feeds it like a decode
+    // step, undrafted.
+    auto one_left = [](const RequestState& r) { return r.sequence_length() - r.computed == 1; };
+    auto decoding = [&](const RequestState& r) { return one_left(r) && r.generated_count() > 0; };
+    auto prefill_left = [](const RequestState& r) {
+      return r.sequence_length() - (r.generated_count() > 0 ? 1 : 0) - r.computed;
     };
-    for (auto& r : running_)
-      if (r->sequence_length() - r->computed == 1) feed(*r, 1);
-    for (auto& r : running_) {
-      const int64_t need = r->sequence_length() - r->computed;
-      if (need > 1 && budget > 0) feed(*r, std::min(need, budget));
+    int64_t budget = opt_.token_budget;
+    for (const auto& r : running_) budget -= one_left(*r);
+    std::vector<DraftJob> jobs;  // one per running row, in running_ order
+    if (drafter_) {
+      // A sampled row's draft length depends on nothing but the request
+      // (which positions were drafted is part of what decides a sampled
+      // output); a greedy row's output does not depend on it, so greedy rows
+      // take what the budget leaves.
+      for (const auto& r : running_) {
+        DraftJob& job = jobs.emplace_back();
+        job.request = r.get();
+        if (decoding(*r) && !r->sampler.params().greedy()) job.max_tokens = draft_limit(*r);
+        budget -= job.max_tokens;
+      }
+      for (DraftJob& job : jobs) {
+        if (!decoding(*job.request) || !job.request->sampler.params().greedy()) continue;
+        job.max_tokens = int(std::clamp<int64_t>(budget, 0, draft_limit(*job.request)));
+        budget -= job.max_tokens;
+      }
+      try {
+        drafter_->propose(jobs);
+      } catch (const kv::OutOfBlocks& e) {
+        if (!make_room(e)) return true;
+        continue;
+      }
+      for (const DraftJob& job : jobs) budget += job.max_tokens - int64_t(job.tokens.size());
     }
 
+    ForwardBatch batch;
+    struct Fed {
+      RequestState* r;
+      int64_t n;                  // tokens fed
+      int64_t first_logit = -1;   // its first logits row, if any
+      const DraftJob* job = nullptr;  // with drafts to verify
+    };
+    std::vector<Fed> fed;
+    std::vector<kv::RowId> round;  // rows feeding drafts
+    auto feed = [&](RequestState& r, int64_t n) {
+      Fed& f = fed.emplace_back(Fed{&r, n});
+      for (int64_t p = r.computed; p < r.computed + n; ++p) {
+        const bool last = p + 1 == r.sequence_length();
+        if (last) f.first_logit = int64_t(batch.logit_rows.size());
+        batch.add(r.row, p, r.tokens[std::size_t(p)], last);
+      }
+    };
+    std::size_t index = 0;
+    for (auto& r : running_) {
+      const DraftJob* job = drafter_ ? &jobs[index++] : nullptr;
+      if (!one_left(*r)) continue;
+      feed(*r, 1);
+      if (!job || job->tokens.empty()) continue;
+      fed.back().job = job;
+      fed.back().n += int64_t(job->tokens.size());
+      for (std::size_t j = 0; j < job->tokens.size(); ++j)
+        batch.add(r->row, r->computed + 1 + int64_t(j), job->tokens[j], true);
+      round.push_back(r->row);
+    }
+    for (auto& r : running_) {
+      const int64_t need = prefill_left(*r);
+      if (!one_left(*r) && need > 0 && budget > 0) {
+        const int64_t n = std::min(need, budget);
+        feed(*r, n);
+        budget -= n;
+      }
+    }
+
+    // The forward pass. The drafted rows' KV appends happen inside a
+    // speculative round, rolled back to what verification keeps.
     Tensor logits;
+    cache_->begin_round(round);
     try {
       model_->forward(batch, *cache_, logits);
     } catch (const kv::OutOfBlocks& e) {
-      // Preempt the most recently admitted row and plan again; a row alone
-      // that cannot fit fails.
-      auto victim = std::max_element(running_.begin(), running_.end(), [](const auto& a, const auto& b) {
-        return a->admit_order < b->admit_order;
-      });
-      if (running_.size() == 1) {
-        finish(**victim, FinishReason::Error, std::string("the KV cache cannot hold this request: ") + e.what());
-        running_.erase(victim);
-        return true;
-      }
-      preempt(**victim);
-      waiting_.push_front(std::move(*victim));
-      running_.erase(victim);
+      cache_->rollback_round(round, std::vector<int64_t>(round.size(), 0));
+      if (drafter_) drafter_->discard(jobs);
+      if (!make_room(e)) return true;
       continue;
     } catch (const std::exception& e) {
       // Not the requests' fault, but nothing else can be done with them.
+      cache_->rollback_round(round, std::vector<int64_t>(round.size(), 0));
+      if (drafter_) drafter_->discard(jobs);
       for (auto& r : running_) finish(*r, FinishReason::Error, e.what());
       running_.clear();
       return true;
     }
-    for (auto& [r, n] : fed) r->computed += n;
     {
       std::lock_guard lock(stats_mu_);
       ++stats_.steps;
     }
-    for (std::size_t i = 0; i < logit_owner.size(); ++i) {
+    const int64_t vocab = logits.dim(1);
+    for (const Fed& f : fed) {
+      RequestState& r = *f.r;
+      const float* row_logits = f.first_logit >= 0 ? logits.data<float>() + f.first_logit * vocab : nullptr;
+      if (f.job) {
+        verify(r, *f.job, row_logits);
+        continue;
+      }
+      r.computed += f.n;
+      if (!row_logits) continue;
       try {
-        on_logits(*logit_owner[i], logits.data<float>() + int64_t(i) * logits.dim(1));
+        on_logits(r, row_logits);
       } catch (const std::exception& e) {
-        if (!logit_owner[i]->handle->done()) finish(*logit_owner[i], FinishReason::Error, e.what());
+        if (!r.handle->done()) finish(r, FinishReason::Error, e.what());
       }
     }
     for (auto it = running_.begin(); it != running_.end();) {
@@ -448,6 +647,7 @@ bool EngineImpl::step_locked_out() {
         it = running_.erase(it);
       } else {
         publish(**it);
+        if (drafter_) drafter_->after_step(**it);
         ++it;
       }
     }
@@ -487,8 +687,8 @@ void EngineImpl::update_gauges() {
   std::lock_guard lock(stats_mu_);
   stats_.running = int64_t(running_.size());
   stats_.waiting = int64_t(waiting_.size());
-  stats_.kv_used_bytes = cache_->used_bytes();
-  stats_.prefix_cache_bytes = cache_->prefix_cache_bytes();
+  stats_.kv_used_bytes = cache_->used_bytes() + (drafter_ ? drafter_->used_bytes() : 0);
+  stats_.prefix_cache_bytes = cache_->prefix_cache_bytes() + (drafter_ ? drafter_->prefix_cache_bytes() : 0);
 }
 
 EngineStats EngineImpl::stats() const {
@@ -517,7 +717,17 @@ void EngineImpl::shutdown() {
 }  // namespace engine
 
 std::unique_ptr<Engine> Engine::create(const EngineOptions& options) {
-  return std::make_unique<engine::EngineImpl>(options);
+  if (options.model_dir.empty()) throw Error("engine: no model directory given");
+  if (options.threads < 0) throw Error("engine: threads must not be negative");
+  auto backend = make_cpu_backend(options.threads);
+  auto model = load_model(options.model_dir, *backend);
+  return std::make_unique<engine::EngineImpl>(options, std::move(backend), std::move(model));
+}
+
+std::unique_ptr<Engine> Engine::create(const EngineOptions& options, std::unique_ptr<Backend> backend,
+                                       std::unique_ptr<Model> model) {
+  if (!backend || !model) throw Error("engine: a backend and a model are needed");
+  return std::make_unique<engine::EngineImpl>(options, std::move(backend), std::move(model));
 }
 
 }  // namespace rowlm

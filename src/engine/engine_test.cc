@@ -11,116 +11,19 @@
 #include <thread>
 
 #include "core/error.h"
+#include "engine/engine_test_util.h"
 
 namespace rowlm {
 namespace {
 
-std::string model_dir() { return std::string(ROWLM_SOURCE_DIR) + "/models/rowlm-tiny"; }
-
-EngineOptions manual(const std::string& codec = "bf16") {
-  EngineOptions o;
-  o.model_dir = model_dir();
-  o.threads = 2;
-  o.kv_codec = codec;
-  o.background = false;
-  o.kv_budget_bytes = std::size_t(256) << 20;
-  return o;
-}
-
-struct Spec {
-  std::string prompt;
-  float temperature;
-  uint64_t seed;
-  int max_tokens;
-  int arrival;  // engine step at which it is submitted
-  std::vector<std::string> stop;
-};
-
-Request make_request(const Spec& s) {
-  Request r;
-  r.prompt = s.prompt;
-  r.sampling.temperature = s.temperature;
-  r.sampling.seed = s.seed;
-  r.sampling.max_tokens = s.max_tokens;
-  r.sampling.logprobs = 2;
-  r.sampling.stop = s.stop;
-  return r;
-}
-
-// Runs the specs through one engine with arrivals at their steps.
-std::vector<RequestResult> run_schedule(EngineOptions opt, const std::vector<Spec>& specs) {
-  auto engine = Engine::create(opt);
-  std::vector<std::shared_ptr<RequestHandle>> handles(specs.size());
-  int step = 0;
-  std::size_t submitted = 0;
-  for (;;) {
-    for (std::size_t i = 0; i < specs.size(); ++i)
-      if (!handles[i] && specs[i].arrival <= step) {
-        handles[i] = engine->submit(make_request(specs[i]));
-        ++submitted;
-      }
-    const bool more = engine->step();
-    ++step;
-    if (!more && submitted == specs.size()) break;
-    if (step > 100000) ADD_FAILURE() << "engine did not finish";
-  }
-  std::vector<RequestResult> out;
-  for (auto& h : handles) out.push_back(h->result());
-  return out;
-}
-
-void expect_same(const RequestResult& a, const RequestResult& b, const std::string& what) {
-  EXPECT_EQ(a.token_ids, b.token_ids) << what;
-  EXPECT_EQ(a.text, b.text) << what;
-  EXPECT_EQ(a.finish, b.finish) << what;
-  ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << what;
-  for (std::size_t i = 0; i < a.logprobs.size(); ++i) {
-    // Bitwise: the same float, not merely close.
-    EXPECT_EQ(std::memcmp(&a.logprobs[i].chosen, &b.logprobs[i].chosen, sizeof(float)), 0) << what << " token " << i;
-    ASSERT_EQ(a.logprobs[i].top.size(), b.logprobs[i].top.size());
-    for (std::size_t k = 0; k < a.logprobs[i].top.size(); ++k) {
-      EXPECT_EQ(a.logprobs[i].top[k].token, b.logprobs[i].top[k].token);
-      EXPECT_EQ(std::memcmp(&a.logprobs[i].top[k].logprob, &b.logprobs[i].top[k].logprob, sizeof(float)), 0);
-    }
-  }
-}
-
-const char* kPrompts[] = {
-    "In the beginning God created",
-    "The Python interpreter reads",
-    "And the king said unto",
-    "A river is a large natural stream of water flowing in a channel to the sea, a lake, or another river; "
-    "rivers have carried boats and goods for as long as there have been people on their banks, and the",
-    "What does the word",
-    "Lists in Python",
-};
-
-std::vector<Spec> random_specs(std::mt19937& rng, int n) {
-  std::vector<Spec> out;
-  for (int i = 0; i < n; ++i) {
-    Spec s;
-    s.prompt = kPrompts[rng() % std::size(kPrompts)];
-    if (rng() % 2) s.prompt += " " + std::string(kPrompts[rng() % std::size(kPrompts)]);
-    s.temperature = (rng() % 3 == 0) ? 0.0f : 0.9f;
-    s.seed = rng();
-    s.max_tokens = 4 + int(rng() % 20);
-    s.arrival = int(rng() % 12);
-    out.push_back(s);
-  }
-  return out;
-}
-
-// Every request alone in a fresh engine: the reference.
-std::vector<RequestResult> solo(const EngineOptions& opt, const std::vector<Spec>& specs) {
-  std::vector<RequestResult> out;
-  for (Spec s : specs) {
-    s.arrival = 0;
-    EngineOptions o = opt;
-    o.prefix_cache = false;
-    out.push_back(run_schedule(o, {s})[0]);
-  }
-  return out;
-}
+using test::expect_same;
+using test::kPrompts;
+using test::make_request;
+using test::manual;
+using test::random_specs;
+using test::run_schedule;
+using test::solo;
+using test::Spec;
 
 class EngineDeterminism : public ::testing::TestWithParam<const char*> {};
 
@@ -141,7 +44,7 @@ TEST_P(EngineDeterminism, RequestOutputIndependentOfSchedule) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, EngineDeterminism, ::testing::Values("bf16", "f32", "q8", "q4"),
-                         [](const auto& info) { return std::string(info.param); });
+                         [](const auto& param_info) { return std::string(param_info.param); });
 
 TEST(Engine, PreemptionKeepsOutputsIdentical) {
   std::mt19937 rng(99);

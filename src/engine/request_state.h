@@ -22,19 +22,19 @@ namespace rowlm::engine {
 using Clock = std::chrono::steady_clock;
 
 struct RequestState {
-  RequestState(uint64_t id, Request request, std::vector<int32_t> prompt, int64_t vocab_size,
-               const Tokenizer* tokenizer, std::shared_ptr<HandleImpl> handle,
-               std::function<void(const TokenEvent&)> on_token)
-      : id(id),
-        request(std::move(request)),
+  RequestState(uint64_t request_id, Request submitted_request, std::vector<int32_t> prompt, int64_t vocab_size,
+               const Tokenizer* tokenizer, std::shared_ptr<HandleImpl> request_handle,
+               std::function<void(const TokenEvent&)> token_callback)
+      : id(request_id),
+        request(std::move(submitted_request)),
         prompt_length(int64_t(prompt.size())),
         tokens(std::move(prompt)),
         sampler(this->request.sampling, vocab_size, tokens),
         decoder(tokenizer ? std::optional<StreamDecoder>(std::in_place, *tokenizer, this->request.skip_special_tokens)
                           : std::nullopt),
         stops(this->request.sampling.stop),
-        handle(std::move(handle)),
-        on_token(std::move(on_token)) {}
+        handle(std::move(request_handle)),
+        on_token(std::move(token_callback)) {}
 
   const uint64_t id;
   const Request request;

@@ -15,43 +15,11 @@
 namespace rowlm::kv {
 namespace detail {
 
-const char* isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::Portable: return "portable";
-    case Isa::Avx2: return "avx2";
-    case Isa::Avx512: return "avx512";
-  }
-  return "?";
-}
-
-bool isa_available(Isa isa) {
-  switch (isa) {
-    case Isa::Portable: return true;
-#if defined(__x86_64__)
-    case Isa::Avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
-             __builtin_cpu_supports("bmi2");
-    case Isa::Avx512:
-      return isa_available(Isa::Avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("avx512bf16");
-#else
-    default: return false;
-#endif
-  }
-  return false;
-}
-
-Isa best_isa() {
-  if (isa_available(Isa::Avx512)) return Isa::Avx512;
-  if (isa_available(Isa::Avx2)) return Isa::Avx2;
-  return Isa::Portable;
-}
-
 KernelFn kernel_for(Isa isa) {
-  if (!isa_available(isa)) throw Error(std::string("attention: the ") + isa_name(isa) + " path is not available on this CPU");
+  if (!cpu::isa_supported(isa))
+    throw Error("attention: the " + std::string(cpu::isa_name(isa)) + " path is not available on this CPU");
   switch (isa) {
-    case Isa::Portable: return attend_portable;
+    case Isa::Scalar: return attend_portable;
     case Isa::Avx2: return attend_avx2;
     case Isa::Avx512: return attend_avx512;
   }
@@ -191,7 +159,7 @@ void attend_with_isa(const KvCache& cache, int layer_index, std::span<const Atte
 
 void attend(const KvCache& cache, int layer, std::span<const AttentionQuery> queries, const float* q,
             const AttentionParams& params, float* out, ThreadPool& pool) {
-  detail::attend_with_isa(cache, layer, queries, q, params, out, pool, detail::best_isa());
+  detail::attend_with_isa(cache, layer, queries, q, params, out, pool, cpu::isa_from_env());
 }
 
 }  // namespace rowlm::kv

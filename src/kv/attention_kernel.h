@@ -7,16 +7,14 @@
 #include <cstdint>
 #include <span>
 
+#include "core/isa.h"
 #include "kv/attention.h"
 #include "kv/attention_kernel_types.h"
 #include "kv/kv_cache.h"
 
 namespace rowlm::kv::detail {
 
-enum class Isa { Portable, Avx2, Avx512 };
-const char* isa_name(Isa isa);
-bool isa_available(Isa isa);
-Isa best_isa();
+using cpu::Isa;
 
 std::size_t kernel_scratch_floats(const KernelLayer& layer, int heads);
 

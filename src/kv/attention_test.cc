@@ -121,7 +121,7 @@ TEST(Attention, KeyLimitReadsOnlyTheDonorsPrefix) {
 }
 
 std::vector<float> run(const KvCache& cache, int layer, const std::vector<AttentionQuery>& qs, const std::vector<float>& q,
-                       const AttentionParams& p, ThreadPool& pool, detail::Isa isa = detail::best_isa()) {
+                       const AttentionParams& p, ThreadPool& pool, cpu::Isa isa = cpu::best_isa()) {
   std::vector<float> out(q.size());
   detail::attend_with_isa(cache, layer, qs, q.data(), p, out.data(), pool, isa);
   return out;
@@ -178,11 +178,10 @@ TEST(Attention, BitwiseInvariantToBatchPlacementThreadsAndIsa) {
         EXPECT_EQ(0, std::memcmp(got.data() + 256, want.data(), 256 * sizeof(float)))
             << codec << " w" << window << " threads " << pool->size();
       }
-      for (detail::Isa isa : {detail::Isa::Portable, detail::Isa::Avx2, detail::Isa::Avx512}) {
-        if (!detail::isa_available(isa)) continue;
+      for (cpu::Isa isa : cpu::supported_isas()) {
         const auto got = run(solo, 0, {{s, 49}}, q, p, two, isa);
         EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
-            << codec << " w" << window << " isa " << detail::isa_name(isa);
+            << codec << " w" << window << " isa " << cpu::isa_name(isa);
       }
     }
   }

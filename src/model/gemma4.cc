@@ -181,7 +181,7 @@ void Gemma4Model::forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor&
     Tensor x0;  // the scaled embedding, input of the per-layer-embedding projection
     if (cfg_.hidden_size_per_layer_input > 0) {
       x0 = Tensor(DType::F32, {T, H});
-      std::copy_n(h.data<float>(), T * H, x0.data<float>());
+      be_.copy(h, x0);
     }
 
     for (int l = 0; l < cfg_.num_layers; ++l) {
@@ -242,7 +242,7 @@ void Gemma4Model::attention_block(int l, const ForwardBatch& batch,
   if (lc.owns_kv()) {
     Tensor k = matmul(a, lw.k_proj);  // [T, kvh·hd], raw
     Tensor v = lc.k_eq_v ? Tensor(DType::F32, k.shape()) : matmul(a, lw.v_proj);
-    if (lc.k_eq_v) std::copy_n(k.data<float>(), k.numel(), v.data<float>());  // V from the raw K
+    if (lc.k_eq_v) be_.copy(k, v);  // V from the raw K projection
     Tensor k_heads = k.reshaped({T * kvh, hd}), v_heads = v.reshaped({T * kvh, hd});
     be_.rms_norm(k_heads, &lw.k_norm, eps(), NormKind::Plain, k_heads);
     be_.rope(k, batch.positions, rope);

@@ -401,6 +401,7 @@ TEST(Gemma4Config, MatchesTransformersResolution) {
   ASSERT_FALSE(fixture.at("cases").empty());
   for (const json& c : fixture.at("cases")) {
     SCOPED_TRACE(c.at("name").get<std::string>());
+    if (c.contains("transformers_error")) continue;  // transformers cannot build this config; nothing to compare
     const Config got = parse_config(c.at("config").dump(), "fixture");
     const json& layers = c.at("layers");
     ASSERT_EQ(got.layers.size(), layers.size());

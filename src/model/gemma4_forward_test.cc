@@ -165,7 +165,7 @@ TEST_P(Gemma4Reference, RowLogitsIndependentOfBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Gemma4Reference, ::testing::ValuesIn(kCases),
-                         [](const auto& info) { return std::string(info.param); });
+                         [](const auto& param_info) { return std::string(param_info.param); });
 
 // bf16 KV storage stays close to the f32 reference: K and V carry a relative
 // rounding error of at most 2^-9, which moves these logits (|logit| up to ~10)

@@ -45,7 +45,7 @@ const float* as_f32(const cpu::Kernels& k, const Tensor& t, std::vector<float>& 
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int threads, cpu::Isa isa)
-      : kernels_(cpu::kernels_for(isa)), pool_(threads), workspace_(pool_.size()) {}
+      : kernels_(cpu::kernels_for(isa)), pool_(threads) {}
 
   std::string name() const override {
     return "cpu (" + std::string(cpu::isa_name(kernels_.isa)) + ", " +
@@ -69,7 +69,7 @@ class CpuBackend final : public Backend {
     require(y.dtype() == DType::F32 && y.rank() == 2 && y.dim(0) == M && y.dim(1) == N,
             "matmul: y must be f32 [" + std::to_string(M) + ", " + std::to_string(N) + "], got " + describe(y));
     require(!overlaps(y, x) && !overlaps(y, w), "matmul: y must not overlap x or w");
-    cpu::matmul(kernels_, pool_, workspace_, x.data<float>(), M, K,
+    cpu::matmul(kernels_, pool_, x.data<float>(), M, K,
                 cpu::WeightRows{w.dtype(), w.raw(), K}, N, y.data<float>());
   }
 
@@ -127,7 +127,8 @@ class CpuBackend final : public Backend {
     require(int64_t(freqs.inv_freq.size()) == half,
             "rope: inv_freq has " + std::to_string(freqs.inv_freq.size()) + " entries, head_dim " +
                 std::to_string(hd) + " needs " + std::to_string(half));
-    require(x.dtype() == DType::F32 && x.rank() >= 2 && x.dim(0) == T && x.dim(-1) % hd == 0,
+    const bool shape_ok = x.rank() == 3 ? x.dim(2) == hd : x.rank() == 2 && x.dim(1) % hd == 0;
+    require(x.dtype() == DType::F32 && shape_ok && x.dim(0) == T,
             "rope: x must be f32 [" + std::to_string(T) + ", heads, " + std::to_string(hd) +
                 "] (or [T, heads·head_dim]), got " + describe(x));
     for (int64_t t = 0; t < T; ++t)
@@ -164,6 +165,13 @@ class CpuBackend final : public Backend {
     const float* u = up.data<float>();
     float* o = out.data<float>();
     elementwise(out.numel(), [&](int64_t i, int64_t n) { kernels_.gelu_tanh_mul(g + i, u + i, n, o + i); });
+  }
+
+  void copy(const Tensor& src, Tensor& dst) override {
+    require(src.dtype() == dst.dtype() && src.numel() == dst.numel(),
+            "copy: src and dst must have one dtype and size, got " + describe(src) + " and " + describe(dst));
+    require(!overlaps(src, dst), "copy: src and dst must not overlap");
+    std::memcpy(dst.raw(), src.raw(), src.nbytes());
   }
 
   void add(Tensor& y, const Tensor& x) override {
@@ -324,7 +332,6 @@ class CpuBackend final : public Backend {
 
   const cpu::Kernels& kernels_;
   ThreadPool pool_;
-  cpu::Workspace workspace_;
 };
 
 }  // namespace

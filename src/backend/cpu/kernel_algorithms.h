@@ -10,8 +10,8 @@
 // AVX-512 copy for baseline code. For the same reason this header calls no
 // std:: templates that could be emitted out of line.
 //
-// V provides: R (16 floats), Mask, kMR/kNR (matmul micro-tile), kAccumulators
-// (R values that fit in registers besides the operands), zero, set1,
+// V provides: R (16 floats), Mask, kMR (rows of x per matmul tile),
+// kAccumulators (R values that fit in registers besides the operands), zero, set1,
 // load/store (+ _partial for n < 16 lanes, zero-filling loads), load_bf16,
 // load_f16 (+ _partial), add, sub, mul, div, fma(a, b, c) = a·b + c, abs,
 // min(a, b) = a < b ? a : b, round_even, ldexp(x, n) = x·2^n (n integral),
@@ -48,20 +48,16 @@ struct LoadF16 {
 
 // ---------------------------------------------------------------- matmul --
 
-// One MR x NR tile of dot products over K, in the canonical order. The
-// 16-lane accumulators start from zero or, when the tile continues an earlier
-// K block, from acc_in; they end reduced into y or, when later K blocks
-// follow, stored exactly to acc_out. Storing and reloading a lane is exact,
-// so splitting K into blocks leaves every lane's FMA chain unchanged.
+// One MR x NR tile of dot products over the whole K, in the canonical order.
 template <class V, class L, int MR, int NR>
 inline void dot_tile(const float* x, int64_t ldx, const typename L::T* w, int64_t ldw, int64_t K,
-                     const float* acc_in, float* acc_out, float* y, int64_t ldy) {
+                     float* y, int64_t ldy) {
   using R = typename V::R;
   R acc[MR][NR];
 #pragma GCC unroll 16
   for (int m = 0; m < MR; ++m)
 #pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) acc[m][n] = acc_in ? V::load(acc_in + (m * NR + n) * kLanes) : V::zero();
+    for (int n = 0; n < NR; ++n) acc[m][n] = V::zero();
   int64_t k = 0;
   for (; k + kLanes <= K; k += kLanes) {
     R xv[MR];
@@ -89,137 +85,70 @@ inline void dot_tile(const float* x, int64_t ldx, const typename L::T* w, int64_
 #pragma GCC unroll 16
   for (int m = 0; m < MR; ++m)
 #pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) {
-      if (acc_out)
-        V::store(acc_out + (m * NR + n) * kLanes, acc[m][n]);
-      else
-        y[m * ldy + n] = V::reduce(acc[m][n]);
-    }
+    for (int n = 0; n < NR; ++n) y[m * ldy + n] = V::reduce(acc[m][n]);
 }
 
 // Dispatches a tile with NR' = r rows of w, for 1 <= r <= kMax.
 template <class V, class L, int MR, int kMax>
 inline void dot_tile_rows(int r, const float* x, int64_t ldx, const typename L::T* w, int64_t ldw,
-                          int64_t K, const float* acc_in, float* acc_out, float* y, int64_t ldy) {
+                          int64_t K, float* y, int64_t ldy) {
   if constexpr (kMax > 0) {
     if (r == kMax)
-      dot_tile<V, L, MR, kMax>(x, ldx, w, ldw, K, acc_in, acc_out, y, ldy);
+      dot_tile<V, L, MR, kMax>(x, ldx, w, ldw, K, y, ldy);
     else
-      dot_tile_rows<V, L, MR, kMax - 1>(r, x, ldx, w, ldw, K, acc_in, acc_out, y, ldy);
+      dot_tile_rows<V, L, MR, kMax - 1>(r, x, ldx, w, ldw, K, y, ldy);
   }
 }
 
-// Weight rows per tile. Blocked: V::kNR, sized for reuse from cache.
-// Streaming (a single row group, each weight row read once from memory):
-// as many rows as the accumulator registers allow, up to 12, because more
-// concurrent row streams keep more DRAM reads in flight; measured on Zen 4,
-// 12 rows stream 1.3x faster than 6 for 3 KB rows.
-template <class V, int MR, bool kStreaming>
+// Weight rows per tile for MR rows of x: as many as the accumulator
+// registers allow, up to 12. Weight tiles are converted from bf16/f16 in
+// registers as they are read; more rows per tile means more concurrent row
+// streams when they come from DRAM (on Zen 4, 12 rows of 3 KB stream 1.3x
+// faster than 6) and fewer re-reads of x.
+template <class V, int MR>
 constexpr int tile_rows() {
-  if constexpr (!kStreaming) return V::kNR;
   constexpr int fit = V::kAccumulators / MR;
   return fit < 1 ? 1 : fit > 12 ? 12 : fit;
 }
 
-// Floats of accumulator state one blocked tile keeps between K blocks.
-template <class V>
-constexpr int64_t tile_acc_floats() {
-  return int64_t(V::kMR) * V::kNR * kLanes;
-}
-
-// Advances an optional accumulator pointer by `tiles` tile slots.
-inline const float* acc_at(const float* p, int64_t tiles, int64_t per_tile) { return p ? p + tiles * per_tile : p; }
-inline float* acc_at(float* p, int64_t tiles, int64_t per_tile) { return p ? p + tiles * per_tile : p; }
-
-// MR rows of x against all N rows of w; tile t of the group uses accumulator
-// slot t (blocked schedule only).
-template <class V, class L, int MR, bool kStreaming>
+// MR rows of x against all N rows of w.
+template <class V, class L, int MR>
 inline void dot_group(const float* x, int64_t ldx, const typename L::T* w, int64_t ldw, int64_t N,
-                      int64_t K, const float* acc_in, float* acc_out, float* y, int64_t ldy) {
-  constexpr int NR = tile_rows<V, MR, kStreaming>();
-  constexpr int64_t slot = tile_acc_floats<V>();
-  int64_t n = 0, t = 0;
-  for (; n + NR <= N; n += NR, ++t)
-    dot_tile<V, L, MR, NR>(x, ldx, w + n * ldw, ldw, K, acc_at(acc_in, t, slot), acc_at(acc_out, t, slot), y + n, ldy);
-  if (n < N)
-    dot_tile_rows<V, L, MR, NR - 1>(int(N - n), x, ldx, w + n * ldw, ldw, K, acc_at(acc_in, t, slot),
-                                    acc_at(acc_out, t, slot), y + n, ldy);
+                      int64_t K, float* y, int64_t ldy) {
+  constexpr int NR = tile_rows<V, MR>();
+  int64_t n = 0;
+  for (; n + NR <= N; n += NR) dot_tile<V, L, MR, NR>(x, ldx, w + n * ldw, ldw, K, y + n, ldy);
+  if (n < N) dot_tile_rows<V, L, MR, NR - 1>(int(N - n), x, ldx, w + n * ldw, ldw, K, y + n, ldy);
 }
 
-template <class V, class L, bool kStreaming, int kMax>
+template <class V, class L, int kMax>
 inline void dot_group_rows(int r, const float* x, int64_t ldx, const typename L::T* w, int64_t ldw,
-                           int64_t N, int64_t K, const float* acc_in, float* acc_out, float* y, int64_t ldy) {
+                           int64_t N, int64_t K, float* y, int64_t ldy) {
   if constexpr (kMax > 0) {
     if (r == kMax)
-      dot_group<V, L, kMax, kStreaming>(x, ldx, w, ldw, N, K, acc_in, acc_out, y, ldy);
+      dot_group<V, L, kMax>(x, ldx, w, ldw, N, K, y, ldy);
     else
-      dot_group_rows<V, L, kStreaming, kMax - 1>(r, x, ldx, w, ldw, N, K, acc_in, acc_out, y, ldy);
+      dot_group_rows<V, L, kMax - 1>(r, x, ldx, w, ldw, N, K, y, ldy);
   }
 }
 
-// Row groups of x, one after another, each against all N rows of w. Group g
-// uses accumulator slots [g · ⌈N / kNR⌉, (g + 1) · ⌈N / kNR⌉).
-template <class V, class L, bool kStreaming>
-void dot_block_typed(const float* x, int64_t ldx, int64_t M, const typename L::T* w, int64_t ldw,
-                     int64_t N, int64_t K, const float* acc_in, float* acc_out, float* y, int64_t ldy) {
-  constexpr int MR = V::kMR;
-  const int64_t group_slots = (N + V::kNR - 1) / V::kNR * tile_acc_floats<V>();
-  int64_t m = 0, g = 0;
-  for (; m + MR <= M; m += MR, ++g)
-    dot_group<V, L, MR, kStreaming>(x + m * ldx, ldx, w, ldw, N, K, acc_at(acc_in, g, group_slots),
-                                    acc_at(acc_out, g, group_slots), y + m * ldy, ldy);
-  if (m < M)
-    dot_group_rows<V, L, kStreaming, MR - 1>(int(M - m), x + m * ldx, ldx, w, ldw, N, K,
-                                             acc_at(acc_in, g, group_slots), acc_at(acc_out, g, group_slots),
-                                             y + m * ldy, ldy);
-}
-
 template <class V, class L>
-void dot_block_dispatch(const float* x, int64_t ldx, int64_t M, const WeightRows& w, int64_t N,
-                        int64_t K, float* y, int64_t ldy) {
+void dot_block_typed(const float* x, int64_t ldx, int64_t M, const WeightRows& w, int64_t N, int64_t K,
+                     float* y, int64_t ldy) {
+  constexpr int MR = V::kMR;
   const auto* wp = static_cast<const typename L::T*>(w.data);
-  // A single row group reads each weight row exactly once: the streaming
-  // (decode) case.
-  if (M <= V::kMR)
-    dot_block_typed<V, L, true>(x, ldx, M, wp, w.ld, N, K, nullptr, nullptr, y, ldy);
-  else
-    dot_block_typed<V, L, false>(x, ldx, M, wp, w.ld, N, K, nullptr, nullptr, y, ldy);
+  int64_t m = 0;
+  for (; m + MR <= M; m += MR) dot_group<V, L, MR>(x + m * ldx, ldx, wp, w.ld, N, K, y + m * ldy, ldy);
+  if (m < M) dot_group_rows<V, L, MR - 1>(int(M - m), x + m * ldx, ldx, wp, w.ld, N, K, y + m * ldy, ldy);
 }
 
 template <class V>
 void dot_block(const float* x, int64_t ldx, int64_t M, const WeightRows& w, int64_t N, int64_t K,
                float* y, int64_t ldy) {
   switch (w.dtype) {
-    case DType::BF16: dot_block_dispatch<V, LoadBF16<V>>(x, ldx, M, w, N, K, y, ldy); return;
-    case DType::F16: dot_block_dispatch<V, LoadF16<V>>(x, ldx, M, w, N, K, y, ldy); return;
-    default: dot_block_dispatch<V, LoadF32<V>>(x, ldx, M, w, N, K, y, ldy); return;
-  }
-}
-
-template <class V>
-void dot_block_partial(const float* x, int64_t ldx, int64_t M, const float* w, int64_t ldw, int64_t N,
-                       int64_t K, const float* acc_in, float* acc_out, float* y, int64_t ldy) {
-  dot_block_typed<V, LoadF32<V>, false>(x, ldx, M, w, ldw, N, K, acc_in, acc_out, y, ldy);
-}
-
-template <class V, class L>
-void widen_rows_typed(const WeightRows& w, int64_t N, int64_t K, float* dst, int64_t ld_dst) {
-  const auto* wp = static_cast<const typename L::T*>(w.data);
-  for (int64_t r = 0; r < N; ++r) {
-    const typename L::T* src = wp + r * w.ld;
-    float* out = dst + r * ld_dst;
-    int64_t k = 0;
-    for (; k + kLanes <= K; k += kLanes) V::store(out + k, L::full(src + k));
-    if (k < K) V::store(out + k, L::partial(src + k, int(K - k)));  // zero-fills to a lane multiple
-  }
-}
-
-template <class V>
-void widen_rows(const WeightRows& w, int64_t N, int64_t K, float* dst, int64_t ld_dst) {
-  switch (w.dtype) {
-    case DType::BF16: widen_rows_typed<V, LoadBF16<V>>(w, N, K, dst, ld_dst); return;
-    case DType::F16: widen_rows_typed<V, LoadF16<V>>(w, N, K, dst, ld_dst); return;
-    default: widen_rows_typed<V, LoadF32<V>>(w, N, K, dst, ld_dst); return;
+    case DType::BF16: dot_block_typed<V, LoadBF16<V>>(x, ldx, M, w, N, K, y, ldy); return;
+    case DType::F16: dot_block_typed<V, LoadF16<V>>(x, ldx, M, w, N, K, y, ldy); return;
+    default: dot_block_typed<V, LoadF32<V>>(x, ldx, M, w, N, K, y, ldy); return;
   }
 }
 
@@ -393,11 +322,7 @@ Kernels make_kernels(Isa isa, uint64_t (*stream_read)(const void*, std::size_t),
   Kernels k;
   k.isa = isa;
   k.mr = V::kMR;
-  k.nr = V::kNR;
   k.dot_block = &dot_block<V>;
-  k.dot_block_partial = &dot_block_partial<V>;
-  k.acc_floats_per_tile = tile_acc_floats<V>();
-  k.widen_rows = &widen_rows<V>;
   k.convert_scale = &convert_scale<V>;
   k.sum_squares = &sum_squares<V>;
   k.norm_apply = &norm_apply<V>;

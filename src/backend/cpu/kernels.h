@@ -14,7 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "backend/cpu/isa.h"
+#include "core/isa.h"
 #include "core/dtype.h"
 
 namespace rowlm::cpu {
@@ -28,28 +28,14 @@ struct WeightRows {
 
 struct Kernels {
   Isa isa = Isa::Scalar;
-  int mr = 1;  // x rows per matmul micro-tile
-  int nr = 1;  // w rows per matmul micro-tile
+  int mr = 1;  // rows of x per matmul tile
 
   // y[m*ldy + n] = Σ_k x[m*ldx + k] · w[n][k] for m < M, n < N, in the
-  // canonical order. Tiles run m-major: each mr-row group of x meets all N
-  // rows of w before the next group starts. With M <= mr (one group) every
-  // weight row is read exactly once, in wide tiles: the streaming case.
+  // canonical order. Row groups of mr rows of x run one after another, each
+  // against all N rows of w in tiles of up to 12 rows, bf16/f16 widened in
+  // registers as they are read.
   void (*dot_block)(const float* x, int64_t ldx, int64_t M, const WeightRows& w, int64_t N,
                     int64_t K, float* y, int64_t ldy);
-  // The same over one block of K with f32 weight rows, continuing from the
-  // 16-lane accumulators in acc_in (null: from zero, the first block) and
-  // leaving them in acc_out (null: reduce into y, the last block). Only the
-  // last block may have a K that is not a multiple of 16. The accumulator
-  // buffer holds acc_floats_per_tile floats per (mr-row group, nr-row tile),
-  // group-major: ⌈M / mr⌉ · ⌈N / nr⌉ · acc_floats_per_tile in all.
-  void (*dot_block_partial)(const float* x, int64_t ldx, int64_t M, const float* w, int64_t ldw,
-                            int64_t N, int64_t K, const float* acc_in, float* acc_out, float* y,
-                            int64_t ldy);
-  int64_t acc_floats_per_tile = 0;
-  // dst[r*ld_dst + k] = float(w[r][k]) for r < N, k < K, and 0 for
-  // K <= k < round_up(K, 16) (ld_dst must leave room for that).
-  void (*widen_rows)(const WeightRows& w, int64_t N, int64_t K, float* dst, int64_t ld_dst);
 
   // out[i] = float(src[i]) · scale.
   void (*convert_scale)(DType dtype, const void* src, int64_t n, float scale, float* out);
@@ -70,9 +56,10 @@ struct Kernels {
   void (*add_scaled)(float* y, float a, const float* x, int64_t n);  // y += (a · x), two roundings
   void (*tanh)(const float* x, int64_t n, float* out);         // the tanh the others use
 
-  // Ceiling probes (ceilings.h): read `bytes` (a multiple of 64) with vector
-  // loads; run `iters` rounds of independent FMA chains, returning their
-  // flop count. Both return values only to keep the work observable.
+  // Ceiling probes (ceilings.h): read `bytes` (a multiple of 64, 64-byte
+  // aligned) with vector loads; run `iters` rounds of independent FMA
+  // chains, returning their flop count. Both return values only to keep the
+  // work observable.
   uint64_t (*stream_read)(const void* data, std::size_t bytes);
   double (*fma_chains)(int64_t iters, float* sink);
 };

@@ -15,10 +15,9 @@ struct VAvx2 {
     __m256 lo, hi;
   };
   using Mask = R;
-  // 2 x 2 tiles: 8 accumulator registers + 4 for x + 2 for w fit the 16 ymm.
+  // Tiles of 2 x 2 (or 1 x 4): 8 accumulator ymm + x + 2 for w fit the 16 ymm.
   static constexpr int kMR = 2;
   static constexpr int kAccumulators = 4;
-  static constexpr int kNR = 2;
 
   static R zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
   static R set1(float f) { return {_mm256_set1_ps(f), _mm256_set1_ps(f)}; }

@@ -20,11 +20,10 @@ struct VAvx512 {
   struct Mask {
     __mmask16 m;
   };
-  // Blocked 4 x 6 tiles: 24 accumulators + 4 x vectors + 1 w vector of the
-  // 32 zmm; streaming tiles use the same 24 accumulators for up to 12 rows.
+  // Tiles of 4 rows of x x 6 weight rows (or 2 x 12, 1 x 12): 24
+  // accumulators + the x vectors + 1 weight vector of the 32 zmm.
   static constexpr int kMR = 4;
   static constexpr int kAccumulators = 24;
-  static constexpr int kNR = 6;
 
   static __mmask16 first(int n) { return __mmask16((1u << n) - 1u); }
   static __m512 widen_bf16(__m256i h) {

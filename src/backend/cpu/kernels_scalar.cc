@@ -19,7 +19,6 @@ struct VScalar {
   };
   static constexpr int kMR = 2;
   static constexpr int kAccumulators = 4;
-  static constexpr int kNR = 2;
 
   template <class F>
   static R map(F f) {

@@ -1,7 +1,9 @@
 #pragma once
-// Which instruction set the CPU kernels use. Every ISA computes bitwise the
-// same results (the kernels share one reduction order), so the choice only
-// changes speed; tests and benchmarks force each one in turn.
+// Which instruction set the CPU kernels use (the backend's matmul and
+// element-wise kernels, and the KV module's attention). Every ISA computes
+// bitwise the same results (the kernels share one reduction order), so the
+// choice only changes speed; tests and benchmarks force each one in turn,
+// and ROWLM_CPU_ISA forces one for a whole process.
 
 #include <string_view>
 #include <vector>

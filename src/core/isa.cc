@@ -1,4 +1,4 @@
-#include "backend/cpu/isa.h"
+#include "core/isa.h"
 
 #include <cstdlib>
 #include <string>
@@ -27,8 +27,9 @@ bool isa_supported(Isa isa) {
     case Isa::Scalar: return true;
     case Isa::Avx2:
 #if defined(__x86_64__)
+      // BMI2 because the ISA files are compiled with -mbmi2.
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+             __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
 #else
       return false;
 #endif
