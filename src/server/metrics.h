@@ -4,11 +4,9 @@
 // from EngineStats when /metrics is scraped), in the text exposition format
 // 0.0.4. Thread-safe.
 
-#include <array>
 #include <cstdint>
 #include <map>
 #include <mutex>
-#include <span>
 #include <string>
 #include <utility>
 #include <vector>
