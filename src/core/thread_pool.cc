@@ -74,9 +74,19 @@ void ThreadPool::worker_loop() {
   }
 }
 
+namespace {
+
+// A wait this long for workers means they are not getting a core.
+constexpr auto kStall = std::chrono::microseconds(500);
+// How long to run on the caller alone after a stall before trying again.
+constexpr auto kSoloPeriod = std::chrono::milliseconds(50);
+
+}  // namespace
+
 void ThreadPool::run(int64_t n, const std::function<void(int64_t)>& fn) {
   if (n <= 0) return;
-  if (workers_.empty() || n == 1) {
+  const auto now = std::chrono::steady_clock::now();
+  if (workers_.empty() || n == 1 || now.time_since_epoch().count() < solo_until_) {
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
@@ -92,10 +102,13 @@ void ThreadPool::run(int64_t n, const std::function<void(int64_t)>& fn) {
   job->drain();
   // Only indices already taken by a worker are outstanding; yield now and
   // then so a worker sharing this core can finish them.
+  const auto drained = std::chrono::steady_clock::now();
   for (int spins = 0; job->done.load(std::memory_order_acquire) != n; ++spins) {
     if (spins % 64 == 63) std::this_thread::yield();
     else cpu_relax();
   }
+  const auto finished = std::chrono::steady_clock::now();
+  if (finished - drained > kStall) solo_until_ = (finished + kSoloPeriod).time_since_epoch().count();
   {
     std::lock_guard lock(job_mutex_);
     if (job_ == job) job_.reset();

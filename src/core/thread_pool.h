@@ -8,7 +8,10 @@
 // hundreds of short parallel regions and a sleeping wake-up costs more than
 // the work in each. The caller never waits for a worker that has not
 // started: it takes the remaining indices itself and waits only for indices
-// in progress, so a descheduled worker (a busy machine) costs nothing.
+// in progress. When other processes keep taking the cores, even that wait
+// can cost milliseconds per region; the pool then runs regions on the
+// caller alone for a while and tries the workers again later. Results never
+// depend on which thread ran an index, so this changes speed only.
 
 #include <atomic>
 #include <cstdint>
@@ -59,6 +62,8 @@ class ThreadPool {
   std::shared_ptr<Job> job_;
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stop_{false};
+  // Caller-only mode after a stall, until this steady_clock tick count.
+  int64_t solo_until_ = 0;
 };
 
 }  // namespace rowlm
