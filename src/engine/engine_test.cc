@@ -170,3 +170,41 @@ TEST(Engine, BackgroundThreadServesManySubmitters) {
 
 }  // namespace
 }  // namespace rowlm
+
+namespace rowlm {
+namespace {
+
+// Chunked prefill: while a 2,000-token prompt is admitted, a running row
+// keeps producing one token at every step.
+TEST(Engine, LongPromptDoesNotStallRunningRows) {
+  EngineOptions opt = manual();
+  opt.token_budget = 256;
+  auto engine = Engine::create(opt);
+  Request running = make_request({"And the king said unto", 0.0f, 1, 200, 0, {}});
+  running.ignore_eos = true;
+  int64_t tokens = 0;
+  auto a = engine->submit(running, [&](const TokenEvent& ev) { tokens += ev.token >= 0; });
+  while (tokens == 0) engine->step();
+
+  Request long_prompt;
+  for (int i = 0; i < 2000; ++i) long_prompt.prompt_ids.push_back(int32_t(10 + (i * 7919) % 8000));
+  long_prompt.sampling.temperature = 0;
+  long_prompt.sampling.max_tokens = 4;
+  int64_t long_tokens = 0;
+  auto b = engine->submit(long_prompt, [&](const TokenEvent& ev) { long_tokens += ev.token >= 0; });
+  int steps = 0;
+  while (long_tokens == 0) {
+    const int64_t before = tokens;
+    ASSERT_TRUE(engine->step());
+    ++steps;
+    EXPECT_EQ(tokens, before + 1) << "the running row missed step " << steps;
+  }
+  // 2,000 prompt tokens in chunks that leave room for the running row's token.
+  EXPECT_GE(steps, 2000 / 256);
+  a->cancel();
+  engine->run_until_idle();
+  EXPECT_EQ(b->result().usage.prompt_tokens, 2000);
+}
+
+}  // namespace
+}  // namespace rowlm
