@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "bench_clock.h"
 #include "kv/attention.h"
 #include "kv/attention_kernel.h"
 #include "kv/kv_cache.h"
@@ -25,19 +26,12 @@
 using namespace rowlm;
 using namespace rowlm::kv;
 
+using bench::now_s;
+using bench::thread_cpu_s;
+
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
-// CPU time of the calling thread: on a shared machine it ignores the time
-// other processes hold the core (single-threaded measurements only).
-double thread_cpu_s() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
 
 // Best (least disturbed) seconds per call over `reps` batches of `inner` calls.
 double time_per_call(const std::function<void()>& fn, int reps, int inner, bool cpu_time = false) {

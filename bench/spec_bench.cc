@@ -22,21 +22,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_clock.h"
 #include "rowlm/engine.h"
 
 using namespace rowlm;
 
+using bench::now_s;
+using bench::thread_cpu_s;
+
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
-double thread_cpu_s() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
 
 const char* const kPrompts[] = {
     "In the beginning",

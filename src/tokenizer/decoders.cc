@@ -188,16 +188,9 @@ std::unique_ptr<Decoder> make_decoder(const Json& j, const std::string& where) {
     }
     return std::make_unique<Metaspace>(std::move(replacement), prepend);
   }
-  if (type == "Sequence") {
-    const auto list = field<Json>(j, "decoders", w);
-    if (!list.is_array()) throw Error(w + ": 'decoders' must be an array");
-    std::vector<std::unique_ptr<Decoder>> parts;
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      auto part = make_decoder(list[i], where + ".decoders[" + std::to_string(i) + "]");
-      if (part) parts.push_back(std::move(part));
-    }
-    return std::make_unique<Sequence>(std::move(parts));
-  }
+  if (type == "Sequence")
+    return std::make_unique<Sequence>(sequence_parts<Decoder>(
+        j, "decoders", where, w, [](const Json& e, const std::string& at) { return make_decoder(e, at); }));
   throw Error(where + ": unsupported decoder type '" + type +
               "' (rowlm supports Replace, ByteFallback, Fuse, Strip, ByteLevel, Metaspace, Sequence)");
 }

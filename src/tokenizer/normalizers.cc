@@ -100,16 +100,9 @@ std::unique_ptr<Normalizer> make_normalizer(const Json& j, const std::string& wh
   if (type == "Lowercase") return std::make_unique<Lowercase>();
   if (type == "Strip")
     return std::make_unique<Strip>(field_or<bool>(j, "strip_left", true, w), field_or<bool>(j, "strip_right", true, w));
-  if (type == "Sequence") {
-    const auto list = field<Json>(j, "normalizers", w);
-    if (!list.is_array()) throw Error(w + ": 'normalizers' must be an array");
-    std::vector<std::unique_ptr<Normalizer>> parts;
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      auto part = make_normalizer(list[i], where + ".normalizers[" + std::to_string(i) + "]");
-      if (part) parts.push_back(std::move(part));
-    }
-    return std::make_unique<Sequence>(std::move(parts));
-  }
+  if (type == "Sequence")
+    return std::make_unique<Sequence>(sequence_parts<Normalizer>(
+        j, "normalizers", where, w, [](const Json& e, const std::string& at) { return make_normalizer(e, at); }));
   throw Error(where + ": unsupported normalizer type '" + type +
               "' (rowlm supports Replace, Prepend, NFC, NFD, NFKC, NFKD, Lowercase, Strip, Sequence)");
 }

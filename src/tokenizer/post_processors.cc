@@ -80,16 +80,9 @@ std::unique_ptr<PostProcessor> make_post_processor(const Json& j, const std::str
   const std::string w = where + " (" + type + ")";
   if (type == "TemplateProcessing") return make_template(j, w);
   if (type == "ByteLevel") return std::make_unique<PassThrough>();
-  if (type == "Sequence") {
-    const auto list = field<Json>(j, "processors", w);
-    if (!list.is_array()) throw Error(w + ": 'processors' must be an array");
-    std::vector<std::unique_ptr<PostProcessor>> parts;
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      auto part = make_post_processor(list[i], where + ".processors[" + std::to_string(i) + "]");
-      if (part) parts.push_back(std::move(part));
-    }
-    return std::make_unique<Sequence>(std::move(parts));
-  }
+  if (type == "Sequence")
+    return std::make_unique<Sequence>(sequence_parts<PostProcessor>(
+        j, "processors", where, w, [](const Json& e, const std::string& at) { return make_post_processor(e, at); }));
   throw Error(where + ": unsupported post_processor type '" + type +
               "' (rowlm supports TemplateProcessing, ByteLevel, Sequence)");
 }

@@ -270,16 +270,9 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& j, const std::strin
     return std::make_unique<CharClassSplit>(&is_numeric, field_or<bool>(j, "individual_digits", false, w)
                                                              ? SplitBehavior::Isolated
                                                              : SplitBehavior::Contiguous);
-  if (type == "Sequence") {
-    const auto list = field<Json>(j, "pretokenizers", w);
-    if (!list.is_array()) throw Error(w + ": 'pretokenizers' must be an array");
-    std::vector<std::unique_ptr<PreTokenizer>> parts;
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      auto part = make_pre_tokenizer(list[i], where + ".pretokenizers[" + std::to_string(i) + "]");
-      if (part) parts.push_back(std::move(part));
-    }
-    return std::make_unique<Sequence>(std::move(parts));
-  }
+  if (type == "Sequence")
+    return std::make_unique<Sequence>(sequence_parts<PreTokenizer>(
+        j, "pretokenizers", where, w, [](const Json& e, const std::string& at) { return make_pre_tokenizer(e, at); }));
   throw Error(where + ": unsupported pre_tokenizer type '" + type +
               "' (rowlm supports Split, ByteLevel, Metaspace, Whitespace, WhitespaceSplit, Digits, Sequence)");
 }
