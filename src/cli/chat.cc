@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "cli/request_options.h"
+#include "cli/runtime.h"
 #include "core/error.h"
 #include "tokenizer/chat_format.h"
 #include "tokenizer/tokenizer.h"
@@ -40,7 +41,8 @@ int run_chat(const std::vector<std::string>& argv) {
   const std::string dir = args.get("MODEL_DIR");
   Request base;
   apply_sampling_options(args, base);
-  auto engine = Engine::create(engine_options_from(args, dir, /*background=*/true));
+  const EngineOptions eo = engine_options_from(args, dir, /*background=*/true);
+  auto engine = with_loading_progress(dir, [&] { return Engine::create(eo); });
   const Tokenizer& tok = engine->tokenizer();
   const auto format = args.has("chat-format") ? tokenizer::ChatFormat::by_name(args.get("chat-format"))
                                               : tokenizer::ChatFormat::from_model_dir(dir);

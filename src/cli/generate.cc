@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/request_options.h"
+#include "cli/runtime.h"
 #include "core/error.h"
 #include "tokenizer/chat_format.h"
 #include "tokenizer/tokenizer.h"
@@ -41,7 +42,8 @@ int run_generate(const std::vector<std::string>& argv) {
   }
   apply_sampling_options(args, req);
 
-  auto engine = Engine::create(engine_options_from(args, dir, /*background=*/true));
+  const EngineOptions eo = engine_options_from(args, dir, /*background=*/true);
+  auto engine = with_loading_progress(dir, [&] { return Engine::create(eo); });
   if (args.flag_set("chat")) {
     if (!engine->has_tokenizer()) throw Error("--chat needs a tokenizer, and " + dir + " has none");
     if (!req.prompt_ids.empty()) throw Error("--chat needs a text PROMPT");

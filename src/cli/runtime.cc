@@ -47,17 +47,8 @@ Runtime open_runtime(const Args& args, const std::string& model_dir) {
   const int64_t threads = args.get_int("threads");
   if (threads < 0 || threads > 1024) throw Error("--threads must be between 0 and 1024");
   rt.backend = make_cpu_backend(int(threads));
-  // Loading maps the weights; a progress line appears only if it is slow
-  // (a cold page cache on a large model).
-  auto loading = std::async(std::launch::async, [&] { return load_model(model_dir, *rt.backend); });
-  if (loading.wait_for(std::chrono::milliseconds(700)) != std::future_status::ready) {
-    std::cerr << "loading " << model_dir << " ..." << std::flush;
-    const auto start = std::chrono::steady_clock::now();
-    while (loading.wait_for(std::chrono::seconds(1)) != std::future_status::ready) std::cerr << "." << std::flush;
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::fprintf(stderr, " done (%.1f s)\n", s + 0.7);
-  }
-  rt.model = loading.get();
+  // Loading maps the weights: slow only on a cold page cache or a large model.
+  rt.model = with_loading_progress(model_dir, [&] { return load_model(model_dir, *rt.backend); });
   rt.cache_options = cache_options_for(args, *rt.model);
   return rt;
 }

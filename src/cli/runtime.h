@@ -3,6 +3,9 @@
 // KV cache options, set up from the common flags (--threads, --kv-codec,
 // --kv-budget).
 
+#include <chrono>
+#include <cstdio>
+#include <future>
 #include <memory>
 #include <string>
 
@@ -28,6 +31,21 @@ void add_runtime_options(Args& args, const std::string& default_codec);
 
 // Loads MODEL_DIR; prints a progress line to stderr if loading takes a while.
 Runtime open_runtime(const Args& args, const std::string& model_dir);
+
+// Runs `load` (which loads `what`) on another thread; if it takes more than
+// a moment, stderr shows "loading WHAT ..." with a dot a second until done.
+template <class Load>
+auto with_loading_progress(const std::string& what, Load&& load) {
+  auto loading = std::async(std::launch::async, std::forward<Load>(load));
+  if (loading.wait_for(std::chrono::milliseconds(700)) != std::future_status::ready) {
+    std::fprintf(stderr, "loading %s ...", what.c_str());
+    const auto start = std::chrono::steady_clock::now();
+    while (loading.wait_for(std::chrono::seconds(1)) != std::future_status::ready) std::fputc('.', stderr);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, " done (%.1f s)\n", s + 0.7);
+  }
+  return loading.get();
+}
 
 // Cache options for `model` from the parsed flags.
 kv::CacheOptions cache_options_for(const Args& args, const Model& model);
