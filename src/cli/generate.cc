@@ -71,6 +71,7 @@ int run_generate(const std::vector<std::string>& argv) {
   } else {
     std::cout << "\n";
   }
+  std::cout.flush();  // the summary on stderr comes after the text
   std::fprintf(stderr, "[%s] prompt %lld tokens (%lld cached), generated %lld, time to first token %.1f ms, %.1f tokens/s\n",
                finish_reason_name(r.finish), (long long)r.usage.prompt_tokens, (long long)r.usage.cached_prompt_tokens,
                (long long)r.usage.completion_tokens, r.timings.time_to_first_token_s * 1e3, r.timings.decode_tokens_per_s);
