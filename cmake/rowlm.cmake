@@ -8,12 +8,14 @@ if(ROWLM_SANITIZE)
   add_link_options(-fsanitize=address,undefined)
 endif()
 
-# Per-ISA translation units: a kernel file named *_avx512.cc or *_avx2.cc is
-# compiled for that instruction set only; callers pick one at run time.
+# Per-ISA translation units: a kernel file named *_avx512.cc, *_avx512bf16.cc
+# or *_avx2.cc is compiled for that instruction set only; callers pick one at
+# run time.
 # -ffp-contract=off: with FMA enabled GCC would otherwise fuse a*b+c (even
 # written with intrinsics) where it likes, so ISA paths would round differently
 # from each other and from the portable path; kernels ask for FMA explicitly.
 set(ROWLM_AVX512_FLAGS -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -mbmi2 -ffp-contract=off)
+set(ROWLM_AVX512BF16_FLAGS ${ROWLM_AVX512_FLAGS} -mavx512bf16)
 set(ROWLM_AVX2_FLAGS -mavx2 -mfma -mf16c -mbmi2 -ffp-contract=off)
 
 # rowlm_module(NAME DEPS dep...) declares the static library rowlm_NAME from
@@ -32,6 +34,8 @@ function(rowlm_module name)
     endif()
     if(f MATCHES "_avx512\\.cc$")
       set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS "${ROWLM_AVX512_FLAGS}")
+    elseif(f MATCHES "_avx512bf16\\.cc$")
+      set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS "${ROWLM_AVX512BF16_FLAGS}")
     elseif(f MATCHES "_avx2\\.cc$")
       set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS "${ROWLM_AVX2_FLAGS}")
     endif()

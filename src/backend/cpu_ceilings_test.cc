@@ -17,6 +17,8 @@ TEST(CpuCeilings, ProbesReportFinitePositiveRates) {
   EXPECT_TRUE(std::isfinite(gbps) && gbps > 0) << gbps;
   const double gflops = cpu::measure_fma_peak(pool, 1, 1 << 14);
   EXPECT_TRUE(std::isfinite(gflops) && gflops > 0) << gflops;
+  const double bf16 = cpu::measure_bf16_dot_peak(pool, 1, 1 << 12);
+  EXPECT_TRUE(std::isfinite(bf16) && bf16 > 0) << bf16;
 }
 
 TEST(CpuCeilings, RejectsDegenerateArguments) {
@@ -25,6 +27,7 @@ TEST(CpuCeilings, RejectsDegenerateArguments) {
   EXPECT_THROW(cpu::measure_read_bandwidth(pool, std::size_t(1) << 20, 0), Error);
   EXPECT_THROW(cpu::measure_fma_peak(pool, 0), Error);
   EXPECT_THROW(cpu::measure_fma_peak(pool, 1, 0), Error);
+  EXPECT_THROW(cpu::measure_bf16_dot_peak(pool, 1, 0), Error);
 }
 
 }  // namespace

@@ -103,7 +103,7 @@ TEST(CpuMatmul, ChunkedScheduleMatchesTheOracleForAnyChunking) {
         ThreadPool pool(threads);
         for (int64_t chunk_bytes : {int64_t(1), int64_t(4096), int64_t(1) << 20}) {
           Tensor y(DType::F32, {M, N});
-          cpu::matmul(k, pool, x.data<float>(), M, K, cpu::WeightRows{dt, w.raw(), K}, N, y.data<float>(),
+          cpu::matmul(k, pool, x.data<float>(), M, K, cpu::WeightRows{dt, w.raw(), K}, N, y.data<float>(), MatmulPrecision::F32,
                       cpu::MatmulTuning{chunk_bytes});
           expect_bitwise(y, want,
                          std::string(cpu::isa_name(isa)) + " " + std::string(dtype_name(dt)) + " threads=" +

@@ -18,6 +18,7 @@ void add_engine_options(Args& args, int default_max_waiting) {
       .flag("no-prefix-cache", "do not reuse cached prompt prefixes")
       .option("draft", "MODEL_DIR|ngram", "speculative decoding with a draft model or n-gram prompt lookup")
       .option("draft-tokens", "N", "tokens drafted per row per round", "3");
+  add_matmul_precision_option(args);
 }
 
 EngineOptions engine_options_from(const Args& args, const std::string& model_dir, bool background) {
@@ -30,6 +31,7 @@ EngineOptions engine_options_from(const Args& args, const std::string& model_dir
     return int(v);
   };
   o.threads = ranged("threads", 0, 1024);
+  o.matmul_precision = matmul_precision_from(args);
   o.kv_codec = args.get("kv-codec");
   o.kv_budget_bytes = parse_bytes(args.get("kv-budget"), "--kv-budget");
   o.max_running = ranged("max-running", 1, 4096);

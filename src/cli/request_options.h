@@ -12,7 +12,7 @@
 namespace rowlm::cli {
 
 // --threads --kv-codec --kv-budget --max-running --token-budget --max-waiting
-// --no-prefix-cache --draft --draft-tokens
+// --no-prefix-cache --draft --draft-tokens --matmul-precision
 void add_engine_options(Args& args, int default_max_waiting = 1024);
 EngineOptions engine_options_from(const Args& args, const std::string& model_dir, bool background);
 

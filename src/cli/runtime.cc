@@ -16,6 +16,22 @@ void add_runtime_options(Args& args, const std::string& default_codec) {
               "map such as bf16,3=q8",
               default_codec)
       .option("kv-budget", "BYTES", "KV pool capacity, e.g. 2G (0 = grow as needed)", "0");
+  add_matmul_precision_option(args);
+}
+
+void add_matmul_precision_option(Args& args) {
+  args.option("matmul-precision", "P",
+              "f32: activations stay f32 in every matmul (faithful); bf16: rounded to bf16 where they meet "
+              "bf16 weights (faster for large batches)",
+              "f32");
+}
+
+MatmulPrecision matmul_precision_from(const Args& args) {
+  try {
+    return parse_matmul_precision(args.get("matmul-precision"));
+  } catch (const Error& e) {
+    throw Error(std::string("--matmul-precision: ") + e.what());
+  }
 }
 
 std::size_t parse_bytes(const std::string& text, const std::string& what) {
@@ -46,7 +62,7 @@ Runtime open_runtime(const Args& args, const std::string& model_dir) {
   Runtime rt;
   const int64_t threads = args.get_int("threads");
   if (threads < 0 || threads > 1024) throw Error("--threads must be between 0 and 1024");
-  rt.backend = make_cpu_backend(int(threads));
+  rt.backend = make_cpu_backend(int(threads), matmul_precision_from(args));
   // Loading maps the weights: slow only on a cold page cache or a large model.
   rt.model = with_loading_progress(model_dir, [&] { return load_model(model_dir, *rt.backend); });
   rt.cache_options = cache_options_for(args, *rt.model);

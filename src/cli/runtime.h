@@ -26,8 +26,13 @@ struct Runtime {
   }
 };
 
-// Declares --threads, --kv-codec (default `default_codec`) and --kv-budget.
+// Declares --threads, --kv-codec (default `default_codec`), --kv-budget and
+// --matmul-precision.
 void add_runtime_options(Args& args, const std::string& default_codec);
+
+// --matmul-precision f32|bf16 (default f32), and its value.
+void add_matmul_precision_option(Args& args);
+MatmulPrecision matmul_precision_from(const Args& args);
 
 // Loads MODEL_DIR; prints a progress line to stderr if loading takes a while.
 Runtime open_runtime(const Args& args, const std::string& model_dir);

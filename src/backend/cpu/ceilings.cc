@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -36,12 +37,15 @@ double measure_read_bandwidth(ThreadPool& pool, std::size_t bytes, int repeats) 
   return best;
 }
 
-double measure_fma_peak(ThreadPool& pool, int repeats, int64_t chain_length) {
-  if (repeats < 1 || chain_length < 1) throw Error("measure_fma_peak: need at least one repeat and one FMA");
-  const Kernels& k = kernels_for(best_isa());
+namespace {
+
+// GFLOP/s of `chain` (returning its flops) on every thread, best of `repeats`.
+double measure_chains(ThreadPool& pool, int repeats, int64_t chain_length,
+                      double (*chain)(int64_t iters, float* sink), const char* what) {
+  if (repeats < 1 || chain_length < 1) throw Error(std::string(what) + ": need at least one repeat and one step");
   std::vector<float> sink(std::size_t(pool.size()));
   std::vector<double> flops(std::size_t(pool.size()));
-  auto chains = [&](int64_t i) { flops[std::size_t(i)] = k.fma_chains(chain_length, &sink[std::size_t(i)]); };
+  auto chains = [&](int64_t i) { flops[std::size_t(i)] = chain(chain_length, &sink[std::size_t(i)]); };
   timed_run(pool, chains);
   double best = 0;
   for (int r = 0; r < repeats; ++r) {
@@ -51,6 +55,17 @@ double measure_fma_peak(ThreadPool& pool, int repeats, int64_t chain_length) {
     best = std::max(best, total / seconds / 1e9);
   }
   return best;
+}
+
+}  // namespace
+
+double measure_fma_peak(ThreadPool& pool, int repeats, int64_t chain_length) {
+  return measure_chains(pool, repeats, chain_length, kernels_for(best_isa()).fma_chains, "measure_fma_peak");
+}
+
+double measure_bf16_dot_peak(ThreadPool& pool, int repeats, int64_t chain_length) {
+  return measure_chains(pool, repeats, chain_length, kernels_for(best_isa()).bf16_dot_chains,
+                        "measure_bf16_dot_peak");
 }
 
 }  // namespace rowlm::cpu

@@ -20,4 +20,9 @@ double measure_read_bandwidth(ThreadPool& pool, std::size_t bytes = std::size_t(
 // `chain_length` FMAs long per run.
 double measure_fma_peak(ThreadPool& pool, int repeats = 3, int64_t chain_length = int64_t(1) << 22);
 
+// The same for bf16 pair dot products (MatmulPrecision::Bf16's inner step;
+// 2 flops per multiply-add): VDPBF16PS where the CPU has it, else the
+// emulation the matmul would run.
+double measure_bf16_dot_peak(ThreadPool& pool, int repeats = 3, int64_t chain_length = int64_t(1) << 21);
+
 }  // namespace rowlm::cpu

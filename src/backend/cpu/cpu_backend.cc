@@ -44,14 +44,18 @@ const float* as_f32(const cpu::Kernels& k, const Tensor& t, std::vector<float>& 
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int threads, cpu::Isa isa)
-      : kernels_(cpu::kernels_for(isa)), pool_(threads) {}
+  CpuBackend(int threads, cpu::Isa isa, MatmulPrecision precision)
+      : kernels_(cpu::kernels_for(isa)), pool_(threads), precision_(precision) {}
 
   std::string name() const override {
-    return "cpu (" + std::string(cpu::isa_name(kernels_.isa)) + ", " +
-           std::to_string(pool_.size()) + " threads)";
+    std::string name = "cpu (" + std::string(cpu::isa_name(kernels_.isa)) + ", " +
+                       std::to_string(pool_.size()) + " threads";
+    if (precision_ == MatmulPrecision::Bf16)
+      name += kernels_.native_bf16 ? ", bf16 matmul" : ", bf16 matmul emulated";
+    return name + ")";
   }
   ThreadPool& pool() override { return pool_; }
+  MatmulPrecision matmul_precision() const override { return precision_; }
 
   Tensor prepare_weight(const Tensor& w) override {
     require(!w.empty() || w.numel() == 0, "prepare_weight: tensor has no data");
@@ -69,8 +73,8 @@ class CpuBackend final : public Backend {
     require(y.dtype() == DType::F32 && y.rank() == 2 && y.dim(0) == M && y.dim(1) == N,
             "matmul: y must be f32 [" + std::to_string(M) + ", " + std::to_string(N) + "], got " + describe(y));
     require(!overlaps(y, x) && !overlaps(y, w), "matmul: y must not overlap x or w");
-    cpu::matmul(kernels_, pool_, x.data<float>(), M, K,
-                cpu::WeightRows{w.dtype(), w.raw(), K}, N, y.data<float>());
+    cpu::matmul(kernels_, pool_, x.data<float>(), M, K, cpu::WeightRows{w.dtype(), w.raw(), K}, N,
+                y.data<float>(), precision_);
   }
 
   void embed(std::span<const int32_t> ids, const Tensor& table, float scale, Tensor& out) override {
@@ -332,14 +336,27 @@ class CpuBackend final : public Backend {
 
   const cpu::Kernels& kernels_;
   ThreadPool pool_;
+  MatmulPrecision precision_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int threads, cpu::Isa isa) {
-  return std::make_unique<CpuBackend>(threads, isa);
+std::string_view matmul_precision_name(MatmulPrecision p) {
+  return p == MatmulPrecision::Bf16 ? "bf16" : "f32";
 }
 
-std::unique_ptr<Backend> make_cpu_backend(int threads) { return make_cpu_backend(threads, cpu::isa_from_env()); }
+MatmulPrecision parse_matmul_precision(std::string_view name) {
+  for (MatmulPrecision p : {MatmulPrecision::F32, MatmulPrecision::Bf16})
+    if (name == matmul_precision_name(p)) return p;
+  throw Error("unknown matmul precision '" + std::string(name) + "' (expected f32 or bf16)");
+}
+
+std::unique_ptr<Backend> make_cpu_backend(int threads, cpu::Isa isa, MatmulPrecision precision) {
+  return std::make_unique<CpuBackend>(threads, isa, precision);
+}
+
+std::unique_ptr<Backend> make_cpu_backend(int threads, MatmulPrecision precision) {
+  return make_cpu_backend(threads, cpu::isa_from_env(), precision);
+}
 
 }  // namespace rowlm

@@ -14,6 +14,7 @@
 namespace rowlm {
 
 // An Error if this CPU cannot run `isa`.
-std::unique_ptr<Backend> make_cpu_backend(int threads, cpu::Isa isa);
+std::unique_ptr<Backend> make_cpu_backend(int threads, cpu::Isa isa,
+                                          MatmulPrecision precision = MatmulPrecision::F32);
 
 }  // namespace rowlm

@@ -15,7 +15,9 @@
 // load/store (+ _partial for n < 16 lanes, zero-filling loads), load_bf16,
 // load_f16 (+ _partial), add, sub, mul, div, fma(a, b, c) = a·b + c, abs,
 // min(a, b) = a < b ? a : b, round_even, ldexp(x, n) = x·2^n (n integral),
-// copysign, less, is_nan, select(mask, a, b), reduce (the canonical tree).
+// copysign, less, is_nan, select(mask, a, b), reduce (the canonical tree);
+// and for the bf16-dot matmul P (32 bf16 values), load_pairs (+ _partial, n
+// elements < 32, zero-filled) and dot_pairs(acc, a, b) (see dot_tile_pairs).
 
 #include <cstdint>
 
@@ -88,15 +90,90 @@ inline void dot_tile(const float* x, int64_t ldx, const typename L::T* w, int64_
     for (int n = 0; n < NR; ++n) y[m * ldy + n] = V::reduce(acc[m][n]);
 }
 
+// ------------------------------------------------------ bf16 dot products --
+
+// The bf16-dot path (MatmulPrecision::Bf16): x and w both bf16. Canonical
+// order: 16 lanes; lane j owns the element pairs (2p, 2p+1) with p ≡ j
+// (mod 16), in increasing p, the K tail zero-padded; for each pair it adds the
+// odd element's product, then the even one's, each as one rounding of
+// acc + a·b (a bf16 product is exact in f32), with denormal inputs read as
+// (signed) zero and results below the normal range flushed to (signed) zero:
+// AVX512-BF16's VDPBF16PS, which V::dot_pairs either is or emulates. Then
+// the canonical reduce tree.
+constexpr int kPairElements = 2 * kLanes;
+
+template <class V, int MR, int NR>
+inline void dot_tile_pairs(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw, int64_t K,
+                           float* y, int64_t ldy) {
+  using R = typename V::R;
+  using P = typename V::P;
+  R acc[MR][NR];
+#pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 16
+    for (int n = 0; n < NR; ++n) acc[m][n] = V::zero();
+  int64_t k = 0;
+  for (; k + kPairElements <= K; k += kPairElements) {
+    P xv[MR];
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m) xv[m] = V::load_pairs(x + m * ldx + k);
+#pragma GCC unroll 16
+    for (int n = 0; n < NR; ++n) {
+      const P wv = V::load_pairs(w + n * ldw + k);
+#pragma GCC unroll 16
+      for (int m = 0; m < MR; ++m) acc[m][n] = V::dot_pairs(acc[m][n], xv[m], wv);
+    }
+  }
+  if (k < K) {
+    const int rest = int(K - k);
+    P xv[MR];
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m) xv[m] = V::load_pairs_partial(x + m * ldx + k, rest);
+#pragma GCC unroll 16
+    for (int n = 0; n < NR; ++n) {
+      const P wv = V::load_pairs_partial(w + n * ldw + k, rest);
+#pragma GCC unroll 16
+      for (int m = 0; m < MR; ++m) acc[m][n] = V::dot_pairs(acc[m][n], xv[m], wv);
+    }
+  }
+#pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 16
+    for (int n = 0; n < NR; ++n) y[m * ldy + n] = V::reduce(acc[m][n]);
+}
+
+// Tile policies for the shared tiling below: f32 x against f32/bf16/f16 w
+// widened in registers, or bf16 x against bf16 w in pairs.
+template <class V, class L>
+struct WidenTiles {
+  using X = float;
+  using W = typename L::T;
+  template <int MR, int NR>
+  static void run(const X* x, int64_t ldx, const W* w, int64_t ldw, int64_t K, float* y, int64_t ldy) {
+    dot_tile<V, L, MR, NR>(x, ldx, w, ldw, K, y, ldy);
+  }
+};
+template <class V>
+struct PairTiles {
+  using X = uint16_t;
+  using W = uint16_t;
+  template <int MR, int NR>
+  static void run(const X* x, int64_t ldx, const W* w, int64_t ldw, int64_t K, float* y, int64_t ldy) {
+    dot_tile_pairs<V, MR, NR>(x, ldx, w, ldw, K, y, ldy);
+  }
+};
+
+// ---------------------------------------------------------------- tiling --
+
 // Dispatches a tile with NR' = r rows of w, for 1 <= r <= kMax.
-template <class V, class L, int MR, int kMax>
-inline void dot_tile_rows(int r, const float* x, int64_t ldx, const typename L::T* w, int64_t ldw,
+template <class T, int MR, int kMax>
+inline void dot_tile_rows(int r, const typename T::X* x, int64_t ldx, const typename T::W* w, int64_t ldw,
                           int64_t K, float* y, int64_t ldy) {
   if constexpr (kMax > 0) {
     if (r == kMax)
-      dot_tile<V, L, MR, kMax>(x, ldx, w, ldw, K, y, ldy);
+      T::template run<MR, kMax>(x, ldx, w, ldw, K, y, ldy);
     else
-      dot_tile_rows<V, L, MR, kMax - 1>(r, x, ldx, w, ldw, K, y, ldy);
+      dot_tile_rows<T, MR, kMax - 1>(r, x, ldx, w, ldw, K, y, ldy);
   }
 }
 
@@ -112,34 +189,39 @@ constexpr int tile_rows() {
 }
 
 // MR rows of x against all N rows of w.
-template <class V, class L, int MR>
-inline void dot_group(const float* x, int64_t ldx, const typename L::T* w, int64_t ldw, int64_t N,
+template <class V, class T, int MR>
+inline void dot_group(const typename T::X* x, int64_t ldx, const typename T::W* w, int64_t ldw, int64_t N,
                       int64_t K, float* y, int64_t ldy) {
   constexpr int NR = tile_rows<V, MR>();
   int64_t n = 0;
-  for (; n + NR <= N; n += NR) dot_tile<V, L, MR, NR>(x, ldx, w + n * ldw, ldw, K, y + n, ldy);
-  if (n < N) dot_tile_rows<V, L, MR, NR - 1>(int(N - n), x, ldx, w + n * ldw, ldw, K, y + n, ldy);
+  for (; n + NR <= N; n += NR) T::template run<MR, NR>(x, ldx, w + n * ldw, ldw, K, y + n, ldy);
+  if (n < N) dot_tile_rows<T, MR, NR - 1>(int(N - n), x, ldx, w + n * ldw, ldw, K, y + n, ldy);
 }
 
-template <class V, class L, int kMax>
-inline void dot_group_rows(int r, const float* x, int64_t ldx, const typename L::T* w, int64_t ldw,
+template <class V, class T, int kMax>
+inline void dot_group_rows(int r, const typename T::X* x, int64_t ldx, const typename T::W* w, int64_t ldw,
                            int64_t N, int64_t K, float* y, int64_t ldy) {
   if constexpr (kMax > 0) {
     if (r == kMax)
-      dot_group<V, L, kMax>(x, ldx, w, ldw, N, K, y, ldy);
+      dot_group<V, T, kMax>(x, ldx, w, ldw, N, K, y, ldy);
     else
-      dot_group_rows<V, L, kMax - 1>(r, x, ldx, w, ldw, N, K, y, ldy);
+      dot_group_rows<V, T, kMax - 1>(r, x, ldx, w, ldw, N, K, y, ldy);
   }
+}
+
+template <class V, class T>
+void dot_rows(const typename T::X* x, int64_t ldx, int64_t M, const typename T::W* w, int64_t ldw, int64_t N,
+              int64_t K, float* y, int64_t ldy) {
+  constexpr int MR = V::kMR;
+  int64_t m = 0;
+  for (; m + MR <= M; m += MR) dot_group<V, T, MR>(x + m * ldx, ldx, w, ldw, N, K, y + m * ldy, ldy);
+  if (m < M) dot_group_rows<V, T, MR - 1>(int(M - m), x + m * ldx, ldx, w, ldw, N, K, y + m * ldy, ldy);
 }
 
 template <class V, class L>
 void dot_block_typed(const float* x, int64_t ldx, int64_t M, const WeightRows& w, int64_t N, int64_t K,
                      float* y, int64_t ldy) {
-  constexpr int MR = V::kMR;
-  const auto* wp = static_cast<const typename L::T*>(w.data);
-  int64_t m = 0;
-  for (; m + MR <= M; m += MR) dot_group<V, L, MR>(x + m * ldx, ldx, wp, w.ld, N, K, y + m * ldy, ldy);
-  if (m < M) dot_group_rows<V, L, MR - 1>(int(M - m), x + m * ldx, ldx, wp, w.ld, N, K, y + m * ldy, ldy);
+  dot_rows<V, WidenTiles<V, L>>(x, ldx, M, static_cast<const typename L::T*>(w.data), w.ld, N, K, y, ldy);
 }
 
 template <class V>
@@ -150,6 +232,34 @@ void dot_block(const float* x, int64_t ldx, int64_t M, const WeightRows& w, int6
     case DType::F16: dot_block_typed<V, LoadF16<V>>(x, ldx, M, w, N, K, y, ldy); return;
     default: dot_block_typed<V, LoadF32<V>>(x, ldx, M, w, N, K, y, ldy); return;
   }
+}
+
+template <class V>
+void dot_block_bf16(const uint16_t* x, int64_t ldx, int64_t M, const uint16_t* w, int64_t ldw, int64_t N,
+                    int64_t K, float* y, int64_t ldy) {
+  dot_rows<V, PairTiles<V>>(x, ldx, M, w, ldw, N, K, y, ldy);
+}
+
+// Independent dot_pairs chains, for the bf16 compute ceiling; returns the
+// flop count (2 per multiply-add).
+template <class V>
+double bf16_dot_chains(int64_t iters, float* sink) {
+  constexpr int kChains = 12;
+  typename V::R acc[kChains];
+  for (int j = 0; j < kChains; ++j) acc[j] = V::set1(float(j));
+  alignas(64) uint16_t a_bits[kPairElements], b_bits[kPairElements];
+  for (int i = 0; i < kPairElements; ++i) {
+    a_bits[i] = 0x3f80;  // 1.0
+    b_bits[i] = 0x3380;  // 2^-24: the chains stay finite
+  }
+  const typename V::P a = V::load_pairs(a_bits), b = V::load_pairs(b_bits);
+  for (int64_t i = 0; i < iters; ++i)
+#pragma GCC unroll 12
+    for (int j = 0; j < kChains; ++j) acc[j] = V::dot_pairs(acc[j], a, b);
+  auto s = acc[0];
+  for (int j = 1; j < kChains; ++j) s = V::add(s, acc[j]);
+  *sink = V::reduce(s);
+  return double(iters) * kChains * kPairElements * 2;
 }
 
 // ----------------------------------------------------------- elementwise --
@@ -323,6 +433,8 @@ Kernels make_kernels(Isa isa, uint64_t (*stream_read)(const void*, std::size_t),
   k.isa = isa;
   k.mr = V::kMR;
   k.dot_block = &dot_block<V>;
+  k.dot_block_bf16 = &dot_block_bf16<V>;
+  k.bf16_dot_chains = &bf16_dot_chains<V>;
   k.convert_scale = &convert_scale<V>;
   k.sum_squares = &sum_squares<V>;
   k.norm_apply = &norm_apply<V>;

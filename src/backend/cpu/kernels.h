@@ -37,6 +37,14 @@ struct Kernels {
   void (*dot_block)(const float* x, int64_t ldx, int64_t M, const WeightRows& w, int64_t N,
                     int64_t K, float* y, int64_t ldy);
 
+  // The bf16-dot matmul: the same as dot_block with x and w both bf16 rows,
+  // in the canonical pair order (kernel_algorithms.h, dot_tile_pairs).
+  void (*dot_block_bf16)(const uint16_t* x, int64_t ldx, int64_t M, const uint16_t* w, int64_t ldw,
+                         int64_t N, int64_t K, float* y, int64_t ldy);
+  // Whether dot_block_bf16 runs VDPBF16PS natively rather than emulating it
+  // (bitwise the same either way; only the speed differs).
+  bool native_bf16 = false;
+
   // out[i] = float(src[i]) · scale.
   void (*convert_scale)(DType dtype, const void* src, int64_t n, float scale, float* out);
   // Σ x[i]² in the canonical order (each term an FMA).
@@ -62,11 +70,19 @@ struct Kernels {
   // work observable.
   uint64_t (*stream_read)(const void* data, std::size_t bytes);
   double (*fma_chains)(int64_t iters, float* sink);
+  // The bf16-dot ceiling: independent dot_pairs chains; returns their flops.
+  double (*bf16_dot_chains)(int64_t iters, float* sink);
 };
 
 const Kernels& scalar_kernels();
 const Kernels& avx2_kernels();
+// With VDPBF16PS where the CPU has AVX512-BF16.
 const Kernels& avx512_kernels();
+// Always emulating VDPBF16PS: to test the emulation on CPUs that have it.
+const Kernels& avx512_kernels_emulating_bf16();
+// The native bf16 pieces of the AVX-512 table (kernels_avx512bf16.cc); run
+// them only where the CPU has AVX512-BF16.
+void set_native_bf16(Kernels& k);
 // The table for `isa`; an Error if this CPU cannot run it.
 const Kernels& kernels_for(Isa isa);
 

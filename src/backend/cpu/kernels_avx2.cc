@@ -15,6 +15,9 @@ struct VAvx2 {
     __m256 lo, hi;
   };
   using Mask = R;
+  struct P {
+    __m256i lo, hi;  // elements 0-15 (lanes 0-7) and 16-31 (lanes 8-15)
+  };
   // Tiles of 2 x 2 (or 1 x 4): 8 accumulator ymm + x + 2 for w fit the 16 ymm.
   static constexpr int kMR = 2;
   static constexpr int kAccumulators = 4;
@@ -90,6 +93,39 @@ struct VAvx2 {
   }
   static R select(const Mask& m, const R& a, const R& b) {
     return {_mm256_blendv_ps(b.lo, a.lo, m.lo), _mm256_blendv_ps(b.hi, a.hi, m.hi)};
+  }
+
+  static P load_pairs(const uint16_t* p) {
+    return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16))};
+  }
+  static P load_pairs_partial(const uint16_t* p, int n) {
+    alignas(32) uint16_t buf[2 * kLanes] = {};
+    std::memcpy(buf, p, sizeof(uint16_t) * n);
+    return load_pairs(buf);
+  }
+  // VDPBF16PS emulated (kernel_algorithms.h, dot_tile_pairs): denormal
+  // inputs as signed zero, one rounding per product, results below the
+  // normal range flushed to signed zero, the odd element first.
+  static __m256 daz(__m256 f) {
+    const __m256 exponent = _mm256_and_ps(f, _mm256_castsi256_ps(_mm256_set1_epi32(0x7f800000)));
+    const __m256 is_denormal = _mm256_cmp_ps(exponent, _mm256_setzero_ps(), _CMP_EQ_OQ);
+    return _mm256_blendv_ps(f, _mm256_and_ps(f, _mm256_set1_ps(-0.0f)), is_denormal);
+  }
+  static __m256 ftz(__m256 f) {
+    const __m256 tiny = _mm256_cmp_ps(abs1(f), _mm256_set1_ps(0x1p-126f), _CMP_LT_OQ);
+    return _mm256_blendv_ps(f, _mm256_and_ps(f, _mm256_set1_ps(-0.0f)), tiny);
+  }
+  static __m256 odd(__m256i v) {
+    return daz(_mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(int(0xffff0000u)))));
+  }
+  static __m256 even(__m256i v) { return daz(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16))); }
+  static __m256 dot_pairs1(__m256 acc, __m256i a, __m256i b) {
+    acc = ftz(_mm256_fmadd_ps(odd(a), odd(b), ftz(acc)));
+    return ftz(_mm256_fmadd_ps(even(a), even(b), acc));
+  }
+  static R dot_pairs(const R& acc, const P& a, const P& b) {
+    return {dot_pairs1(acc.lo, a.lo, b.lo), dot_pairs1(acc.hi, a.hi, b.hi)};
   }
 
   static float reduce(const R& a) {

@@ -17,6 +17,9 @@ struct VScalar {
   struct Mask {
     bool v[kLanes];
   };
+  struct P {
+    uint16_t v[2 * kLanes];
+  };
   static constexpr int kMR = 2;
   static constexpr int kAccumulators = 4;
 
@@ -71,6 +74,30 @@ struct VScalar {
     return m;
   }
   static R select(const Mask& m, const R& a, const R& b) { return map([&](int i) { return m.v[i] ? a.v[i] : b.v[i]; }); }
+
+  static P load_pairs(const uint16_t* p) {
+    P r;
+    std::memcpy(r.v, p, sizeof r.v);
+    return r;
+  }
+  static P load_pairs_partial(const uint16_t* p, int n) {
+    P r{};
+    std::memcpy(r.v, p, sizeof(uint16_t) * n);
+    return r;
+  }
+  // VDPBF16PS, one lane: denormal inputs read as signed zero, the exact
+  // product added with one rounding, a result below the normal range
+  // flushed to signed zero; the odd element first.
+  static float bf16_daz(uint16_t h) {
+    return (h & 0x7f80u) == 0 ? std::copysign(0.0f, bf16_to_f32(h)) : bf16_to_f32(h);
+  }
+  static float ftz(float f) { return std::fabs(f) < 0x1p-126f ? std::copysign(0.0f, f) : f; }
+  static R dot_pairs(const R& acc, const P& a, const P& b) {
+    return map([&](int i) {
+      const float odd = ftz(std::fma(bf16_daz(a.v[2 * i + 1]), bf16_daz(b.v[2 * i + 1]), ftz(acc.v[i])));
+      return ftz(std::fma(bf16_daz(a.v[2 * i]), bf16_daz(b.v[2 * i]), odd));
+    });
+  }
 
   static float reduce(const R& a) {
     float s8[8], s4[4];

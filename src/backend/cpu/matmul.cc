@@ -1,6 +1,9 @@
 #include "backend/cpu/matmul.h"
 
 #include <algorithm>
+#include <vector>
+
+#include "core/dtype.h"
 
 namespace rowlm::cpu {
 namespace {
@@ -16,8 +19,16 @@ int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 }  // namespace
 
 void matmul(const Kernels& kernels, ThreadPool& pool, const float* x, int64_t M, int64_t K,
-            const WeightRows& w, int64_t N, float* y, const MatmulTuning& tuning) {
+            const WeightRows& w, int64_t N, float* y, MatmulPrecision precision, const MatmulTuning& tuning) {
   if (M <= 0 || N <= 0) return;
+  // Rounded once per call, row by row, so a row's bf16 values do not depend
+  // on the others.
+  const bool bf16_dot = precision == MatmulPrecision::Bf16 && w.dtype == DType::BF16;
+  std::vector<uint16_t> x_bf16;
+  if (bf16_dot) {
+    x_bf16.resize(std::size_t(M * K));
+    for (std::size_t i = 0; i < x_bf16.size(); ++i) x_bf16[i] = f32_to_bf16(x[i]);
+  }
   const int64_t depth = std::max<int64_t>(K, 1);
   const int64_t threads = M * N * depth < kMinParallelMacs ? 1 : pool.size();
   const int64_t row_bytes = depth * int64_t(dtype_size(w.dtype));
@@ -36,8 +47,14 @@ void matmul(const Kernels& kernels, ThreadPool& pool, const float* x, int64_t M,
     const int64_t n0 = item / m_parts * chunk, n_count = std::min(chunk, N - n0);
     const int64_t m_begin = item % m_parts * m_part, m_end = std::min(M, m_begin + m_part);
     const WeightRows rows{w.dtype, static_cast<const char*>(w.data) + n0 * w.ld * int64_t(dtype_size(w.dtype)), w.ld};
-    for (int64_t m0 = m_begin; m0 < m_end; m0 += mr)
-      kernels.dot_block(x + m0 * K, K, std::min(mr, m_end - m0), rows, n_count, K, y + m0 * N + n0, N);
+    for (int64_t m0 = m_begin; m0 < m_end; m0 += mr) {
+      const int64_t rows_of_x = std::min(mr, m_end - m0);
+      if (bf16_dot)
+        kernels.dot_block_bf16(x_bf16.data() + m0 * K, K, rows_of_x, static_cast<const uint16_t*>(rows.data),
+                               rows.ld, n_count, K, y + m0 * N + n0, N);
+      else
+        kernels.dot_block(x + m0 * K, K, rows_of_x, rows, n_count, K, y + m0 * N + n0, N);
+    }
   };
   const int64_t items = chunks * m_parts;
   if (threads == 1 || items == 1) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "backend/backend.h"
 #include "backend/cpu/kernels.h"
 #include "core/thread_pool.h"
 
@@ -21,7 +22,10 @@ struct MatmulTuning {
 };
 
 // y[m, n] = Σ_k x[m, k] · w[n, k]; x is [M, K] and y is [M, N], both dense.
+// Under MatmulPrecision::Bf16 with bf16 w, x is rounded to bf16 row by row
+// first and the products run through kernels.dot_block_bf16.
 void matmul(const Kernels& kernels, ThreadPool& pool, const float* x, int64_t M, int64_t K,
-            const WeightRows& w, int64_t N, float* y, const MatmulTuning& tuning = {});
+            const WeightRows& w, int64_t N, float* y, MatmulPrecision precision = MatmulPrecision::F32,
+            const MatmulTuning& tuning = {});
 
 }  // namespace rowlm::cpu
