@@ -103,12 +103,17 @@ void ThreadPool::run(int64_t n, const std::function<void(int64_t)>& fn) {
   // Only indices already taken by a worker are outstanding; yield now and
   // then so a worker sharing this core can finish them.
   const auto drained = std::chrono::steady_clock::now();
+  const auto draining = drained - now;
   for (int spins = 0; job->done.load(std::memory_order_acquire) != n; ++spins) {
     if (spins % 64 == 63) std::this_thread::yield();
     else cpu_relax();
   }
   const auto finished = std::chrono::steady_clock::now();
-  if (finished - drained > kStall) solo_until_ = (finished + kSoloPeriod).time_since_epoch().count();
+  // A stall: waiting long, and longer than the caller's own share took.
+  // (Long indices end unevenly by themselves: a worker that finishes its
+  // 10 ms index 1 ms after the caller is working, not stalled.)
+  const auto waited = finished - drained;
+  if (waited > kStall && waited > draining) solo_until_ = (finished + kSoloPeriod).time_since_epoch().count();
   {
     std::lock_guard lock(job_mutex_);
     if (job_ == job) job_.reset();

@@ -25,26 +25,46 @@ using test::run_schedule;
 using test::solo;
 using test::Spec;
 
-class EngineDeterminism : public ::testing::TestWithParam<const char*> {};
+struct DeterminismCase {
+  const char* codec;
+  MatmulPrecision precision;
+  std::string name() const {
+    return std::string(codec) + (precision == MatmulPrecision::Bf16 ? "_bf16_matmul" : "");
+  }
+};
+
+class EngineDeterminism : public ::testing::TestWithParam<DeterminismCase> {};
 
 TEST_P(EngineDeterminism, RequestOutputIndependentOfSchedule) {
-  const std::string codec = GetParam();
+  const std::string codec = GetParam().codec;
+  auto options = [&] {
+    EngineOptions o = manual(codec);
+    o.matmul_precision = GetParam().precision;
+    return o;
+  };
   std::mt19937 rng(1234);
   const auto specs = random_specs(rng, 6);
-  const auto alone = solo(manual(codec), specs);
+  const auto alone = solo(options(), specs);
   for (int trial = 0; trial < 2; ++trial) {
-    EngineOptions opt = manual(codec);
+    EngineOptions opt = options();
     opt.max_running = 2 + int(rng() % 4);
     opt.token_budget = 8 + int(rng() % 40);  // forces chunked prefill
     opt.prefix_cache = trial == 1;
     const auto batched = run_schedule(opt, specs);
     for (std::size_t i = 0; i < specs.size(); ++i)
-      expect_same(batched[i], alone[i], codec + " trial " + std::to_string(trial) + " request " + std::to_string(i));
+      expect_same(batched[i], alone[i],
+                  GetParam().name() + " trial " + std::to_string(trial) + " request " + std::to_string(i));
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Codecs, EngineDeterminism, ::testing::Values("bf16", "f32", "q8", "q4"),
-                         [](const auto& param_info) { return std::string(param_info.param); });
+INSTANTIATE_TEST_SUITE_P(Codecs, EngineDeterminism,
+                         ::testing::Values(DeterminismCase{"bf16", MatmulPrecision::F32},
+                                           DeterminismCase{"f32", MatmulPrecision::F32},
+                                           DeterminismCase{"q8", MatmulPrecision::F32},
+                                           DeterminismCase{"q4", MatmulPrecision::F32},
+                                           DeterminismCase{"bf16", MatmulPrecision::Bf16},
+                                           DeterminismCase{"q4", MatmulPrecision::Bf16}),
+                         [](const auto& param_info) { return param_info.param.name(); });
 
 TEST(Engine, PreemptionKeepsOutputsIdentical) {
   std::mt19937 rng(99);

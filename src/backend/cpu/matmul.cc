@@ -12,6 +12,11 @@ namespace {
 constexpr int64_t kMinParallelMacs = int64_t(1) << 18;
 // Chunks are whole multiples of every tile width (12, 8, 6, 4, 2, 1 rows).
 constexpr int64_t kChunkRowMultiple = 24;
+// Rows of x up to this many bytes go to the kernel together (weight tiles
+// outer, row groups inner: each tile streams once and is reused from L1);
+// larger x goes one row group at a time, each group meeting the whole chunk
+// in L2, so that x is not re-read for every weight tile.
+constexpr int64_t kPanelBytes = int64_t(256) << 10;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
@@ -47,8 +52,10 @@ void matmul(const Kernels& kernels, ThreadPool& pool, const float* x, int64_t M,
     const int64_t n0 = item / m_parts * chunk, n_count = std::min(chunk, N - n0);
     const int64_t m_begin = item % m_parts * m_part, m_end = std::min(M, m_begin + m_part);
     const WeightRows rows{w.dtype, static_cast<const char*>(w.data) + n0 * w.ld * int64_t(dtype_size(w.dtype)), w.ld};
-    for (int64_t m0 = m_begin; m0 < m_end; m0 += mr) {
-      const int64_t rows_of_x = std::min(mr, m_end - m0);
+    const int64_t x_bytes = (m_end - m_begin) * K * (bf16_dot ? 2 : 4);
+    const int64_t rows_per_call = x_bytes <= kPanelBytes ? m_end - m_begin : mr;
+    for (int64_t m0 = m_begin; m0 < m_end; m0 += rows_per_call) {
+      const int64_t rows_of_x = std::min(rows_per_call, m_end - m0);
       if (bf16_dot)
         kernels.dot_block_bf16(x_bf16.data() + m0 * K, K, rows_of_x, static_cast<const uint16_t*>(rows.data),
                                rows.ld, n_count, K, y + m0 * N + n0, N);
