@@ -1,11 +1,13 @@
 // CPU kernel throughput against the machine's ceilings, as JSON:
 //   GEMV (M = 1) weight streaming in GB/s and % of the measured read bandwidth,
 //   GEMM (prefill) in GFLOP/s and % of the measured f32 FMA peak,
-// for bf16, f16 and f32 weights. Weight sets are cycled so that every matmul
+// for bf16, f16 and f32 weights; and batched decode (M = 1, 4, 16 rows
+// against bf16 weights) with f32 and bf16 matmul precision, against the FMA
+// and bf16-dot peaks. Weight sets are cycled so that every matmul
 // reads its weights from DRAM, never from the last-level cache, as in a
 // forward pass.
 //
-//   kernels_bench [--threads N] [--isa scalar|avx2|avx512] [--only gemv|gemm] [--quick]
+//   kernels_bench [--threads N] [--isa scalar|avx2|avx512] [--only gemv|gemm|batch] [--quick]
 
 #include <algorithm>
 #include <chrono>
@@ -64,7 +66,8 @@ struct Bench {
   // Best seconds per matmul over `passes` passes through enough copies of
   // the weights to exceed the last-level cache several times: a forward
   // pass reads each weight matrix from DRAM, never from cache.
-  double seconds_per_matmul(DType dtype, int64_t M, int64_t N, int64_t K, int passes) {
+  double seconds_per_matmul(DType dtype, int64_t M, int64_t N, int64_t K, int passes,
+                            MatmulPrecision precision = MatmulPrecision::F32) {
     const double bytes = double(N) * double(K) * double(dtype_size(dtype));
     const int copies = int(std::clamp(std::ceil(256e6 / bytes), 1.0, 16.0));  // 8x the L3
     std::vector<Tensor> ws;
@@ -74,7 +77,7 @@ struct Bench {
     auto pass = [&] {
       for (const Tensor& w : ws)
         cpu::matmul(kernels, pool, x.data<float>(), M, K, cpu::WeightRows{w.dtype(), w.raw(), K}, N,
-                    y.data<float>());
+                    y.data<float>(), precision);
     };
     pass();  // warm-up
     double best = 1e300;
@@ -98,20 +101,22 @@ int run_bench(int argc, char** argv) {
     else if (arg == "--isa" && i + 1 < argc) isa = cpu::parse_isa(argv[++i]);
     else if (arg == "--quick") quick = true;
     else if (arg == "--only" && i + 1 < argc) only = argv[++i];
-    else throw Error("kernels_bench: unknown argument '" + arg + "' (use --threads N, --isa NAME, --only gemv|gemm, --quick)");
+    else throw Error("kernels_bench: unknown argument '" + arg + "' (use --threads N, --isa NAME, --only gemv|gemm|batch, --quick)");
   }
   ThreadPool pool(threads);
   Bench bench{cpu::kernels_for(isa), pool};
 
   const double bandwidth = cpu::measure_read_bandwidth(pool);
   const double peak = cpu::measure_fma_peak(pool);
+  const double bf16_peak = cpu::measure_bf16_dot_peak(pool);
   std::printf("{\n  \"isa\": \"%s\",\n  \"threads\": %d,\n", std::string(cpu::isa_name(isa)).c_str(), pool.size());
-  std::printf("  \"read_bandwidth_gbps\": %.2f,\n  \"fma_peak_gflops\": %.1f,\n", bandwidth, peak);
+  std::printf("  \"read_bandwidth_gbps\": %.2f,\n  \"fma_peak_gflops\": %.1f,\n  \"bf16_dot_peak_gflops\": %.1f,\n",
+              bandwidth, peak, bf16_peak);
 
   struct Gemv { int64_t N, K; };
   std::vector<Gemv> gemvs = {{2048, 8192}, {8192, 2048}, {262144, 1536}};
   if (quick) gemvs.resize(2);
-  if (only == "gemm") gemvs.clear();
+  if (only == "gemm" || only == "batch") gemvs.clear();
   std::printf("  \"gemv\": [");
   const char* sep = "\n";
   for (DType dt : {DType::BF16, DType::F16, DType::F32})
@@ -129,7 +134,7 @@ int run_bench(int argc, char** argv) {
   struct Gemm { int64_t M, N, K; };
   std::vector<Gemm> gemms = {{64, 2048, 2560}, {128, 4096, 2560}, {512, 2560, 10240}, {512, 10240, 2560}};
   if (quick) gemms = {{64, 2048, 2560}, {256, 2048, 2560}};
-  if (only == "gemv") gemms.clear();
+  if (only == "gemv" || only == "batch") gemms.clear();
   std::printf("  \"gemm\": [");
   sep = "\n";
   for (DType dt : {DType::BF16, DType::F16, DType::F32})
@@ -143,6 +148,30 @@ int run_bench(int argc, char** argv) {
       sep = ",\n";
       std::fflush(stdout);
     }
+  std::printf("\n  ],\n");
+
+  // Batched decode: a few rows against weights streamed from DRAM, where
+  // the bf16-dot path's doubled multiply-add rate shows.
+  std::vector<Gemv> batch_shapes = {{8192, 1536}, {1536, 12288}};
+  std::vector<int64_t> batch_rows = {1, 4, 16};
+  if (quick) batch_shapes.resize(1);
+  if (only == "gemv" || only == "gemm") batch_shapes.clear();
+  std::printf("  \"batched_decode\": [");
+  sep = "\n";
+  for (const Gemv& g : batch_shapes)
+    for (int64_t M : batch_rows)
+      for (MatmulPrecision precision : {MatmulPrecision::F32, MatmulPrecision::Bf16}) {
+        const double seconds = bench.seconds_per_matmul(DType::BF16, M, g.N, g.K, quick ? 2 : 3, precision);
+        const double gflops = 2.0 * double(M) * double(g.N) * double(g.K) / seconds / 1e9;
+        const double gbps = double(g.N) * double(g.K) * 2.0 / seconds / 1e9;
+        const double compute_peak = precision == MatmulPrecision::Bf16 ? bf16_peak : peak;
+        std::printf("%s    {\"precision\": \"%s\", \"M\": %lld, \"N\": %lld, \"K\": %lld, \"gflops\": %.1f, "
+                    "\"pct_compute_peak\": %.1f, \"gbps\": %.2f, \"pct_bandwidth\": %.1f}",
+                    sep, std::string(matmul_precision_name(precision)).c_str(), (long long)M, (long long)g.N,
+                    (long long)g.K, gflops, 100.0 * gflops / compute_peak, gbps, 100.0 * gbps / bandwidth);
+        sep = ",\n";
+        std::fflush(stdout);
+      }
   std::printf("\n  ]\n}\n");
   return 0;
 }
