@@ -3,7 +3,7 @@
 // concurrency 1, tokens/s through HTTP >= 97% of in-process, and time to
 // first token adds < 5 ms).
 //
-//   server_overhead MODEL_DIR [REQUESTS=20] [MAX_TOKENS=256] [THREADS=1]
+//   server_overhead MODEL_DIR [REQUESTS=20] [MAX_TOKENS=256] [THREADS=1] [STREAM_INTERVAL_MS=server default]
 //
 // One engine serves both paths, warm, alternating request by request: an
 // in-process request (submit, read its tokens), then the same request as a
@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
   options.prefix_cache = false;  // both paths prefill the same prompt every time
   auto engine = rowlm::Engine::create(options);
   rowlm::server::ServerOptions so;
+  so.stream_interval_ms = argc > 5 ? std::stoi(argv[5]) : so.stream_interval_ms;
   so.port = 0;
   so.model_name = "m";
   so.log_requests = false;

@@ -1,7 +1,8 @@
 // rowlm bench: forward-pass speed on random weights with real Gemma 4 layer
 // geometry, judged against ceilings measured in the same run on the same
 // machine: memory read bandwidth (decode streams every weight once per step)
-// and f32 FMA peak (prefill is compute-bound).
+// and the peak of the matmuls' arithmetic, f32 FMA or bf16 dot products
+// (prefill is compute-bound). --concurrency runs requests through the engine.
 
 #include <algorithm>
 #include <chrono>
@@ -170,7 +171,8 @@ int concurrency_bench(const Args& args, const std::string& concurrency, const st
 
 int run_bench(const std::vector<std::string>& argv) {
   Args args("bench", "Measures the forward pass on random bf16 weights with a released Gemma 4 size's layer\n"
-                     "geometry, and the machine's read bandwidth and FMA peak in the same run. Prints JSON.");
+                     "geometry, and the machine's read bandwidth and FMA (or bf16 dot) peak in the same run;\n"
+                     "or, with --concurrency, many requests at once through the engine. Prints JSON.");
   args.option("shape", "NAME", "layer geometry: e2b or e4b", "e2b")
       .option("layers", "N", "number of decoder layers (the vocabulary and output head stay full size)", "4")
       .option("prefill", "N", "prompt tokens for the prefill measurement", "256")

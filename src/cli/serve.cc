@@ -75,6 +75,10 @@ int run_serve(const std::vector<std::string>& argv) {
       .option("chat-format", "NAME", "chat format instead of the one detected from MODEL_DIR")
       .option("max-body", "BYTES", "largest request body; larger ones get 413", "8M")
       .option("http-threads", "N", "connections served at once (default: max-running + max-waiting + 8)")
+      .option("stream-interval", "MS",
+              "streamed replies write the first token at once, then the tokens of each MS milliseconds "
+              "together (each its own SSE event); 0 writes every token as it comes",
+              "10")
       .option("shutdown-grace", "SECONDS", "on SIGINT/SIGTERM, how long running requests may finish", "10")
       .flag("quiet", "no log line per request");
   // Every queued request holds a connection thread (see --http-threads); a
@@ -97,6 +101,7 @@ int run_serve(const std::vector<std::string>& argv) {
   so.http_threads = args.has("http-threads") ? int_option(args, "http-threads", 1, 100000)
                                              : eo.max_running + eo.max_waiting + 8;
   so.log_requests = !args.flag_set("quiet");
+  so.stream_interval_ms = int_option(args, "stream-interval", 0, 10000);
   const double grace = parse_double(args.get("shutdown-grace"), "--shutdown-grace");
   if (!(grace >= 0 && grace <= 86400)) throw Error("--shutdown-grace must be in [0, 86400] seconds");
 

@@ -124,6 +124,8 @@ struct HttpServer::Impl {
       options.model_name = std::filesystem::path(engine.model_info().directory).filename().string();
     if (options.model_name.empty()) options.model_name = "rowlm";
     if (options.http_threads < 1) throw Error("--http-threads must be at least 1");
+    if (options.stream_interval_ms < 0 || options.stream_interval_ms > 10000)
+      throw Error("--stream-interval must be between 0 and 10000 ms");
     model.name = options.model_name;
     model.tokenizer = &engine.tokenizer();
     model.chat_format = &chat_format;
@@ -315,7 +317,8 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [generation, writer, account, in_flight_guard](std::size_t, httplib::DataSink& sink) {
+        [generation, writer, account, in_flight_guard,
+         stream_interval = std::chrono::milliseconds(options.stream_interval_ms)](std::size_t, httplib::DataSink& sink) {
           auto send = [&sink](const std::string& bytes) { return bytes.empty() || sink.write(bytes.data(), bytes.size()); };
           // A write fails once the client has gone: cancel at once, so the
           // engine frees the rows' KV at its next step.
@@ -325,19 +328,26 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
             return false;
           };
           if (!send(writer->stream_start())) return client_gone();
-          bool failed = false;
+          bool failed = false, first = true;
+          std::string pending;
+          auto last_write = Clock::now();
           Generation::Event event;
           while (generation->next(event)) {
-            std::string bytes;
             if (event.finished) {
               failed = failed || result_failed(generation->result(event.choice));
-              bytes = writer->stream_finish(event.choice, generation->result(event.choice));
+              pending += writer->stream_finish(event.choice, generation->result(event.choice));
             } else {
-              bytes = writer->stream_token(event.choice, event.token);
+              pending += writer->stream_token(event.choice, event.token);
             }
-            if (!send(bytes)) return client_gone();
+            const auto now = Clock::now();
+            if (first || event.finished || now - last_write >= stream_interval) {
+              if (!send(pending)) return client_gone();
+              pending.clear();
+              last_write = now;
+              first = false;
+            }
           }
-          if (!send(writer->stream_end())) return client_gone();
+          if (!send(pending + writer->stream_end())) return client_gone();
           sink.done();
           account(*generation, failed ? Outcome::kServerError : Outcome::kSuccess);
           return true;

@@ -30,6 +30,13 @@ struct ServerOptions {
   int http_threads = 64;                  // connections served at once (each streaming reply holds one)
   int keep_alive_seconds = 5;             // idle keep-alive connections close after this
   bool log_requests = true;               // one line per request on stderr
+  // A streamed reply writes its first token at once, then the tokens that
+  // arrive within this many milliseconds of the last write together (each
+  // still its own SSE event): fewer wake-ups and syscalls per token, which on
+  // a machine whose cores the engine keeps busy is what HTTP costs. 0 writes
+  // every token as it comes. 10 ms is invisible to a reader and groups tokens
+  // only when one request streams faster than 100 tokens/s.
+  int stream_interval_ms = 10;
 };
 
 class HttpServer {

@@ -290,6 +290,57 @@ TEST_F(ServerTest, DisconnectMidStreamCancels) {
   EXPECT_EQ(post("/v1/chat/completions", chat())->status, 200);
 }
 
+// With a stream interval, the first token still leaves at once (its bytes
+// arrive while the engine is still generating), the rest in groups, and the
+// reply's events are the same as when every token is written alone.
+TEST_F(ServerTest, StreamIntervalSendsTheFirstTokenAtOnceAndTheSameEvents) {
+  engine_.reply = " And the king said unto him";
+  engine_.token_interval = 100ms;
+  start(ServerOptions{.stream_interval_ms = 10000});
+  std::string body;
+  bool first_content_while_generating = false;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/chat/completions";
+  req.body = chat(true).dump();
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char* data, std::size_t size, uint64_t, uint64_t) {
+    body.append(data, size);
+    if (!first_content_while_generating && body.find("\"content\":\" And") != std::string::npos)
+      first_content_while_generating = engine_.finished.load() == 0;
+    return true;
+  };
+  ASSERT_TRUE(client().send(req));
+  EXPECT_TRUE(first_content_while_generating) << body;
+
+  auto texts = [](const std::string& sse) {
+    std::vector<std::string> out;
+    for (const std::string& e : sse_data(sse)) {
+      if (e == "[DONE]") {
+        out.push_back(e);
+        continue;
+      }
+      const Json chunk = Json::parse(e);
+      for (const Json& ch : chunk["choices"])
+        out.push_back(ch["delta"].value("content", "") + "|" + ch.value("finish_reason", Json()).dump());
+    }
+    return out;
+  };
+  // The same engine behind a second server that writes every token alone.
+  engine_.token_interval = 0ms;
+  HttpServer every_token(engine_, ServerOptions{.port = 0, .http_threads = 4, .log_requests = false});
+  const int port = every_token.bind();
+  std::thread serving([&] { every_token.run(); });
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(10, 0);
+  const auto r = c.Post("/v1/chat/completions", chat(true).dump(), "application/json");
+  every_token.stop_accepting();
+  serving.join();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(texts(body), texts(r->body));
+  EXPECT_GE(texts(body).size(), 5u);
+}
+
 // Shutdown: no new connections; the request in flight runs to its end.
 TEST_F(ServerTest, StopAcceptingLetsRunningRequestsFinish) {
   engine_.token_interval = 10ms;

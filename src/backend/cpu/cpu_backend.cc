@@ -20,9 +20,13 @@ std::string describe(const Tensor& t) {
   return std::string(dtype_name(t.dtype())) + " " + shape_str(t.shape());
 }
 
-void require(bool ok, const std::string& message) {
-  if (!ok) throw Error(message);
-}
+// Checks an argument. A macro so that the message, which formats shapes,
+// is built only when the check fails: these checks run for every operation
+// of every step, some per token or per element.
+#define ROWLM_REQUIRE(ok, message) \
+  do {                             \
+    if (!(ok)) throw Error(message); \
+  } while (false)
 
 bool is_float_storage(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
 
@@ -58,33 +62,33 @@ class CpuBackend final : public Backend {
   MatmulPrecision matmul_precision() const override { return precision_; }
 
   Tensor prepare_weight(const Tensor& w) override {
-    require(!w.empty() || w.numel() == 0, "prepare_weight: tensor has no data");
-    require(is_float_storage(w.dtype()),
+    ROWLM_REQUIRE(!w.empty() || w.numel() == 0, "prepare_weight: tensor has no data");
+    ROWLM_REQUIRE(is_float_storage(w.dtype()),
             "prepare_weight: weights must be f32, bf16 or f16, got " + describe(w));
     return w;
   }
 
   void matmul(const Tensor& x, const Tensor& w, Tensor& y) override {
-    require(x.dtype() == DType::F32 && x.rank() == 2, "matmul: x must be f32 [M, K], got " + describe(x));
-    require(w.rank() == 2 && is_float_storage(w.dtype()),
+    ROWLM_REQUIRE(x.dtype() == DType::F32 && x.rank() == 2, "matmul: x must be f32 [M, K], got " + describe(x));
+    ROWLM_REQUIRE(w.rank() == 2 && is_float_storage(w.dtype()),
             "matmul: w must be f32, bf16 or f16 [N, K], got " + describe(w));
     const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(0);
-    require(w.dim(1) == K, "matmul: w " + describe(w) + " does not match x " + describe(x) + " in K");
-    require(y.dtype() == DType::F32 && y.rank() == 2 && y.dim(0) == M && y.dim(1) == N,
+    ROWLM_REQUIRE(w.dim(1) == K, "matmul: w " + describe(w) + " does not match x " + describe(x) + " in K");
+    ROWLM_REQUIRE(y.dtype() == DType::F32 && y.rank() == 2 && y.dim(0) == M && y.dim(1) == N,
             "matmul: y must be f32 [" + std::to_string(M) + ", " + std::to_string(N) + "], got " + describe(y));
-    require(!overlaps(y, x) && !overlaps(y, w), "matmul: y must not overlap x or w");
+    ROWLM_REQUIRE(!overlaps(y, x) && !overlaps(y, w), "matmul: y must not overlap x or w");
     cpu::matmul(kernels_, pool_, x.data<float>(), M, K, cpu::WeightRows{w.dtype(), w.raw(), K}, N,
                 y.data<float>(), precision_);
   }
 
   void embed(std::span<const int32_t> ids, const Tensor& table, float scale, Tensor& out) override {
-    require(table.rank() == 2 && is_float_storage(table.dtype()),
+    ROWLM_REQUIRE(table.rank() == 2 && is_float_storage(table.dtype()),
             "embed: table must be f32, bf16 or f16 [V, D], got " + describe(table));
     const int64_t V = table.dim(0), D = table.dim(1), T = int64_t(ids.size());
-    require(out.dtype() == DType::F32 && out.rank() == 2 && out.dim(0) == T && out.dim(1) == D,
+    ROWLM_REQUIRE(out.dtype() == DType::F32 && out.rank() == 2 && out.dim(0) == T && out.dim(1) == D,
             "embed: out must be f32 [" + std::to_string(T) + ", " + std::to_string(D) + "], got " + describe(out));
     for (int64_t t = 0; t < T; ++t)
-      require(ids[t] >= 0 && ids[t] < V, "embed: token id " + std::to_string(ids[t]) + " at index " +
+      ROWLM_REQUIRE(ids[t] >= 0 && ids[t] < V, "embed: token id " + std::to_string(ids[t]) + " at index " +
                                              std::to_string(t) + " is outside the table's " +
                                              std::to_string(V) + " rows");
     const std::size_t row_bytes = std::size_t(D) * dtype_size(table.dtype());
@@ -97,17 +101,17 @@ class CpuBackend final : public Backend {
   }
 
   void rms_norm(const Tensor& x, const Tensor* w, float eps, NormKind kind, Tensor& y) override {
-    require(x.dtype() == DType::F32 && x.rank() >= 1 && x.dim(-1) > 0,
+    ROWLM_REQUIRE(x.dtype() == DType::F32 && x.rank() >= 1 && x.dim(-1) > 0,
             "rms_norm: x must be f32 [..., D] with D > 0, got " + describe(x));
-    require(y.dtype() == DType::F32 && y.shape() == x.shape(),
+    ROWLM_REQUIRE(y.dtype() == DType::F32 && y.shape() == x.shape(),
             "rms_norm: y must be f32 " + shape_str(x.shape()) + ", got " + describe(y));
-    require(y.raw() == x.raw() || !overlaps(x, y), "rms_norm: y must be x itself or not overlap it");
+    ROWLM_REQUIRE(y.raw() == x.raw() || !overlaps(x, y), "rms_norm: y must be x itself or not overlap it");
     const int64_t D = x.dim(-1), rows = x.numel() / D;
     std::vector<float> widened;
     const float* g = nullptr;
     if (kind != NormKind::NoScale) {
-      require(w != nullptr, "rms_norm: this norm kind needs a weight");
-      require(w->numel() == D && is_float_storage(w->dtype()),
+      ROWLM_REQUIRE(w != nullptr, "rms_norm: this norm kind needs a weight");
+      ROWLM_REQUIRE(w->numel() == D && is_float_storage(w->dtype()),
               "rms_norm: weight must be f32, bf16 or f16 with " + std::to_string(D) + " entries, got " +
                   describe(*w));
       g = as_f32(kernels_, *w, widened);
@@ -127,16 +131,16 @@ class CpuBackend final : public Backend {
 
   void rope(Tensor& x, std::span<const int64_t> positions, const RopeFrequencies& freqs) override {
     const int64_t hd = freqs.head_dim, half = hd / 2, T = int64_t(positions.size());
-    require(hd > 0 && hd % 2 == 0, "rope: head_dim must be even and positive, got " + std::to_string(hd));
-    require(int64_t(freqs.inv_freq.size()) == half,
+    ROWLM_REQUIRE(hd > 0 && hd % 2 == 0, "rope: head_dim must be even and positive, got " + std::to_string(hd));
+    ROWLM_REQUIRE(int64_t(freqs.inv_freq.size()) == half,
             "rope: inv_freq has " + std::to_string(freqs.inv_freq.size()) + " entries, head_dim " +
                 std::to_string(hd) + " needs " + std::to_string(half));
     const bool shape_ok = x.rank() == 3 ? x.dim(2) == hd : x.rank() == 2 && x.dim(1) % hd == 0;
-    require(x.dtype() == DType::F32 && shape_ok && x.dim(0) == T,
+    ROWLM_REQUIRE(x.dtype() == DType::F32 && shape_ok && x.dim(0) == T,
             "rope: x must be f32 [" + std::to_string(T) + ", heads, " + std::to_string(hd) +
                 "] (or [T, heads·head_dim]), got " + describe(x));
     for (int64_t t = 0; t < T; ++t)
-      require(positions[t] >= 0, "rope: position " + std::to_string(positions[t]) + " at index " +
+      ROWLM_REQUIRE(positions[t] >= 0, "rope: position " + std::to_string(positions[t]) + " at index " +
                                      std::to_string(t) + " is negative");
     const int64_t heads = T == 0 ? 0 : x.numel() / (T * hd);
     float* xs = x.data<float>();
@@ -159,11 +163,11 @@ class CpuBackend final : public Backend {
   }
 
   void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
-    require(gate.dtype() == DType::F32 && up.dtype() == DType::F32 && out.dtype() == DType::F32 &&
+    ROWLM_REQUIRE(gate.dtype() == DType::F32 && up.dtype() == DType::F32 && out.dtype() == DType::F32 &&
                 gate.shape() == up.shape() && out.shape() == gate.shape(),
             "gelu_tanh_mul: gate, up and out must be f32 of one shape, got " + describe(gate) + ", " +
                 describe(up) + ", " + describe(out));
-    require((out.raw() == gate.raw() || !overlaps(out, gate)) && (out.raw() == up.raw() || !overlaps(out, up)),
+    ROWLM_REQUIRE((out.raw() == gate.raw() || !overlaps(out, gate)) && (out.raw() == up.raw() || !overlaps(out, up)),
             "gelu_tanh_mul: out must be gate, up, or separate from both");
     const float* g = gate.data<float>();
     const float* u = up.data<float>();
@@ -172,68 +176,68 @@ class CpuBackend final : public Backend {
   }
 
   void copy(const Tensor& src, Tensor& dst) override {
-    require(src.dtype() == dst.dtype() && src.numel() == dst.numel(),
+    ROWLM_REQUIRE(src.dtype() == dst.dtype() && src.numel() == dst.numel(),
             "copy: src and dst must have one dtype and size, got " + describe(src) + " and " + describe(dst));
-    require(!overlaps(src, dst), "copy: src and dst must not overlap");
+    ROWLM_REQUIRE(!overlaps(src, dst), "copy: src and dst must not overlap");
     std::memcpy(dst.raw(), src.raw(), src.nbytes());
   }
 
   void add(Tensor& y, const Tensor& x) override {
-    require(y.dtype() == DType::F32 && x.dtype() == DType::F32 && y.shape() == x.shape(),
+    ROWLM_REQUIRE(y.dtype() == DType::F32 && x.dtype() == DType::F32 && y.shape() == x.shape(),
             "add: y and x must be f32 of one shape, got " + describe(y) + " and " + describe(x));
-    require(y.raw() == x.raw() || !overlaps(x, y), "add: x must be y itself or not overlap it");
+    ROWLM_REQUIRE(y.raw() == x.raw() || !overlaps(x, y), "add: x must be y itself or not overlap it");
     float* ys = y.data<float>();
     const float* xs = x.data<float>();
     elementwise(y.numel(), [&](int64_t i, int64_t n) { kernels_.add(ys + i, xs + i, n); });
   }
 
   void scale(Tensor& y, float s) override {
-    require(y.dtype() == DType::F32, "scale: y must be f32, got " + describe(y));
+    ROWLM_REQUIRE(y.dtype() == DType::F32, "scale: y must be f32, got " + describe(y));
     float* ys = y.data<float>();
     elementwise(y.numel(), [&](int64_t i, int64_t n) { kernels_.scale(ys + i, s, n); });
   }
 
   void softcap(Tensor& y, float cap) override {
-    require(y.dtype() == DType::F32, "softcap: y must be f32, got " + describe(y));
-    require(cap > 0.0f && std::isfinite(cap), "softcap: cap must be positive and finite, got " + std::to_string(cap));
+    ROWLM_REQUIRE(y.dtype() == DType::F32, "softcap: y must be f32, got " + describe(y));
+    ROWLM_REQUIRE(cap > 0.0f && std::isfinite(cap), "softcap: cap must be positive and finite, got " + std::to_string(cap));
     float* ys = y.data<float>();
     elementwise(y.numel(), [&](int64_t i, int64_t n) { kernels_.softcap(ys + i, cap, n); });
   }
 
   void attention(const Tensor& q, std::span<const AttentionQuery> queries, const kv::KvCache& cache,
                  int layer, const AttentionParams& params, Tensor& out) override {
-    require(params.num_heads > 0 && params.head_dim > 0,
+    ROWLM_REQUIRE(params.num_heads > 0 && params.head_dim > 0,
             "attention: num_heads and head_dim must be positive");
     const int64_t expect = int64_t(queries.size()) * params.num_heads * params.head_dim;
-    require(q.dtype() == DType::F32 && q.numel() == expect,
+    ROWLM_REQUIRE(q.dtype() == DType::F32 && q.numel() == expect,
             "attention: q must be f32 [" + std::to_string(queries.size()) + ", " + std::to_string(params.num_heads) +
                 ", " + std::to_string(params.head_dim) + "], got " + describe(q));
-    require(out.dtype() == DType::F32 && out.numel() == expect && !overlaps(out, q),
+    ROWLM_REQUIRE(out.dtype() == DType::F32 && out.numel() == expect && !overlaps(out, q),
             "attention: out must be f32 with q's shape and separate from q, got " + describe(out));
     kv::attend(cache, layer, queries, q.data<float>(), params, out.data<float>(), pool_);
   }
 
   void moe_route(const Tensor& logits, int top_k, const Tensor* per_expert_scale,
                  std::span<int32_t> experts, std::span<float> weights) override {
-    require(logits.dtype() == DType::F32 && logits.rank() == 2 && logits.dim(1) > 0,
+    ROWLM_REQUIRE(logits.dtype() == DType::F32 && logits.rank() == 2 && logits.dim(1) > 0,
             "moe_route: logits must be f32 [T, E], got " + describe(logits));
     const int64_t T = logits.dim(0), E = logits.dim(1);
-    require(top_k >= 1 && top_k <= E, "moe_route: top_k " + std::to_string(top_k) + " must be in [1, " +
+    ROWLM_REQUIRE(top_k >= 1 && top_k <= E, "moe_route: top_k " + std::to_string(top_k) + " must be in [1, " +
                                           std::to_string(E) + "]");
-    require(int64_t(experts.size()) == T * top_k && int64_t(weights.size()) == T * top_k,
+    ROWLM_REQUIRE(int64_t(experts.size()) == T * top_k && int64_t(weights.size()) == T * top_k,
             "moe_route: experts and weights need T·top_k = " + std::to_string(T * top_k) + " entries, got " +
                 std::to_string(experts.size()) + " and " + std::to_string(weights.size()));
     std::vector<float> widened;
     const float* scale = nullptr;
     if (per_expert_scale != nullptr) {
-      require(per_expert_scale->numel() == E && is_float_storage(per_expert_scale->dtype()),
+      ROWLM_REQUIRE(per_expert_scale->numel() == E && is_float_storage(per_expert_scale->dtype()),
               "moe_route: per_expert_scale must be f32, bf16 or f16 with " + std::to_string(E) +
                   " entries, got " + describe(*per_expert_scale));
       scale = as_f32(kernels_, *per_expert_scale, widened);
     }
     const float* l = logits.data<float>();
     for (int64_t i = 0; i < T * E; ++i)
-      require(!std::isnan(l[i]), "moe_route: logits row " + std::to_string(i / E) + " contains NaN");
+      ROWLM_REQUIRE(!std::isnan(l[i]), "moe_route: logits row " + std::to_string(i / E) + " contains NaN");
     pool_.parallel_for(T, std::max<int64_t>(1, kElementGrain / E), [&](int64_t t0, int64_t t1) {
       std::vector<float> probs(static_cast<std::size_t>(E));
       for (int64_t t = t0; t < t1; ++t)
@@ -243,17 +247,17 @@ class CpuBackend final : public Backend {
   }
 
   void gather_rows(const Tensor& src, std::span<const int32_t> rows, Tensor& dst) override {
-    require(src.rank() >= 1, "gather_rows: src must have at least one dimension");
+    ROWLM_REQUIRE(src.rank() >= 1, "gather_rows: src must have at least one dimension");
     const int64_t R = src.dim(0), n = int64_t(rows.size());
     const int64_t row_elems = R == 0 ? 0 : src.numel() / R;
     Shape want = src.shape();
     want[0] = n;
-    require(dst.dtype() == src.dtype() && dst.shape() == want,
+    ROWLM_REQUIRE(dst.dtype() == src.dtype() && dst.shape() == want,
             "gather_rows: dst must be " + std::string(dtype_name(src.dtype())) + " " + shape_str(want) +
                 ", got " + describe(dst));
-    require(!overlaps(dst, src), "gather_rows: dst must not overlap src");
+    ROWLM_REQUIRE(!overlaps(dst, src), "gather_rows: dst must not overlap src");
     for (int64_t i = 0; i < n; ++i)
-      require(rows[i] >= 0 && rows[i] < R, "gather_rows: row " + std::to_string(rows[i]) + " at index " +
+      ROWLM_REQUIRE(rows[i] >= 0 && rows[i] < R, "gather_rows: row " + std::to_string(rows[i]) + " at index " +
                                                std::to_string(i) + " is outside src's " + std::to_string(R) +
                                                " rows");
     const std::size_t row_bytes = std::size_t(row_elems) * dtype_size(src.dtype());
@@ -266,18 +270,18 @@ class CpuBackend final : public Backend {
 
   void scatter_add_rows(Tensor& dst, std::span<const int32_t> rows, std::span<const float> weights,
                         const Tensor& src) override {
-    require(dst.dtype() == DType::F32 && dst.rank() >= 1, "scatter_add_rows: dst must be f32, got " + describe(dst));
+    ROWLM_REQUIRE(dst.dtype() == DType::F32 && dst.rank() >= 1, "scatter_add_rows: dst must be f32, got " + describe(dst));
     const int64_t R = dst.dim(0), n = int64_t(rows.size());
     const int64_t D = R == 0 ? 0 : dst.numel() / R;
-    require(int64_t(weights.size()) == n,
+    ROWLM_REQUIRE(int64_t(weights.size()) == n,
             "scatter_add_rows: " + std::to_string(n) + " rows but " + std::to_string(weights.size()) + " weights");
     Shape want = dst.shape();
     want[0] = n;
-    require(src.dtype() == DType::F32 && src.shape() == want,
+    ROWLM_REQUIRE(src.dtype() == DType::F32 && src.shape() == want,
             "scatter_add_rows: src must be f32 " + shape_str(want) + ", got " + describe(src));
-    require(!overlaps(dst, src), "scatter_add_rows: src must not overlap dst");
+    ROWLM_REQUIRE(!overlaps(dst, src), "scatter_add_rows: src must not overlap dst");
     for (int64_t i = 0; i < n; ++i)
-      require(rows[i] >= 0 && rows[i] < R, "scatter_add_rows: row " + std::to_string(rows[i]) + " at index " +
+      ROWLM_REQUIRE(rows[i] >= 0 && rows[i] < R, "scatter_add_rows: row " + std::to_string(rows[i]) + " at index " +
                                                std::to_string(i) + " is outside dst's " + std::to_string(R) +
                                                " rows");
     float* d = dst.data<float>();
@@ -360,3 +364,5 @@ std::unique_ptr<Backend> make_cpu_backend(int threads, MatmulPrecision precision
 }
 
 }  // namespace rowlm
+
+#undef ROWLM_REQUIRE
