@@ -17,7 +17,7 @@
 // min(a, b) = a < b ? a : b, round_even, ldexp(x, n) = x·2^n (n integral),
 // copysign, less, is_nan, select(mask, a, b), reduce (the canonical tree);
 // and for the bf16-dot matmul P (32 bf16 values), load_pairs (+ _partial, n
-// elements < 32, zero-filled) and dot_pairs(acc, a, b) (see dot_tile_pairs).
+// elements < 32, zero-filled) and dot_pairs(acc, a, b) (see PairStep).
 
 #include <cstdint>
 
@@ -50,42 +50,84 @@ struct LoadF16 {
 
 // ---------------------------------------------------------------- matmul --
 
-// One MR x NR tile of dot products over the whole K, in the canonical order.
-template <class V, class L, int MR, int NR>
-inline void dot_tile(const float* x, int64_t ldx, const typename L::T* w, int64_t ldw, int64_t K,
+// What one step of a dot product does, for the two matmul paths:
+//
+// WidenStep: f32 x against f32/bf16/f16 w widened in registers (exactly);
+// the canonical order of kernels.h, 16 elements per step, one FMA per lane.
+//
+// PairStep, the bf16-dot path (MatmulPrecision::Bf16): x and w both bf16.
+// Canonical order: 16 lanes; lane j owns the element pairs (2p, 2p+1) with
+// p ≡ j (mod 16), in increasing p, the K tail zero-padded; for each pair it
+// adds the odd element's product, then the even one's, each as one rounding
+// of acc + a·b (a bf16 product is exact in f32), with denormal inputs read
+// as (signed) zero and results below the normal range flushed to (signed)
+// zero: AVX512-BF16's VDPBF16PS, which V::dot_pairs either is or emulates.
+//
+// Both end with the canonical reduce tree over the 16 lanes.
+template <class V, class L>
+struct WidenStep {
+  using X = float;
+  using W = typename L::T;
+  using XV = typename V::R;
+  using WV = typename V::R;
+  static constexpr int kElements = kLanes;
+  static XV load_x(const X* p) { return V::load(p); }
+  static XV load_x_partial(const X* p, int n) { return V::load_partial(p, n); }
+  static WV load_w(const W* p) { return L::full(p); }
+  static WV load_w_partial(const W* p, int n) { return L::partial(p, n); }
+  static typename V::R mac(typename V::R acc, const XV& x, const WV& w) { return V::fma(x, w, acc); }
+};
+template <class V>
+struct PairStep {
+  using X = uint16_t;
+  using W = uint16_t;
+  using XV = typename V::P;
+  using WV = typename V::P;
+  static constexpr int kElements = 2 * kLanes;
+  static XV load_x(const X* p) { return V::load_pairs(p); }
+  static XV load_x_partial(const X* p, int n) { return V::load_pairs_partial(p, n); }
+  static WV load_w(const W* p) { return V::load_pairs(p); }
+  static WV load_w_partial(const W* p, int n) { return V::load_pairs_partial(p, n); }
+  static typename V::R mac(typename V::R acc, const XV& x, const WV& w) { return V::dot_pairs(acc, x, w); }
+};
+
+// One MR x NR tile of dot products over the whole K, in S's canonical order.
+template <class V, class S, int MR, int NR>
+inline void dot_tile(const typename S::X* x, int64_t ldx, const typename S::W* w, int64_t ldw, int64_t K,
                      float* y, int64_t ldy) {
   using R = typename V::R;
+  constexpr int kStep = S::kElements;
   R acc[MR][NR];
 #pragma GCC unroll 16
   for (int m = 0; m < MR; ++m)
 #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) acc[m][n] = V::zero();
   int64_t k = 0;
-  for (; k + kLanes <= K; k += kLanes) {
-    R xv[MR];
+  for (; k + kStep <= K; k += kStep) {
+    typename S::XV xv[MR];
 #pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) xv[m] = V::load(x + m * ldx + k);
+    for (int m = 0; m < MR; ++m) xv[m] = S::load_x(x + m * ldx + k);
 #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) {
       // The same columns of the next tile's rows, into L2: the weight stream
       // stays ahead of the arithmetic instead of stalling at each new tile
       // (batched decode on Zen 4: +20-45% at 16 rows). One per cache line.
-      if (k * int64_t(sizeof(typename L::T)) % 64 == 0) __builtin_prefetch(w + (n + NR) * ldw + k, 0, 2);
-      const R wv = L::full(w + n * ldw + k);
+      if (k * int64_t(sizeof(typename S::W)) % 64 == 0) __builtin_prefetch(w + (n + NR) * ldw + k, 0, 2);
+      const typename S::WV wv = S::load_w(w + n * ldw + k);
 #pragma GCC unroll 16
-      for (int m = 0; m < MR; ++m) acc[m][n] = V::fma(xv[m], wv, acc[m][n]);
+      for (int m = 0; m < MR; ++m) acc[m][n] = S::mac(acc[m][n], xv[m], wv);
     }
   }
-  if (k < K) {  // the zero-padded tail block: every lane still gets its FMA
+  if (k < K) {  // the zero-padded tail block: every lane still gets its step
     const int rest = int(K - k);
-    R xv[MR];
+    typename S::XV xv[MR];
 #pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) xv[m] = V::load_partial(x + m * ldx + k, rest);
+    for (int m = 0; m < MR; ++m) xv[m] = S::load_x_partial(x + m * ldx + k, rest);
 #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) {
-      const R wv = L::partial(w + n * ldw + k, rest);
+      const typename S::WV wv = S::load_w_partial(w + n * ldw + k, rest);
 #pragma GCC unroll 16
-      for (int m = 0; m < MR; ++m) acc[m][n] = V::fma(xv[m], wv, acc[m][n]);
+      for (int m = 0; m < MR; ++m) acc[m][n] = S::mac(acc[m][n], xv[m], wv);
     }
   }
 #pragma GCC unroll 16
@@ -94,77 +136,14 @@ inline void dot_tile(const float* x, int64_t ldx, const typename L::T* w, int64_
     for (int n = 0; n < NR; ++n) y[m * ldy + n] = V::reduce(acc[m][n]);
 }
 
-// ------------------------------------------------------ bf16 dot products --
-
-// The bf16-dot path (MatmulPrecision::Bf16): x and w both bf16. Canonical
-// order: 16 lanes; lane j owns the element pairs (2p, 2p+1) with p ≡ j
-// (mod 16), in increasing p, the K tail zero-padded; for each pair it adds the
-// odd element's product, then the even one's, each as one rounding of
-// acc + a·b (a bf16 product is exact in f32), with denormal inputs read as
-// (signed) zero and results below the normal range flushed to (signed) zero:
-// AVX512-BF16's VDPBF16PS, which V::dot_pairs either is or emulates. Then
-// the canonical reduce tree.
-constexpr int kPairElements = 2 * kLanes;
-
-template <class V, int MR, int NR>
-inline void dot_tile_pairs(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw, int64_t K,
-                           float* y, int64_t ldy) {
-  using R = typename V::R;
-  using P = typename V::P;
-  R acc[MR][NR];
-#pragma GCC unroll 16
-  for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) acc[m][n] = V::zero();
-  int64_t k = 0;
-  for (; k + kPairElements <= K; k += kPairElements) {
-    P xv[MR];
-#pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) xv[m] = V::load_pairs(x + m * ldx + k);
-#pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) {
-      __builtin_prefetch(w + (n + NR) * ldw + k, 0, 2);  // see dot_tile
-      const P wv = V::load_pairs(w + n * ldw + k);
-#pragma GCC unroll 16
-      for (int m = 0; m < MR; ++m) acc[m][n] = V::dot_pairs(acc[m][n], xv[m], wv);
-    }
-  }
-  if (k < K) {
-    const int rest = int(K - k);
-    P xv[MR];
-#pragma GCC unroll 16
-    for (int m = 0; m < MR; ++m) xv[m] = V::load_pairs_partial(x + m * ldx + k, rest);
-#pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) {
-      const P wv = V::load_pairs_partial(w + n * ldw + k, rest);
-#pragma GCC unroll 16
-      for (int m = 0; m < MR; ++m) acc[m][n] = V::dot_pairs(acc[m][n], xv[m], wv);
-    }
-  }
-#pragma GCC unroll 16
-  for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) y[m * ldy + n] = V::reduce(acc[m][n]);
-}
-
-// Tile policies for the shared tiling below: f32 x against f32/bf16/f16 w
-// widened in registers, or bf16 x against bf16 w in pairs.
-template <class V, class L>
-struct WidenTiles {
-  using X = float;
-  using W = typename L::T;
+// Tile policies for the shared tiling below.
+template <class V, class S>
+struct Tiles {
+  using X = typename S::X;
+  using W = typename S::W;
   template <int MR, int NR>
   static void run(const X* x, int64_t ldx, const W* w, int64_t ldw, int64_t K, float* y, int64_t ldy) {
-    dot_tile<V, L, MR, NR>(x, ldx, w, ldw, K, y, ldy);
-  }
-};
-template <class V>
-struct PairTiles {
-  using X = uint16_t;
-  using W = uint16_t;
-  template <int MR, int NR>
-  static void run(const X* x, int64_t ldx, const W* w, int64_t ldw, int64_t K, float* y, int64_t ldy) {
-    dot_tile_pairs<V, MR, NR>(x, ldx, w, ldw, K, y, ldy);
+    dot_tile<V, S, MR, NR>(x, ldx, w, ldw, K, y, ldy);
   }
 };
 
@@ -244,7 +223,7 @@ void dot_rows(const typename T::X* x, int64_t ldx, int64_t M, const typename T::
 template <class V, class L>
 void dot_block_typed(const float* x, int64_t ldx, int64_t M, const WeightRows& w, int64_t N, int64_t K,
                      float* y, int64_t ldy) {
-  dot_rows<V, WidenTiles<V, L>>(x, ldx, M, static_cast<const typename L::T*>(w.data), w.ld, N, K, y, ldy);
+  dot_rows<V, Tiles<V, WidenStep<V, L>>>(x, ldx, M, static_cast<const typename L::T*>(w.data), w.ld, N, K, y, ldy);
 }
 
 template <class V>
@@ -260,7 +239,7 @@ void dot_block(const float* x, int64_t ldx, int64_t M, const WeightRows& w, int6
 template <class V>
 void dot_block_bf16(const uint16_t* x, int64_t ldx, int64_t M, const uint16_t* w, int64_t ldw, int64_t N,
                     int64_t K, float* y, int64_t ldy) {
-  dot_rows<V, PairTiles<V>>(x, ldx, M, w, ldw, N, K, y, ldy);
+  dot_rows<V, Tiles<V, PairStep<V>>>(x, ldx, M, w, ldw, N, K, y, ldy);
 }
 
 // Independent dot_pairs chains, for the bf16 compute ceiling; returns the
@@ -270,6 +249,7 @@ double bf16_dot_chains(int64_t iters, float* sink) {
   constexpr int kChains = 12;
   typename V::R acc[kChains];
   for (int j = 0; j < kChains; ++j) acc[j] = V::set1(float(j));
+  constexpr int kPairElements = PairStep<V>::kElements;
   alignas(64) uint16_t a_bits[kPairElements], b_bits[kPairElements];
   for (int i = 0; i < kPairElements; ++i) {
     a_bits[i] = 0x3f80;  // 1.0

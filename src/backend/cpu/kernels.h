@@ -38,7 +38,7 @@ struct Kernels {
                     int64_t K, float* y, int64_t ldy);
 
   // The bf16-dot matmul: the same as dot_block with x and w both bf16 rows,
-  // in the canonical pair order (kernel_algorithms.h, dot_tile_pairs).
+  // in the canonical pair order (kernel_algorithms.h, PairStep).
   void (*dot_block_bf16)(const uint16_t* x, int64_t ldx, int64_t M, const uint16_t* w, int64_t ldw,
                          int64_t N, int64_t K, float* y, int64_t ldy);
   // Whether dot_block_bf16 runs VDPBF16PS natively rather than emulating it

@@ -104,7 +104,7 @@ struct VAvx2 {
     std::memcpy(buf, p, sizeof(uint16_t) * n);
     return load_pairs(buf);
   }
-  // VDPBF16PS emulated (kernel_algorithms.h, dot_tile_pairs): denormal
+  // VDPBF16PS emulated (kernel_algorithms.h, PairStep): denormal
   // inputs as signed zero, one rounding per product, results below the
   // normal range flushed to signed zero, the odd element first.
   static __m256 daz(__m256 f) {

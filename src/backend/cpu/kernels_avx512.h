@@ -72,7 +72,7 @@ struct VAvx512 {
   static P load_pairs_partial(const uint16_t* p, int n) {
     return {_mm512_maskz_loadu_epi16(__mmask32((uint64_t(1) << n) - 1u), p)};
   }
-  // VDPBF16PS emulated (kernel_algorithms.h, dot_tile_pairs), for AVX-512
+  // VDPBF16PS emulated (kernel_algorithms.h, PairStep), for AVX-512
   // CPUs without AVX512-BF16; VAvx512Bf16 (kernels_avx512bf16.cc) runs the
   // instruction itself.
   static __m512 to_signed_zero(__m512 f, __mmask16 m) {
