@@ -15,8 +15,10 @@ constexpr int64_t kChunkRowMultiple = 24;
 // Rows of x up to this many bytes go to the kernel together (weight tiles
 // outer, row groups inner: each tile streams once and is reused from L1);
 // larger x goes one row group at a time, each group meeting the whole chunk
-// in L2, so that x is not re-read for every weight tile.
-constexpr int64_t kPanelBytes = int64_t(256) << 10;
+// in L2, so that x is not re-read for every weight tile. On Zen 4 (1 MB L2)
+// 1 MB beat 256 KB where they differ: 16 rows x 10240 f32 against
+// 2560x10240 bf16 weights 203 vs 144-193 GFLOP/s, bf16 path 330 vs 275.
+constexpr int64_t kPanelBytes = int64_t(1) << 20;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
