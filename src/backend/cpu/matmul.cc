@@ -10,6 +10,8 @@ namespace {
 
 // Below this many multiply-adds a parallel region costs more than it saves.
 constexpr int64_t kMinParallelMacs = int64_t(1) << 18;
+// Elements of x rounded to bf16 per thread, at the least.
+constexpr int64_t kConvertGrain = int64_t(1) << 16;
 // Chunks are whole multiples of every tile width (12, 8, 6, 4, 2, 1 rows).
 constexpr int64_t kChunkRowMultiple = 24;
 // Rows of x up to this many bytes go to the kernel together (weight tiles
@@ -34,7 +36,10 @@ void matmul(const Kernels& kernels, ThreadPool& pool, const float* x, int64_t M,
   std::vector<uint16_t> x_bf16;
   if (bf16_dot) {
     x_bf16.resize(std::size_t(M * K));
-    for (std::size_t i = 0; i < x_bf16.size(); ++i) x_bf16[i] = f32_to_bf16(x[i]);
+    // Split over the threads: for a prefill's x this is milliseconds.
+    pool.parallel_for(M * K, kConvertGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) x_bf16[std::size_t(i)] = f32_to_bf16(x[i]);
+    });
   }
   const int64_t depth = std::max<int64_t>(K, 1);
   const int64_t threads = M * N * depth < kMinParallelMacs ? 1 : pool.size();
