@@ -340,11 +340,13 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
               pending += writer->stream_token(event.choice, event.token);
             }
             const auto now = Clock::now();
+            // Until some text has gone out (a token may add none while it
+            // could start a stop string), every event is written at once.
             if (first || event.finished || now - last_write >= stream_interval) {
               if (!send(pending)) return client_gone();
+              first = first && pending.empty();
               pending.clear();
               last_write = now;
-              first = false;
             }
           }
           if (!send(pending + writer->stream_end())) return client_gone();

@@ -30,8 +30,8 @@ int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 void matmul(const Kernels& kernels, ThreadPool& pool, const float* x, int64_t M, int64_t K,
             const WeightRows& w, int64_t N, float* y, MatmulPrecision precision, const MatmulTuning& tuning) {
   if (M <= 0 || N <= 0) return;
-  // Rounded once per call, row by row, so a row's bf16 values do not depend
-  // on the others.
+  // Rounded once per call, element by element, so a row's bf16 values do not
+  // depend on the others.
   const bool bf16_dot = precision == MatmulPrecision::Bf16 && w.dtype == DType::BF16;
   std::vector<uint16_t> x_bf16;
   if (bf16_dot) {
