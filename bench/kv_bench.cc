@@ -16,10 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "core/thread_pool.h"
+#include "backend/cpu/cpu_backend.h"
 #include "bench_clock.h"
-#include "kv/attention.h"
-#include "kv/attention_kernel.h"
+#include "core/isa.h"
 #include "kv/kv_cache.h"
 #include "kv/row_cache.h"
 
@@ -30,8 +29,6 @@ using bench::now_s;
 using bench::thread_cpu_s;
 
 namespace {
-
-
 
 // Best (least disturbed) seconds per call over `reps` batches of `inner` calls.
 double time_per_call(const std::function<void()>& fn, int reps, int inner, bool cpu_time = false) {
@@ -74,7 +71,10 @@ void fill(KvCache& c, const std::vector<RowId>& rows, int64_t tokens) {
           k[i] = float(int64_t(s >> 40) - (1 << 23)) / float(1 << 23);
           v[i] = float(int64_t((s >> 20) & 0xfffff) - (1 << 19)) / float(1 << 19);
         }
-        c.write(l, r, done, n, k.data(), v.data());
+        const Shape shape = {n, int64_t(ls.kv_heads) * ls.head_dim};
+        const TokenRun run{r, done, n};
+        c.write(l, {&run, 1}, Tensor::view(DType::F32, shape, k.data(), nullptr),
+                Tensor::view(DType::F32, shape, v.data(), nullptr));
       }
       c.end_step();
       done += n;
@@ -82,12 +82,12 @@ void fill(KvCache& c, const std::vector<RowId>& rows, int64_t tokens) {
   }
 }
 
-std::string bytes_per_token_json() {
+std::string bytes_per_token_json(Backend& be) {
   std::string out = "{";
   bool first = true;
   for (const char* codec : {"f32", "bf16", "f16", "q8:64", "q4:64", "q8:32", "q4:32", "q4:128"}) {
-    KvCache c({{spec(1, 256, 512, codec), spec(1, 512, 0, codec)}, 16, 0, 0});
-    KvCache ref({{spec(1, 256, 512, "bf16"), spec(1, 512, 0, "bf16")}, 16, 0, 0});
+    KvCache c({{spec(1, 256, 512, codec), spec(1, 512, 0, codec)}, 16, 0, 0}, be);
+    KvCache ref({{spec(1, 256, 512, "bf16"), spec(1, 512, 0, "bf16")}, 16, 0, 0}, be);
     char buf[256];
     std::snprintf(buf, sizeof buf, "%s\"%s\": {\"hd256\": %zu, \"hd512\": %zu, \"ratio_to_bf16\": %.4f}",
                   first ? "" : ", ", codec, c.bytes_per_token(0), c.bytes_per_token(1),
@@ -115,31 +115,36 @@ std::string decode_json(bool quick) {
     for (int64_t T : contexts) {
       for (int R : {1, 8}) {
         if (T * R > 65536) continue;  // keep the run short
-        // Every codec's cache is built first; timings then rotate through the
-        // codecs so that machine noise hits them alike. Single-thread runs
-        // are timed in thread CPU time, two-thread runs in wall time.
-        std::vector<std::unique_ptr<KvCache>> caches;
-        std::vector<std::vector<AttentionQuery>> queries;
-        for (const char* codec : codecs) {
-          caches.push_back(std::make_unique<KvCache>(CacheOptions{{spec(cfg.kv_heads, cfg.head_dim, 0, codec)}, 16, 0, 0}));
-          std::vector<RowId> rows;
-          for (int i = 0; i < R; ++i) rows.push_back(caches.back()->create_row());
-          fill(*caches.back(), rows, T);
-          queries.emplace_back();
-          for (RowId r : rows) queries.back().push_back({r, T - 1});
-        }
-        std::vector<float> q(std::size_t(R) * cfg.heads * cfg.head_dim), out_buf(q.size());
-        for (std::size_t i = 0; i < q.size(); ++i) q[i] = float(int(i % 17) - 8) * 0.03f;
-        const AttentionParams p{cfg.heads, cfg.head_dim, 0, 1.0f, 0.0f};
+        // For each thread count (a backend of its own), every codec's cache
+        // is built first; timings then rotate through the codecs so that
+        // machine noise hits them alike. Single-thread runs are timed in
+        // thread CPU time, two-thread runs in wall time.
         for (int threads : {1, 2}) {
-          ThreadPool pool(threads);
+          const auto backend = make_cpu_backend(threads);
+          std::vector<std::unique_ptr<KvCache>> caches;
+          std::vector<std::vector<AttentionQuery>> queries;
+          for (const char* codec : codecs) {
+            caches.push_back(
+                std::make_unique<KvCache>(CacheOptions{{spec(cfg.kv_heads, cfg.head_dim, 0, codec)}, 16, 0, 0}, *backend));
+            std::vector<RowId> rows;
+            for (int i = 0; i < R; ++i) rows.push_back(caches.back()->create_row());
+            fill(*caches.back(), rows, T);
+            queries.emplace_back();
+            for (RowId r : rows) queries.back().push_back({r, T - 1});
+          }
+          std::vector<float> q(std::size_t(R) * cfg.heads * cfg.head_dim), out_buf(q.size());
+          for (std::size_t i = 0; i < q.size(); ++i) q[i] = float(int(i % 17) - 8) * 0.03f;
+          const AttentionParams p{cfg.heads, cfg.head_dim, 0, 1.0f, 0.0f};
+          const Shape qs = {R, int64_t(cfg.heads) * cfg.head_dim};
+          const Tensor qt = Tensor::view(DType::F32, qs, q.data(), nullptr);
+          Tensor ot = Tensor::view(DType::F32, qs, out_buf.data(), nullptr);
           std::vector<double> best(codecs.size(), 1e30);
           for (int round = 0; round < (quick ? 3 : 6); ++round)
             for (std::size_t c = 0; c < codecs.size(); ++c) {
               const double kv_bytes = double(caches[c]->bytes_per_token(0)) * double(T) * R;
               const int inner = std::clamp(int(3e7 / (kv_bytes + 1)), 2, 100);
-              best[c] = std::min(best[c], time_per_call([&] { attend(*caches[c], 0, queries[c], q.data(), p, out_buf.data(), pool); },
-                                                        1, inner, threads == 1));
+              best[c] = std::min(best[c], time_per_call([&] { caches[c]->attend(0, queries[c], qt, p, ot); }, 1, inner,
+                                                        threads == 1));
             }
           std::string per_codec;
           for (std::size_t c = 0; c < codecs.size(); ++c) {
@@ -167,12 +172,12 @@ std::string decode_json(bool quick) {
 // Join (restore of a 512-token row, fork, attach of a cached prefix) and
 // retire while 8 other rows hold `context` tokens each. Paged rows never move
 // another row's K/V, so the cost must not grow with `context`.
-std::string join_retire_json(bool quick) {
+std::string join_retire_json(Backend& be, bool quick) {
   const std::vector<int64_t> contexts = quick ? std::vector<int64_t>{0, 4096} : std::vector<int64_t>{0, 1024, 8192, 32768};
   std::string out = "[";
   for (std::size_t i = 0; i < contexts.size(); ++i) {
     const int64_t ctx = contexts[i];
-    KvCache c({{spec(1, 64, 0, "bf16"), spec(1, 64, 512, "q4:64")}, 16, 0, std::size_t(64) << 20});
+    KvCache c({{spec(1, 64, 0, "bf16"), spec(1, 64, 512, "q4:64")}, 16, 0, std::size_t(64) << 20}, be);
     std::vector<RowId> others;
     for (int r = 0; r < 8; ++r) others.push_back(c.create_row());
     fill(c, others, ctx);
@@ -210,9 +215,10 @@ std::string join_retire_json(bool quick) {
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   std::printf("{\n  \"isa\": \"%s\",\n", std::string(cpu::isa_name(cpu::isa_from_env())).c_str());
-  std::printf("  \"bytes_per_token\": %s,\n", bytes_per_token_json().c_str());
+  const auto backend = make_cpu_backend(1);
+  std::printf("  \"bytes_per_token\": %s,\n", bytes_per_token_json(*backend).c_str());
   std::fflush(stdout);
-  std::printf("  \"join_retire\": %s,\n", join_retire_json(quick).c_str());
+  std::printf("  \"join_retire\": %s,\n", join_retire_json(*backend, quick).c_str());
   std::fflush(stdout);
   std::printf("  \"decode_attention\": %s\n}\n", decode_json(quick).c_str());
   return 0;

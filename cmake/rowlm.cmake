@@ -4,7 +4,9 @@ set(ROWLM_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wno-mis
     -Wno-restrict)  # GCC 12 reports false -Wrestrict positives inside std::string
 
 if(ROWLM_SANITIZE)
-  add_compile_options(-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
+  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined>
+                      $<$<COMPILE_LANGUAGE:CXX>:-fno-sanitize-recover=all>
+                      $<$<COMPILE_LANGUAGE:CXX>:-fno-omit-frame-pointer>)
   add_link_options(-fsanitize=address,undefined)
 endif()
 
@@ -19,11 +21,12 @@ set(ROWLM_AVX512BF16_FLAGS ${ROWLM_AVX512_FLAGS} -mavx512bf16)
 set(ROWLM_AVX2_FLAGS -mavx2 -mfma -mf16c -mbmi2 -ffp-contract=off)
 
 # rowlm_module(NAME DEPS dep...) declares the static library rowlm_NAME from
-# every *.cc in the current folder, and the test binary NAME_tests from every
+# every *.cc in the current folder (not its subfolders: a subfolder with its own
+# CMakeLists.txt is a module of its own), and the test binary NAME_tests from every
 # *_test.cc beside them. Tests are registered with CTest.
 function(rowlm_module name)
   cmake_parse_arguments(M "" "" "DEPS;TEST_DEPS" ${ARGN})
-  file(GLOB_RECURSE all_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
+  file(GLOB all_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
   set(sources "")
   set(tests "")
   foreach(f IN LISTS all_sources)

@@ -26,16 +26,21 @@
 #include <string>
 #include <vector>
 
-#include "model/model.h"
+#include "core/error.h"
+#include "rowlm/backend_options.h"
+#include "rowlm/model_info.h"
 #include "sampling/logprobs.h"
 #include "sampling/sampling_params.h"
 
 namespace rowlm {
 
+class Backend;
+class Model;
 class Tokenizer;
 
 struct EngineOptions {
   std::string model_dir;
+  std::string device = "auto";        // where the model runs: auto, cpu (rowlm::make_backend)
   int threads = 0;                    // CPU threads; 0 = one per core
   // F32: activations stay f32 in every matmul (faithful; the default). Bf16:
   // rounded to bf16 where they meet bf16 weights (about 2x the compute rate

@@ -1,12 +1,23 @@
 #pragma once
-// The kernel interface. Model code calls only these operations on tensors
-// the backend produced; the CPU backend implements it today and is the
-// reference that a CUDA backend must agree with.
+// The compute interface. Model code and the KV module call only these
+// operations, on tensors that live on the backend's device (the workspace,
+// upload, prepared weights, KV arenas); a backend never reads another
+// backend's memory. The CPU backend (backend/cpu) is the reference that
+// other backends must agree with; make_backend (backend/factory) builds one
+// from BackendOptions.
 //
 // Batch invariance: every operation computes each output row (token) from
 // that row's inputs alone, in one fixed reduction order, so a token's result
 // does not depend on how many other tokens share the call or where they sit.
+// Attention reduces a query's keys in fixed-size splits at multiples of the
+// block size along its row's own positions.
+//
+// Errors: a bad argument (shape, dtype, device, an index out of range)
+// throws rowlm::Error naming the operation before anything is written.
+//
+// Threads: one caller at a time per backend.
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -14,14 +25,13 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/kv_storage.h"
+#include "backend/weight.h"
+#include "backend/workspace.h"
 #include "core/tensor.h"
-#include "core/thread_pool.h"
-#include "kv/attention.h"
+#include "rowlm/backend_options.h"
 
 namespace rowlm {
-
-using kv::AttentionParams;
-using kv::AttentionQuery;
 
 enum class NormKind {
   Plain,    // y = x̂ · w        (Gemma 3n/4, Llama, Qwen)
@@ -29,87 +39,103 @@ enum class NormKind {
   NoScale,  // y = x̂            (w ignored)
 };
 
-// Rotary embedding frequencies for one layer type, in HF's rotate-half
-// layout: pair k rotates dims (k, k + head_dim/2) by angle position·inv_freq[k].
-// inv_freq[k] == 0 leaves the pair unchanged (proportional RoPE).
-struct RopeFrequencies {
-  int head_dim = 0;
-  std::vector<float> inv_freq;  // head_dim / 2 entries
+// The activation of a gated MLP: out = act(gate) ⊙ up.
+enum class Activation {
+  GeluTanh,  // PyTorch gelu(approximate="tanh") (Gemma)
+  Silu,      // x · sigmoid(x) (Llama, Qwen, Mistral)
 };
-
-// What a matmul does with activations that meet bf16 weights.
-enum class MatmulPrecision {
-  // Activations stay f32 (bf16/f16 weights are widened exactly): faithful to
-  // an f32 reference. The default.
-  F32,
-  // Activations are rounded to bf16 (nearest even) and multiplied with bf16
-  // weights in pairs, accumulating in f32 (VDPBF16PS): twice the multiply-add
-  // rate of f32 on CPUs with AVX512-BF16, for compute-bound batches. f32 and
-  // f16 weights keep the F32 path.
-  Bf16,
-};
-std::string_view matmul_precision_name(MatmulPrecision p);  // "f32", "bf16"
-// "f32" or "bf16"; anything else is an Error naming the value.
-MatmulPrecision parse_matmul_precision(std::string_view name);
+std::string_view activation_name(Activation a);
 
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual std::string name() const = 0;
-  virtual ThreadPool& pool() = 0;
+  virtual std::string name() const = 0;  // e.g. "cpu (avx512, 16 threads)"
+  virtual Device device() const = 0;
   virtual MatmulPrecision matmul_precision() const = 0;
+  virtual int host_threads() const = 0;
 
-  // Makes a checkpoint tensor usable as a weight ([N, K] f32, bf16 or f16).
-  // The CPU backend returns the same view; a GPU backend uploads it.
-  virtual Tensor prepare_weight(const Tensor& w) = 0;
+  // Ceilings, measured now on this backend's device (for benchmarks that
+  // judge a kernel against the hardware in the same run; each takes about a
+  // second): read bandwidth in GB/s streaming `bytes`, and the multiply-add
+  // peak in GFLOP/s of the arithmetic a matmul runs at `precision`.
+  virtual double measure_read_bandwidth(std::size_t bytes = std::size_t(1) << 30, int repeats = 3) = 0;
+  virtual double measure_matmul_peak(MatmulPrecision precision, int repeats = 3) = 0;
 
-  // y[m, n] = Σ_k x[m, k] · w[n, k].  x: [M, K] f32; w: [N, K]; y: [M, N] f32;
-  // with bf16 w, x is first rounded to bf16 under MatmulPrecision::Bf16.
-  virtual void matmul(const Tensor& x, const Tensor& w, Tensor& y) = 0;
+  // --- Memory -------------------------------------------------------------
+  // The scratch of the step in progress (workspace.h).
+  virtual Workspace& workspace() = 0;
+  // A copy of a host tensor resident on this device, owned by the result
+  // (the CPU backend returns the tensor itself).
+  virtual Tensor upload(const Tensor& host) = 0;
+  // dst.nbytes() bytes from host memory into dst (a tensor on this device).
+  virtual void copy_from_host(const void* src, Tensor& dst) = 0;
+  // src (a tensor on this device) into src.nbytes() bytes of host memory.
+  virtual void copy_to_host(const Tensor& src, void* dst) = 0;
+  // Makes a checkpoint matrix (a host view) usable by matmul and embed:
+  // validates it and, as the backend needs, uploads or repacks it. The
+  // result is what the model keeps; the source may then be dropped.
+  virtual Weight prepare_weight(const Weight& source) = 0;
+  // Storage for one KV layer's blocks (kv_storage.h).
+  virtual std::unique_ptr<KvArena> make_kv_arena(const kv::LayerSpec& spec, int block_size) = 0;
 
-  // out[t, :] = table[ids[t], :] · scale (table f32/bf16/f16, out f32).
-  virtual void embed(std::span<const int32_t> ids, const Tensor& table, float scale, Tensor& out) = 0;
-
-  // Row-wise RMS norm over the last dimension of x ([M, D] f32); w has D
-  // entries (ignored for NoScale). y may be x.
+  // --- Dense operations ---------------------------------------------------
+  // y[m, n] = Σ_k x[m, k] · w[n, k].  x: [M, K] f32; y: [M, N] f32, separate
+  // from x. Under MatmulPrecision::Bf16, x is first rounded to bf16 where w
+  // is bf16.
+  virtual void matmul(const Tensor& x, const Weight& w, Tensor& y) = 0;
+  // y[m, :] += bias (y [M, N] f32, bias [N] f32).
+  virtual void add_bias(Tensor& y, const Tensor& bias) = 0;
+  // out[t, :] = table[ids[t], :] · scale; ids: [T] i32, out: [T, D] f32.
+  virtual void embed(const Tensor& ids, const Weight& table, float scale, Tensor& out) = 0;
+  // Row-wise RMS norm over the last dimension of x ([..., D] f32); w has D
+  // entries (f32; ignored for NoScale). y may be x.
   virtual void rms_norm(const Tensor& x, const Tensor* w, float eps, NormKind kind, Tensor& y) = 0;
-
-  // In-place RoPE of x viewed as [T, heads, head_dim]; positions has T entries.
-  virtual void rope(Tensor& x, std::span<const int64_t> positions, const RopeFrequencies& freqs) = 0;
-
-  // out = gelu_tanh(gate) ⊙ up, elementwise; all [M, I] f32. out may alias gate.
-  virtual void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
-
+  // In-place rotate-half RoPE of x viewed as [T, heads, head_dim]: pair k
+  // rotates dims (k, k + head_dim/2) by positions[t] · inv_freq[k].
+  // positions: [T] i32 (non-negative); inv_freq: [head_dim / 2] f32 (an
+  // entry 0 leaves its pair unchanged: proportional RoPE).
+  virtual void rope(Tensor& x, const Tensor& positions, const Tensor& inv_freq) = 0;
+  // out = act(gate) ⊙ up, elementwise; all [M, I] f32. out may alias gate.
+  virtual void gated_activation(const Tensor& gate, const Tensor& up, Activation act, Tensor& out) = 0;
   // dst = src (same dtype and element count; no overlap).
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
-  // y += x (same shape).
-  virtual void add(Tensor& y, const Tensor& x) = 0;
-  // y *= s.
-  virtual void scale(Tensor& y, float s) = 0;
-  // y = cap · tanh(y / cap).
-  virtual void softcap(Tensor& y, float cap) = 0;
-
-  // out[t] = attention of q[t] ([T, num_heads, head_dim] f32, already rotated)
-  // over the keys `queries[t]` may see in layer `layer` of `cache`.
-  virtual void attention(const Tensor& q, std::span<const AttentionQuery> queries,
-                         const kv::KvCache& cache, int layer, const AttentionParams& params,
-                         Tensor& out) = 0;
-
-  // Mixture-of-experts routing: for each row of logits ([T, E] f32) the
-  // top_k experts by softmax probability (ties to the lower index), their
-  // probabilities renormalised over the k, times per_expert_scale[e] if given.
-  // experts and weights are [T, top_k], ordered by descending probability.
-  virtual void moe_route(const Tensor& logits, int top_k, const Tensor* per_expert_scale,
-                         std::span<int32_t> experts, std::span<float> weights) = 0;
-
-  // dst[i, :] = src[rows[i], :].
-  virtual void gather_rows(const Tensor& src, std::span<const int32_t> rows, Tensor& dst) = 0;
+  virtual void add(Tensor& y, const Tensor& x) = 0;  // y += x (same shape)
+  virtual void scale(Tensor& y, float s) = 0;        // y *= s
+  virtual void softcap(Tensor& y, float cap) = 0;    // y = cap · tanh(y / cap)
+  // dst[i, :] = src[rows[i], :]; rows: [n] i32.
+  virtual void gather_rows(const Tensor& src, const Tensor& rows, Tensor& dst) = 0;
   // dst[rows[i], :] += weights[i] · src[i, :], applied in order of i.
-  virtual void scatter_add_rows(Tensor& dst, std::span<const int32_t> rows,
-                                std::span<const float> weights, const Tensor& src) = 0;
-};
+  virtual void scatter_add_rows(Tensor& dst, const Tensor& rows, const Tensor& weights, const Tensor& src) = 0;
 
-// The CPU backend with `threads` threads (0 = one per core).
-std::unique_ptr<Backend> make_cpu_backend(int threads = 0, MatmulPrecision precision = MatmulPrecision::F32);
+  // --- Mixture of experts -------------------------------------------------
+  // For each row of logits ([T, E] f32): softmax in f32, the top_k experts
+  // by probability (ties to the lower index), with renormalize their
+  // probabilities divided by the k's sum, times per_expert_scale[e] if
+  // given. experts: [T, top_k] i32 and weights: [T, top_k] f32, in order of
+  // descending probability. NaN logits are an Error.
+  virtual void moe_route(const Tensor& logits, int top_k, bool renormalize, const Tensor* per_expert_scale,
+                         Tensor& experts, Tensor& weights) = 0;
+  // out[t] = Σ_j weights[t, j] · expert_{experts[t, j]}(x[t]), each expert
+  // a gated MLP of `bank` with `act`, contributions added in increasing
+  // expert order (so a token's sum does not depend on the other tokens).
+  // x, out: [T, H] f32.
+  virtual void moe_experts(const Tensor& x, const Tensor& experts, const Tensor& weights, const ExpertBank& bank,
+                           Activation act, Tensor& out) = 0;
+
+  // --- KV bytes (kv_storage.h) --------------------------------------------
+  // Encodes token t's K and V (rows of [T, kv_heads · head_dim] f32) with
+  // the arena's codec into slots[t].
+  virtual void kv_write(KvArena& arena, std::span<const int64_t> slots, const Tensor& k, const Tensor& v) = 0;
+  virtual void kv_copy_blocks(KvArena& arena, std::span<const KvBlockCopy> copies) = 0;
+  // Canonical token records (kvcodec/codec.h) of `slots`, in host memory:
+  // records.size() == slots.size() · token_record_bytes(arena.spec()).
+  virtual void kv_read(const KvArena& arena, std::span<const int64_t> slots, std::span<std::byte> records) = 0;
+  virtual void kv_store(KvArena& arena, std::span<const int64_t> slots, std::span<const std::byte> records) = 0;
+  // out[t] = attention of q[t] ([T, num_heads, head_dim] f32, already
+  // rotated) over the keys batch.queries[t] names, read from `arena`; out
+  // has q's shape and is separate from it.
+  virtual void attention(const Tensor& q, const KvArena& arena, const AttentionBatch& batch,
+                         const AttentionParams& params, Tensor& out) = 0;
+};
 
 }  // namespace rowlm

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/cpu/ceilings.h"
+#include "backend/factory/make_backend.h"
 #include "cli/commands.h"
 #include "cli/runtime.h"
 #include "core/error.h"
@@ -61,12 +61,12 @@ nlohmann::json shape_config(const std::string& shape, int layers) {
 
 // Bytes of the matrices a decode step streams (every linear layer and the
 // tied output head; embedding rows are gathered, not streamed).
-std::size_t streamed_weight_bytes(const gemma4::Weights& w) {
-  std::size_t b = w.embed_tokens.nbytes() + w.per_layer_model_projection.nbytes();
+std::size_t streamed_weight_bytes(const decoder::DecoderWeights& w) {
+  std::size_t b = w.embed.values.nbytes() + w.per_layer_model_projection.values.nbytes();
   for (const auto& l : w.layers)
-    for (const Tensor* t : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj,
-                            &l.down_proj, &l.per_layer_input_gate, &l.per_layer_projection})
-      b += t->empty() ? 0 : t->nbytes();
+    for (const Weight* m : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj,
+                            &l.per_layer_gate, &l.per_layer_projection})
+      b += m->empty() ? 0 : m->values.nbytes();
   return b;
 }
 
@@ -124,6 +124,7 @@ int concurrency_bench(const Args& args, const std::string& concurrency, const st
   const int64_t prompt_tokens = args.get_int("prompt-tokens"), gen_tokens = args.get_int("gen-tokens");
   if (prompt_tokens < 1 || gen_tokens < 1) throw Error("--prompt-tokens and --gen-tokens must be positive");
   EngineOptions eo;
+  eo.device = args.get("device");
   eo.threads = int(threads);
   eo.matmul_precision = matmul_precision_from(args);
   eo.kv_codec = args.get("kv-codec");
@@ -138,7 +139,7 @@ int concurrency_bench(const Args& args, const std::string& concurrency, const st
     engine = Engine::create(eo);
     source = *dir;
   } else {
-    auto backend = make_cpu_backend(int(threads), eo.matmul_precision);
+    auto backend = make_backend(backend_options_from(args));
     const gemma4::Config cfg = gemma4::parse_config(shape_config(shape, layers).dump(), "bench:" + shape);
     std::fprintf(stderr, "bench: building random %s weights with %d layers...\n", shape.c_str(), layers);
     auto model = gemma4::make_model(cfg, gemma4::make_synthetic_weights(cfg, 1), *backend);
@@ -197,11 +198,11 @@ int run_bench(const std::vector<std::string>& argv) {
 
   const int64_t threads = args.get_int("threads");
   if (auto conc = args.get_opt("concurrency")) return concurrency_bench(args, *conc, shape, layers, threads);
-  auto backend = make_cpu_backend(int(threads), matmul_precision_from(args));
+  auto backend = make_backend(backend_options_from(args));
   const nlohmann::json cfg_json = shape_config(shape, layers);
   gemma4::Config cfg = gemma4::parse_config(cfg_json.dump(), "bench:" + shape);
   std::fprintf(stderr, "bench: building random %s weights with %d layers...\n", shape.c_str(), layers);
-  gemma4::Weights weights = gemma4::make_synthetic_weights(cfg, 1);
+  decoder::DecoderWeights weights = gemma4::make_synthetic_weights(cfg, 1);
   const std::size_t streamed = streamed_weight_bytes(weights);
   const int64_t params = weights.parameter_count;
   auto model = gemma4::make_model(cfg, std::move(weights), *backend);
@@ -209,7 +210,7 @@ int run_bench(const std::vector<std::string>& argv) {
   nlohmann::json out;
   out["shape"] = shape;
   out["layers"] = layers;
-  out["threads"] = backend->pool().size();
+  out["threads"] = backend->host_threads();
   out["kv_codec"] = args.get("kv-codec");
   out["parameters"] = params;
   out["streamed_weight_bytes_per_step"] = streamed;
@@ -219,12 +220,12 @@ int run_bench(const std::vector<std::string>& argv) {
   const bool bf16_dot = backend->matmul_precision() == MatmulPrecision::Bf16;
   double bandwidth = 0, peak = 0;
   if (!args.flag_set("no-ceilings")) {
-    bandwidth = cpu::measure_read_bandwidth(backend->pool());
-    const double fma = cpu::measure_fma_peak(backend->pool());
+    bandwidth = backend->measure_read_bandwidth();
+    const double fma = backend->measure_matmul_peak(MatmulPrecision::F32);
     out["ceilings"] = {{"read_bandwidth_gb_s", bandwidth}, {"fma_peak_gflop_s", fma}};
     peak = fma;
     if (bf16_dot) {
-      peak = cpu::measure_bf16_dot_peak(backend->pool());
+      peak = backend->measure_matmul_peak(MatmulPrecision::Bf16);
       out["ceilings"]["bf16_dot_peak_gflop_s"] = peak;
     }
   }
@@ -237,7 +238,7 @@ int run_bench(const std::vector<std::string>& argv) {
   {
     double best = 1e30;
     for (int rep = 0; rep < 2; ++rep) {
-      kv::KvCache cache(copt);
+      kv::KvCache cache(copt, *backend);
       const kv::RowId row = cache.create_row();
       ForwardBatch b;
       for (int64_t i = 0; i < prefill; ++i) b.add(row, i, next_token(), i + 1 == prefill);
@@ -258,7 +259,7 @@ int run_bench(const std::vector<std::string>& argv) {
   // Decode: B rows with `context` tokens each, then timed steps of B tokens.
   out["decode"] = nlohmann::json::array();
   for (int32_t B : batches) {
-    kv::KvCache cache(copt);
+    kv::KvCache cache(copt, *backend);
     std::vector<kv::RowId> rows;
     ForwardBatch warm;
     for (int32_t r = 0; r < B; ++r) {
@@ -275,7 +276,7 @@ int run_bench(const std::vector<std::string>& argv) {
     std::vector<double> fractions;
     nlohmann::json paired = nlohmann::json::array();
     for (int64_t round = 0; round < rounds; ++round) {
-      const double ceiling = bandwidth > 0 ? cpu::measure_read_bandwidth(backend->pool(), std::size_t(512) << 20, 1) : 0;
+      const double ceiling = bandwidth > 0 ? backend->measure_read_bandwidth(std::size_t(512) << 20, 1) : 0;
       double round_best = 1e30;
       for (int64_t s = round; s < steps; s += rounds) {
         ForwardBatch b;

@@ -34,7 +34,7 @@ int run_inspect(const std::vector<std::string>& argv) {
   for (const char* codec : {"f32", "bf16", "f16", "q8", "q4"}) {
     kv::CacheOptions opt;
     opt.layers = rt.model->kv_layers(kv::parse_codec(codec));
-    const kv::KvCache cache(opt);
+    const kv::KvCache cache(opt, *rt.backend);
     std::size_t sliding = 0, full = 0, total = 0;
     int n_sliding = 0, n_full = 0;
     for (int l = 0; l < cache.num_layers(); ++l) {

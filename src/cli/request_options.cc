@@ -6,7 +6,8 @@
 namespace rowlm::cli {
 
 void add_engine_options(Args& args, int default_max_waiting) {
-  args.option("threads", "N", "CPU threads (0 = one per core)", "0")
+  args.option("device", "DEVICE", "where the model runs: auto or cpu (cuda needs a build with ROWLM_CUDA)", "auto")
+      .option("threads", "N", "CPU threads (0 = one per core)", "0")
       .option("kv-codec", "CODEC",
               "KV storage: f32, bf16, f16, q8, q4 (q4:32 picks the group size), or a per-layer map "
               "such as bf16,3=q8",
@@ -30,6 +31,7 @@ EngineOptions engine_options_from(const Args& args, const std::string& model_dir
       throw Error(std::string("--") + name + " must be between " + std::to_string(lo) + " and " + std::to_string(hi));
     return int(v);
   };
+  o.device = args.get("device");
   o.threads = ranged("threads", 0, 1024);
   o.matmul_precision = matmul_precision_from(args);
   o.kv_codec = args.get("kv-codec");

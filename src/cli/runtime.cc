@@ -5,12 +5,14 @@
 #include <future>
 #include <iostream>
 
+#include "backend/factory/make_backend.h"
 #include "core/error.h"
 
 namespace rowlm::cli {
 
 void add_runtime_options(Args& args, const std::string& default_codec) {
-  args.option("threads", "N", "CPU threads (0 = one per core)", "0")
+  args.option("device", "DEVICE", "where the model runs: auto or cpu (cuda needs a build with ROWLM_CUDA)", "auto")
+      .option("threads", "N", "CPU threads (0 = one per core)", "0")
       .option("kv-codec", "CODEC",
               "KV storage: f32, bf16, f16, q8, q4 (q8:32 etc. picks the group size), or a per-layer "
               "map such as bf16,3=q8",
@@ -58,11 +60,23 @@ kv::CacheOptions cache_options_for(const Args& args, const Model& model) {
   return opt;
 }
 
-Runtime open_runtime(const Args& args, const std::string& model_dir) {
-  Runtime rt;
+BackendOptions backend_options_from(const Args& args) {
   const int64_t threads = args.get_int("threads");
   if (threads < 0 || threads > 1024) throw Error("--threads must be between 0 and 1024");
-  rt.backend = make_cpu_backend(int(threads), matmul_precision_from(args));
+  BackendOptions o;
+  o.device = args.get("device");
+  o.threads = int(threads);
+  o.matmul_precision = matmul_precision_from(args);
+  return o;
+}
+
+Runtime open_runtime(const Args& args, const std::string& model_dir) {
+  Runtime rt;
+  try {
+    rt.backend = make_backend(backend_options_from(args));
+  } catch (const Error& e) {
+    throw Error(std::string("--device: ") + e.what());
+  }
   // Loading maps the weights: slow only on a cold page cache or a large model.
   rt.model = with_loading_progress(model_dir, [&] { return load_model(model_dir, *rt.backend); });
   rt.cache_options = cache_options_for(args, *rt.model);

@@ -1,7 +1,7 @@
 #pragma once
 // What every model-running command shares: the backend, the model and the
-// KV cache options, set up from the common flags (--threads, --kv-codec,
-// --kv-budget).
+// KV cache options, set up from the common flags (--device, --threads,
+// --kv-codec, --kv-budget, --matmul-precision).
 
 #include <chrono>
 #include <cstdio>
@@ -22,13 +22,16 @@ struct Runtime {
   kv::CacheOptions cache_options;
 
   std::unique_ptr<kv::KvCache> make_cache() const {
-    return std::make_unique<kv::KvCache>(cache_options);
+    return std::make_unique<kv::KvCache>(cache_options, *backend);
   }
 };
 
-// Declares --threads, --kv-codec (default `default_codec`), --kv-budget and
-// --matmul-precision.
+// Declares --device, --threads, --kv-codec (default `default_codec`),
+// --kv-budget and --matmul-precision.
 void add_runtime_options(Args& args, const std::string& default_codec);
+
+// The backend options the flags ask for (--device, --threads, --matmul-precision).
+BackendOptions backend_options_from(const Args& args);
 
 // --matmul-precision f32|bf16 (default f32), and its value.
 void add_matmul_precision_option(Args& args);

@@ -1,5 +1,6 @@
 #pragma once
-// Owned, 64-byte aligned, zero-initialised bytes.
+// Owned, 64-byte aligned host bytes: zero-initialised unless asked otherwise
+// (scratch that is written before it is read need not pay for the zeroing).
 
 #include <cstddef>
 #include <cstdlib>
@@ -11,6 +12,8 @@ class AlignedBuffer {
  public:
   AlignedBuffer() = default;
   explicit AlignedBuffer(std::size_t bytes);
+  // Bytes whose contents are undefined until written.
+  static AlignedBuffer uninitialized(std::size_t bytes);
 
   std::byte* data() { return data_.get(); }
   const std::byte* data() const { return data_.get(); }
@@ -22,6 +25,7 @@ class AlignedBuffer {
   struct Free { void operator()(std::byte* p) const { std::free(p); } };
   std::unique_ptr<std::byte[], Free> data_;
   std::size_t size_ = 0;
+  AlignedBuffer(std::size_t bytes, bool zero);
 };
 
 }  // namespace rowlm

@@ -14,6 +14,14 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// A backend could not allocate device (or host) memory for a request that
+// was otherwise valid: callers that can free memory (the KV module, which
+// turns it into OutOfBlocks) catch it; nothing was changed.
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
 [[noreturn]] void throw_check_failure(const char* expr, const char* file, int line,
                                       const std::string& message);
 

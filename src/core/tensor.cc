@@ -20,19 +20,29 @@ int64_t shape_numel(const Shape& s) {
   return n;
 }
 
-Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
-  for (int64_t d : shape_) ROWLM_CHECK(d >= 0, "negative dimension in " + shape_str(shape_));
-  auto buffer = std::make_shared<AlignedBuffer>(std::size_t(numel()) * dtype_size(dtype_));
-  data_ = buffer->data();
-  owner_ = std::move(buffer);
+namespace {
+
+Tensor host_tensor(DType dtype, Shape shape, bool zero) {
+  for (int64_t d : shape) ROWLM_CHECK(d >= 0, "negative dimension in " + shape_str(shape));
+  const std::size_t bytes = std::size_t(shape_numel(shape)) * dtype_size(dtype);
+  auto buffer = std::make_shared<AlignedBuffer>(zero ? AlignedBuffer(bytes) : AlignedBuffer::uninitialized(bytes));
+  const void* data = buffer->data();
+  return Tensor::view(dtype, std::move(shape), data, std::move(buffer));
 }
 
-Tensor Tensor::view(DType dtype, Shape shape, const void* data, std::shared_ptr<const void> owner) {
+}  // namespace
+
+Tensor::Tensor(DType dtype, Shape shape) : Tensor(host_tensor(dtype, std::move(shape), true)) {}
+
+Tensor Tensor::uninitialized(DType dtype, Shape shape) { return host_tensor(dtype, std::move(shape), false); }
+
+Tensor Tensor::view(DType dtype, Shape shape, const void* data, std::shared_ptr<const void> owner, Device device) {
   Tensor t;
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
   t.data_ = const_cast<void*>(data);  // constness is the caller's contract
   t.owner_ = std::move(owner);
+  t.device_ = device;
   return t;
 }
 

@@ -76,14 +76,14 @@ std::unique_ptr<Drafter> make_ngram_drafter();
 // pattern continues past the end of `tokens`. At most max_tokens tokens.
 std::vector<int32_t> ngram_lookup(std::span<const int32_t> tokens, int max_tokens, int max_n = 3, int min_n = 1);
 
-// A draft model with its own KV cache (its own layout, one row per running
+// A draft model on `backend` (the target's) with its own KV cache (its own layout, one row per running
 // request holding the request's accepted tokens): drafts are sampled with the
 // draft's own sampler (the request's parameters, RandomStream::kDraft) one
 // batched draft forward per draft position. The caller has checked that the
 // draft's vocabulary is the target's.
 // `step_tokens`: the most tokens a row appends between settle points (for
 // admission's projected bytes).
-std::unique_ptr<Drafter> make_model_drafter(std::unique_ptr<Model> draft, kv::CacheOptions cache_options,
+std::unique_ptr<Drafter> make_model_drafter(std::unique_ptr<Model> draft, Backend& backend, kv::CacheOptions cache_options,
                                             bool prefix_cache, int64_t step_tokens);
 
 }  // namespace rowlm::engine

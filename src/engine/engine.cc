@@ -29,12 +29,13 @@
 #include <mutex>
 #include <thread>
 
+#include "backend/factory/make_backend.h"
 #include "core/error.h"
 #include "engine/drafter.h"
 #include "engine/kv_room.h"
 #include "engine/request_handle.h"
 #include "engine/request_state.h"
-#include "kv/codec.h"
+#include "kvcodec/codec.h"
 #include "sampling/speculative.h"
 #include "tokenizer/tokenizer.h"
 
@@ -223,11 +224,11 @@ EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> ba
     dopt.prefix_cache_bytes = std::size_t(double(copt.prefix_cache_bytes) * share);
     copt.capacity_bytes -= dopt.capacity_bytes;
     copt.prefix_cache_bytes -= dopt.prefix_cache_bytes;
-    drafter_ = make_model_drafter(std::move(draft_model), std::move(dopt), opt_.prefix_cache, step_tokens());
+    drafter_ = make_model_drafter(std::move(draft_model), *backend_, std::move(dopt), opt_.prefix_cache, step_tokens());
   } else if (opt_.draft == "ngram") {
     drafter_ = make_ngram_drafter();
   }
-  cache_ = std::make_unique<kv::KvCache>(copt);
+  cache_ = std::make_unique<kv::KvCache>(copt, *backend_);
   if (opt_.background) thread_ = std::thread([this] { loop(); });
 }
 
@@ -719,7 +720,7 @@ void EngineImpl::shutdown() {
 std::unique_ptr<Engine> Engine::create(const EngineOptions& options) {
   if (options.model_dir.empty()) throw Error("engine: no model directory given");
   if (options.threads < 0) throw Error("engine: threads must not be negative");
-  auto backend = make_cpu_backend(options.threads, options.matmul_precision);
+  auto backend = make_backend({options.device, options.threads, options.matmul_precision});
   auto model = load_model(options.model_dir, *backend);
   return std::make_unique<engine::EngineImpl>(options, std::move(backend), std::move(model));
 }

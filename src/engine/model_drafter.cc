@@ -37,8 +37,9 @@ sampling::SamplingParams draft_params(const RequestState& r) {
 
 class ModelDrafter final : public Drafter {
  public:
-  ModelDrafter(std::unique_ptr<Model> model, kv::CacheOptions cache_options, bool prefix_cache, int64_t step_tokens)
-      : model_(std::move(model)), cache_(std::move(cache_options)), prefix_cache_(prefix_cache),
+  ModelDrafter(std::unique_ptr<Model> model, Backend& backend, kv::CacheOptions cache_options, bool prefix_cache,
+               int64_t step_tokens)
+      : model_(std::move(model)), cache_(std::move(cache_options), backend), prefix_cache_(prefix_cache),
         step_tokens_(step_tokens) {}
 
   bool has_room(const RequestState& r, int64_t tokens) const override {
@@ -213,9 +214,9 @@ void ModelDrafter::discard(std::span<DraftJob> jobs) {
 
 }  // namespace
 
-std::unique_ptr<Drafter> make_model_drafter(std::unique_ptr<Model> draft, kv::CacheOptions cache_options,
+std::unique_ptr<Drafter> make_model_drafter(std::unique_ptr<Model> draft, Backend& backend, kv::CacheOptions cache_options,
                                             bool prefix_cache, int64_t step_tokens) {
-  return std::make_unique<ModelDrafter>(std::move(draft), std::move(cache_options), prefix_cache, step_tokens);
+  return std::make_unique<ModelDrafter>(std::move(draft), backend, std::move(cache_options), prefix_cache, step_tokens);
 }
 
 }  // namespace rowlm::engine

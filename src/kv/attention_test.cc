@@ -1,4 +1,4 @@
-#include "kv/attention.h"
+#include "kv/kv_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -7,8 +7,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/thread_pool.h"
-#include "kv/attention_kernel.h"
 #include "kv/kv_test_util.h"
 
 namespace rowlm::kv {
@@ -54,11 +52,10 @@ TEST(Attention, MatchesDenseReference) {
       {"q8", 64, 0, 16, 4, 2, 0},  {"q4:32", 64, 9, 16, 2, 1, 0}, {"q4:64", 128, 0, 32, 4, 2, 0},
       {"q8:128", 128, 13, 8, 2, 2, 0}, {"bf16", 16, 4, 16, 4, 2, 0}, {"bf16", 32, 0, 16, 2, 1, 30.0f},
   };
-  ThreadPool pool(2);
   for (const Case& c : cases) {
     const std::string what = std::string(c.codec) + " hd" + std::to_string(c.head_dim) + " w" +
                              std::to_string(c.window) + " B" + std::to_string(c.block_size);
-    KvCache cache(options_for({layer_spec(c.kv_heads, c.head_dim, c.window, c.codec)}, c.block_size));
+    KvCache cache(options_for({layer_spec(c.kv_heads, c.head_dim, c.window, c.codec)}, c.block_size), testing::backend());
     const RowId a = cache.create_row(), b = cache.create_row();
     append(cache, a, 37, 1);
     append(cache, b, 3, 2);
@@ -68,7 +65,7 @@ TEST(Attention, MatchesDenseReference) {
       std::vector<AttentionQuery> qs = {{a, 36}, {b, 2}};
       const auto q = random_q(qs.size() * std::size_t(c.heads * c.head_dim), 11);
       std::vector<float> out(q.size());
-      attend(cache, 0, qs, q.data(), p, out.data(), pool);
+      testing::attend_host(cache, 0, qs, q.data(), p, out.data());
       for (std::size_t t = 0; t < qs.size(); ++t) {
         const auto want = reference_attention(cache, 0, qs[t], q.data() + t * c.heads * c.head_dim, p);
         expect_close({out.begin() + long(t * c.heads * c.head_dim), out.begin() + long((t + 1) * c.heads * c.head_dim)},
@@ -83,14 +80,14 @@ TEST(Attention, MatchesDenseReference) {
       std::vector<float> k, v;
       for (int i = 0; i < 2; ++i) {
         make_kv(cache.layer(0), 5 + uint64_t(i), 0, cache.length(rows[i]), counts[i], k, v);
-        cache.write(0, rows[i], cache.length(rows[i]), counts[i], k.data(), v.data());
+        testing::write_host(cache, 0, rows[i], cache.length(rows[i]), counts[i], k.data(), v.data());
       }
       std::vector<AttentionQuery> qs;
       for (int i = 0; i < 2; ++i)
         for (int t = 0; t < counts[i]; ++t) qs.push_back({rows[i], cache.length(rows[i]) + t});
       const auto q = random_q(qs.size() * std::size_t(c.heads * c.head_dim), 12);
       std::vector<float> out(q.size());
-      attend(cache, 0, qs, q.data(), p, out.data(), pool);
+      testing::attend_host(cache, 0, qs, q.data(), p, out.data());
       for (std::size_t t = 0; t < qs.size(); ++t) {
         const auto want = reference_attention(cache, 0, qs[t], q.data() + t * c.heads * c.head_dim, p);
         expect_close({out.begin() + long(t * c.heads * c.head_dim), out.begin() + long((t + 1) * c.heads * c.head_dim)},
@@ -105,15 +102,14 @@ TEST(Attention, MatchesDenseReference) {
 // model reading the target's rows); the result equals the reference over
 // exactly those keys, and a limit that leaves no key gives zeros.
 TEST(Attention, KeyLimitReadsOnlyTheDonorsPrefix) {
-  ThreadPool pool(1);
-  KvCache cache(options_for({layer_spec(1, 32, 0, "bf16")}));
+  KvCache cache(options_for({layer_spec(1, 32, 0, "bf16")}), testing::backend());
   const RowId r = cache.create_row();
   append(cache, r, 40, 3);
   AttentionParams p{2, 32, 0, 0.2f, 0.0f};
   std::vector<AttentionQuery> qs = {{r, 45, 40}, {r, 50, 17}, {r, 10, 0}};
   const auto q = random_q(qs.size() * 64, 4);
   std::vector<float> out(q.size());
-  attend(cache, 0, qs, q.data(), p, out.data(), pool);
+  testing::attend_host(cache, 0, qs, q.data(), p, out.data());
   for (std::size_t t = 0; t < qs.size(); ++t)
     expect_close({out.begin() + long(t * 64), out.begin() + long(t * 64 + 64)},
                  reference_attention(cache, 0, qs[t], q.data() + t * 64, p), "key limit");
@@ -121,65 +117,72 @@ TEST(Attention, KeyLimitReadsOnlyTheDonorsPrefix) {
 }
 
 std::vector<float> run(const KvCache& cache, int layer, const std::vector<AttentionQuery>& qs, const std::vector<float>& q,
-                       const AttentionParams& p, ThreadPool& pool, cpu::Isa isa = cpu::best_isa()) {
+                       const AttentionParams& p) {
   std::vector<float> out(q.size());
-  detail::attend_with_isa(cache, layer, qs, q.data(), p, out.data(), pool, isa);
+  testing::attend_host(cache, layer, qs, q.data(), p, out.data());
   return out;
 }
 
 // A token's output is bitwise the same whatever other rows exist, where its
-// blocks sit, the order rows joined, the thread count and the ISA path.
+// blocks sit, the order rows joined, the thread count and the ISA path
+// (each backend holds its own copy of the same rows).
 TEST(Attention, BitwiseInvariantToBatchPlacementThreadsAndIsa) {
+  std::vector<std::unique_ptr<Backend>> by_threads;
+  for (int threads : {1, 2, 3}) by_threads.push_back(make_cpu_backend(threads));
+  std::vector<std::pair<cpu::Isa, std::unique_ptr<Backend>>> by_isa;
+  for (cpu::Isa isa : cpu::supported_isas()) by_isa.emplace_back(isa, make_cpu_backend(2, isa));
   for (const char* codec : {"bf16", "q4:32", "q8", "f16", "f32"}) {
     for (int window : {0, 11}) {
       const LayerSpec spec = layer_spec(2, 64, window, codec);
       const AttentionParams p{4, 64, window, 0.125f, 0.0f};
       const auto q = random_q(4 * 64, 99);
-      ThreadPool one(1), two(2), three(3);
 
       // Alone: the row is the only one, appended in one chunk.
-      KvCache solo(options_for({spec}));
+      KvCache solo(options_for({spec}), *by_threads[0]);
       const RowId s = solo.create_row();
       append(solo, s, 50, 77);
-      const auto want = run(solo, 0, {{s, 49}}, q, p, one);
+      const auto want = run(solo, 0, {{s, 49}}, q, p);
 
       // Crowded: other rows join first and interleave their appends, so the
       // row's blocks land elsewhere; it is appended in uneven pieces.
-      KvCache busy(options_for({spec}));
-      const RowId o1 = busy.create_row();
-      append(busy, o1, 20, 5);
-      const RowId o2 = busy.create_row();
-      append(busy, o2, 9, 6);
-      const RowId r = busy.create_row();
-      int done = 0;
-      for (int piece : {7, 1, 13, 16, 13}) {
-        // Only the row's own positions decide its K/V (make_kv by position).
-        const int32_t c = piece;
-        busy.begin_step({&r, 1}, {&c, 1});
-        std::vector<float> k, v;
-        make_kv(spec, 77, 0, done, piece, k, v);
-        busy.write(0, r, done, piece, k.data(), v.data());
-        busy.end_step();
-        done += piece;
-        append(busy, o1, 3, 8);
-      }
-      ASSERT_EQ(busy.length(r), 50);
-      std::vector<int32_t> placed_busy, placed_solo;
-      for (int b = 0; b < 4; ++b) {
-        placed_busy.push_back(busy.physical_block(0, r, b));
-        placed_solo.push_back(solo.physical_block(0, s, b));
-      }
-      EXPECT_NE(placed_busy, placed_solo) << "the test meant the row's blocks to sit elsewhere";
-      std::vector<AttentionQuery> crowd = {{o1, busy.length(o1) - 1}, {r, 49}, {o2, 8}};
-      std::vector<float> q3(3 * 4 * 64);
-      std::copy(q.begin(), q.end(), q3.begin() + 256);
-      for (ThreadPool* pool : {&one, &two, &three}) {
-        const auto got = run(busy, 0, crowd, q3, p, *pool);
+      for (const auto& backend : by_threads) {
+        KvCache busy(options_for({spec}), *backend);
+        const RowId o1 = busy.create_row();
+        append(busy, o1, 20, 5);
+        const RowId o2 = busy.create_row();
+        append(busy, o2, 9, 6);
+        const RowId r = busy.create_row();
+        int done = 0;
+        for (int piece : {7, 1, 13, 16, 13}) {
+          // Only the row's own positions decide its K/V (make_kv by position).
+          const int32_t c = piece;
+          busy.begin_step({&r, 1}, {&c, 1});
+          std::vector<float> k, v;
+          make_kv(spec, 77, 0, done, piece, k, v);
+          testing::write_host(busy, 0, r, done, piece, k.data(), v.data());
+          busy.end_step();
+          done += piece;
+          append(busy, o1, 3, 8);
+        }
+        ASSERT_EQ(busy.length(r), 50);
+        std::vector<int32_t> placed_busy, placed_solo;
+        for (int b = 0; b < 4; ++b) {
+          placed_busy.push_back(busy.physical_block(0, r, b));
+          placed_solo.push_back(solo.physical_block(0, s, b));
+        }
+        EXPECT_NE(placed_busy, placed_solo) << "the test meant the row's blocks to sit elsewhere";
+        std::vector<AttentionQuery> crowd = {{o1, busy.length(o1) - 1}, {r, 49}, {o2, 8}};
+        std::vector<float> q3(3 * 4 * 64);
+        std::copy(q.begin(), q.end(), q3.begin() + 256);
+        const auto got = run(busy, 0, crowd, q3, p);
         EXPECT_EQ(0, std::memcmp(got.data() + 256, want.data(), 256 * sizeof(float)))
-            << codec << " w" << window << " threads " << pool->size();
+            << codec << " w" << window << " threads " << backend->host_threads();
       }
-      for (cpu::Isa isa : cpu::supported_isas()) {
-        const auto got = run(solo, 0, {{s, 49}}, q, p, two, isa);
+      for (const auto& [isa, backend] : by_isa) {
+        KvCache alone(options_for({spec}), *backend);
+        const RowId a = alone.create_row();
+        append(alone, a, 50, 77);
+        const auto got = run(alone, 0, {{a, 49}}, q, p);
         EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
             << codec << " w" << window << " isa " << cpu::isa_name(isa);
       }
@@ -188,25 +191,24 @@ TEST(Attention, BitwiseInvariantToBatchPlacementThreadsAndIsa) {
 }
 
 TEST(Attention, RejectsBadRequests) {
-  ThreadPool pool(1);
-  KvCache cache(options_for({layer_spec(2, 32, 8, "bf16")}));
+  KvCache cache(options_for({layer_spec(2, 32, 8, "bf16")}), testing::backend());
   const RowId r = cache.create_row();
   append(cache, r, 30, 1);
   const auto q = random_q(4 * 32, 1);
   std::vector<float> out(q.size());
   std::vector<AttentionQuery> ok = {{r, 29}};
-  EXPECT_THROW(attend(cache, 0, ok, q.data(), {4, 16, 8, 1, 0}, out.data(), pool), Error);   // head_dim
-  EXPECT_THROW(attend(cache, 0, ok, q.data(), {3, 32, 8, 1, 0}, out.data(), pool), Error);   // heads
-  EXPECT_THROW(attend(cache, 0, ok, q.data(), {4, 32, 0, 1, 0}, out.data(), pool), Error);   // full over window
-  EXPECT_THROW(attend(cache, 0, ok, q.data(), {4, 32, 9, 1, 0}, out.data(), pool), Error);   // wider window
-  EXPECT_THROW(attend(cache, 1, ok, q.data(), {4, 32, 8, 1, 0}, out.data(), pool), Error);   // layer
+  EXPECT_THROW(testing::attend_host(cache, 0, ok, q.data(), {4, 16, 8, 1, 0}, out.data()), Error);   // head_dim
+  EXPECT_THROW(testing::attend_host(cache, 0, ok, q.data(), {3, 32, 8, 1, 0}, out.data()), Error);   // heads
+  EXPECT_THROW(testing::attend_host(cache, 0, ok, q.data(), {4, 32, 0, 1, 0}, out.data()), Error);   // full over window
+  EXPECT_THROW(testing::attend_host(cache, 0, ok, q.data(), {4, 32, 9, 1, 0}, out.data()), Error);   // wider window
+  EXPECT_THROW(testing::attend_host(cache, 1, ok, q.data(), {4, 32, 8, 1, 0}, out.data()), Error);   // layer
   std::vector<AttentionQuery> beyond = {{r, 30}};
-  EXPECT_THROW(attend(cache, 0, beyond, q.data(), {4, 32, 8, 1, 0}, out.data(), pool), Error);
+  EXPECT_THROW(testing::attend_host(cache, 0, beyond, q.data(), {4, 32, 8, 1, 0}, out.data()), Error);
   std::vector<AttentionQuery> released = {{r, 5}};
-  EXPECT_THROW(attend(cache, 0, released, q.data(), {4, 32, 8, 1, 0}, out.data(), pool), Error);
+  EXPECT_THROW(testing::attend_host(cache, 0, released, q.data(), {4, 32, 8, 1, 0}, out.data()), Error);
   std::vector<AttentionQuery> unknown = {{r + 7, 5}};
-  EXPECT_THROW(attend(cache, 0, unknown, q.data(), {4, 32, 8, 1, 0}, out.data(), pool), Error);
-  EXPECT_NO_THROW(attend(cache, 0, ok, q.data(), {4, 32, 4, 1, 0}, out.data(), pool));  // narrower is fine
+  EXPECT_THROW(testing::attend_host(cache, 0, unknown, q.data(), {4, 32, 8, 1, 0}, out.data()), Error);
+  EXPECT_NO_THROW(testing::attend_host(cache, 0, ok, q.data(), {4, 32, 4, 1, 0}, out.data()));  // narrower is fine
 }
 
 }  // namespace

@@ -6,7 +6,6 @@
 #include <unordered_set>
 
 #include "core/error.h"
-#include "kv/codec.h"
 #include "kv/kv_cache_impl.h"
 #include "kv/row_cache.h"
 
@@ -20,58 +19,9 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
 // ---------------------------------------------------------------------------
-// Layout descriptors and codec maps
-
-std::string layout_signature(std::span<const LayerSpec> layers) {
-  std::string s;
-  for (std::size_t i = 0; i < layers.size(); ++i) {
-    const LayerSpec& l = layers[i];
-    if (i) s += "; ";
-    s += "L" + std::to_string(i) + " kv" + std::to_string(l.kv_heads) + "x" + std::to_string(l.head_dim) + " " +
-         codec_name(l.codec) + " " + (l.window ? "w" + std::to_string(l.window) : std::string("full"));
-  }
-  return s;
-}
-
-std::vector<CodecSpec> parse_codec_map(std::string_view text, int num_layers) {
-  if (num_layers <= 0) throw Error("KV codec map: the model has no storage layers");
-  std::vector<CodecSpec> out;
-  std::size_t pos = 0;
-  bool first = true;
-  while (pos <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', pos), text.size());
-    const std::string_view item = text.substr(pos, comma - pos);
-    if (item.empty()) throw Error("KV codec map '" + std::string(text) + "': empty entry");
-    const std::size_t eq = item.find('=');
-    if (eq == std::string_view::npos) {
-      if (!first) throw Error("KV codec map '" + std::string(text) + "': only the first entry may omit 'layer='");
-      out.assign(std::size_t(num_layers), parse_codec(item));
-    } else {
-      if (first) throw Error("KV codec map '" + std::string(text) + "': the first entry must be the default codec");
-      const std::string idx(item.substr(0, eq));
-      int layer = -1;
-      try {
-        std::size_t used = 0;
-        layer = std::stoi(idx, &used);
-        if (used != idx.size()) layer = -1;
-      } catch (const std::exception&) {
-        layer = -1;
-      }
-      if (layer < 0 || layer >= num_layers)
-        throw Error("KV codec map '" + std::string(text) + "': '" + idx + "' is not a storage layer index (0.." +
-                    std::to_string(num_layers - 1) + ")");
-      out[std::size_t(layer)] = parse_codec(item.substr(eq + 1));
-    }
-    first = false;
-    pos = comma + 1;
-  }
-  return out;
-}
-
-// ---------------------------------------------------------------------------
 // Impl: blocks and references
 
-KvCache::Impl::Impl(CacheOptions opts) : options(std::move(opts)) {
+KvCache::Impl::Impl(CacheOptions opts, Backend& be) : options(std::move(opts)), backend(be) {
   if (options.layers.empty()) throw Error("KV cache: no storage layers");
   if (options.block_size <= 0 || options.block_size > 4096)
     throw Error("KV cache: block_size must be in [1, 4096], not " + std::to_string(options.block_size));
@@ -79,7 +29,8 @@ KvCache::Impl::Impl(CacheOptions opts) : options(std::move(opts)) {
   for (std::size_t i = 0; i < options.layers.size(); ++i) {
     check_layer_spec(options.layers[i], int(i));
     pools[i].spec = options.layers[i];
-    pools[i].layout = BlockLayout(options.layers[i], options.block_size);
+    pools[i].arena = backend.make_kv_arena(options.layers[i], options.block_size);
+    pools[i].block_bytes = pools[i].arena->block_bytes();
   }
   // The root key binds cached blocks to this layout and block size.
   const std::string sig = layout_signature(options.layers) + " B" + std::to_string(options.block_size);
@@ -107,18 +58,22 @@ int32_t KvCache::Impl::allocate(int layer) {
     id = p.free_ids.back();
     p.free_ids.pop_back();
   } else {
-    if (p.storage.size() >= std::size_t(std::numeric_limits<int32_t>::max()))
+    if (p.refs.size() >= std::size_t(std::numeric_limits<int32_t>::max()))
       throw OutOfBlocks("KV layer " + std::to_string(layer) + ": block ids exhausted");
-    p.storage.emplace_back(p.layout.block_bytes);
-    id = int32_t(p.storage.size() - 1);
-    p.data.push_back(p.storage.back().data());
+    try {
+      p.arena->grow(int64_t(p.refs.size()) + 1);
+    } catch (const OutOfMemory& e) {
+      throw OutOfBlocks("KV layer " + std::to_string(layer) + ": the device cannot hold another block (" +
+                        e.what() + ")");
+    }
+    id = int32_t(p.refs.size());
     p.refs.push_back(0);
     p.cache_entry.push_back(-1);
     p.released_at.push_back(0);
   }
   p.refs[std::size_t(id)] = 1;
   p.in_use += 1;
-  used += p.layout.block_bytes;
+  used += p.block_bytes;
   return id;
 }
 
@@ -128,7 +83,7 @@ void KvCache::Impl::acquire(int layer, int32_t id) {
   ROWLM_CHECK(refs > 0, "acquire of a free block");
   if (refs == 1 && p.cache_entry[std::size_t(id)] >= 0) {
     lru.erase({p.released_at[std::size_t(id)], layer, id});
-    evictable -= p.layout.block_bytes;
+    evictable -= p.block_bytes;
   }
   refs += 1;
 }
@@ -142,11 +97,11 @@ void KvCache::Impl::release(int layer, int32_t id) {
     ROWLM_CHECK(p.cache_entry[std::size_t(id)] < 0, "freeing a cached block");
     p.free_ids.push_back(id);
     p.in_use -= 1;
-    used -= p.layout.block_bytes;
+    used -= p.block_bytes;
   } else if (refs == 1 && p.cache_entry[std::size_t(id)] >= 0) {
     p.released_at[std::size_t(id)] = ++clock;
     lru.insert({p.released_at[std::size_t(id)], layer, id});
-    evictable += p.layout.block_bytes;
+    evictable += p.block_bytes;
   }
 }
 
@@ -167,7 +122,7 @@ void KvCache::Impl::reserve(std::size_t bytes, const char* what) {
 
 std::vector<std::vector<int32_t>> KvCache::Impl::allocate_all(const std::vector<int64_t>& count, const char* what) {
   std::size_t bytes = 0;
-  for (std::size_t l = 0; l < pools.size(); ++l) bytes += std::size_t(count[l]) * pools[l].layout.block_bytes;
+  for (std::size_t l = 0; l < pools.size(); ++l) bytes += std::size_t(count[l]) * pools[l].block_bytes;
   reserve(bytes, what);
   std::vector<std::vector<int32_t>> got(pools.size());
   try {
@@ -219,13 +174,21 @@ void KvCache::Impl::release_row(Row& r) {
 // ---------------------------------------------------------------------------
 // KvCache: forward-facing part
 
-KvCache::KvCache(CacheOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+KvCache::KvCache(CacheOptions options, Backend& backend)
+    : impl_(std::make_unique<Impl>(std::move(options), backend)) {}
 
 KvCache::~KvCache() = default;
 KvCache::KvCache(KvCache&&) noexcept = default;
 KvCache& KvCache::operator=(KvCache&&) noexcept = default;
 
 const CacheOptions& KvCache::options() const { return impl_->options; }
+Backend& KvCache::backend() const { return impl_->backend; }
+
+int64_t KvCache::Impl::slot(const Row& r, int layer, int64_t position) const {
+  const int32_t id = r.layers[std::size_t(layer)].blocks[std::size_t(position / bs())];
+  ROWLM_CHECK(id != kNoBlock, "a held position has no block");
+  return int64_t(id) * bs() + position % bs();
+}
 int KvCache::num_layers() const { return int(impl_->pools.size()); }
 
 const LayerSpec& KvCache::layer(int index) const {
@@ -286,6 +249,7 @@ void KvCache::begin_step(std::span<const RowId> rows, std::span<const int32_t> c
   // Nothing below can fail. A block planned as a copy may turn out unshared
   // by the time it is reached (an earlier row of this step copied its own).
   std::vector<std::size_t> next(L, 0);
+  std::vector<std::vector<KvBlockCopy>> copies(L);  // copy-on-write, issued below
   for (std::size_t i = 0; i < rows.size(); ++i) {
     Row& r = m.row(rows[i]);
     r.in_step = true;
@@ -302,9 +266,10 @@ void KvCache::begin_step(std::span<const RowId> rows, std::span<const int32_t> c
           m.step_allocs.push_back({int(l), rows[i], b});
         } else if (m.pools[l].refs[std::size_t(id)] > 1) {
           // Copy-on-write: the row's earlier positions in this block are kept.
+          // The source is shared, so it outlives this release until the
+          // copies below (nothing in between frees blocks).
           const int32_t copy = fresh[l][next[l]++];
-          LayerPool& p = m.pools[l];
-          std::memcpy(p.data[std::size_t(copy)], p.data[std::size_t(id)], p.layout.block_bytes);
+          copies[l].push_back({id, copy});
           m.release(int(l), id);
           id = copy;
         }
@@ -313,37 +278,47 @@ void KvCache::begin_step(std::span<const RowId> rows, std::span<const int32_t> c
   }
   for (std::size_t l = 0; l < L; ++l)
     for (std::size_t i = next[l]; i < fresh[l].size(); ++i) m.release(int(l), fresh[l][i]);
+  for (std::size_t l = 0; l < L; ++l)
+    if (!copies[l].empty()) m.backend.kv_copy_blocks(*m.pools[l].arena, copies[l]);
   m.step_rows.assign(rows.begin(), rows.end());
   m.step_open = true;
 }
 
-void KvCache::write(int layer_index, RowId row_id, int64_t first, int count, const float* k, const float* v) {
+void KvCache::write(int layer_index, std::span<const TokenRun> runs, const Tensor& k, const Tensor& v) {
   Impl& m = *impl_;
   if (!m.step_open) throw Error("KV cache: write outside a step (call begin_step first)");
-  (void)layer(layer_index);
-  Row& r = m.row(row_id);
-  if (!r.in_step) throw Error("KV cache: write to " + row_name(row_id) + ", which is not part of the open step");
-  if (count < 0) throw Error("KV cache: negative write count for " + row_name(row_id));
-  if (first < r.length || first + count > r.length + r.pending)
-    throw Error("KV cache: write of positions [" + std::to_string(first) + ", " + std::to_string(first + count) +
-                ") to " + row_name(row_id) + " outside its reserved positions [" + std::to_string(r.length) + ", " +
-                std::to_string(r.length + r.pending) + ")");
-  if (count > 0 && (!k || !v)) throw Error("KV cache: write with null K or V");
-  LayerPool& p = m.pools[std::size_t(layer_index)];
-  const BlockLayout& bl = p.layout;
-  const int hd = bl.head.head_dim, kvh = bl.kv_heads;
-  std::vector<std::byte> record(2 * std::size_t(kvh) * bl.head.head_bytes);
-  for (int t = 0; t < count; ++t) {
-    const int64_t pos = first + t;
-    for (int h = 0; h < kvh; ++h) {
-      encode_head(bl.head, k + (int64_t(t) * kvh + h) * hd, record.data() + std::size_t(h) * bl.head.head_bytes);
-      encode_head(bl.head, v + (int64_t(t) * kvh + h) * hd,
-                  record.data() + std::size_t(kvh + h) * bl.head.head_bytes);
-    }
-    const int32_t id = r.layers[std::size_t(layer_index)].blocks[std::size_t(pos / m.bs())];
-    ROWLM_CHECK(id != kNoBlock && p.refs[std::size_t(id)] == 1, "write into a block the row does not own alone");
-    bl.store_token(p.data[std::size_t(id)], int(pos % m.bs()), record.data());
+  const LayerSpec& spec = layer(layer_index);
+  int64_t total = 0;
+  for (const TokenRun& run : runs) {
+    const Row& r = m.row(run.row);
+    if (!r.in_step) throw Error("KV cache: write to " + row_name(run.row) + ", which is not part of the open step");
+    if (run.count < 0) throw Error("KV cache: negative write count for " + row_name(run.row));
+    if (run.position < r.length || run.position + run.count > r.length + r.pending)
+      throw Error("KV cache: write of positions [" + std::to_string(run.position) + ", " +
+                  std::to_string(run.position + run.count) + ") to " + row_name(run.row) +
+                  " outside its reserved positions [" + std::to_string(r.length) + ", " +
+                  std::to_string(r.length + r.pending) + ")");
+    total += run.count;
   }
+  const int64_t width = int64_t(spec.kv_heads) * spec.head_dim;
+  for (const Tensor* t : {&k, &v})
+    if (t->empty() ? total > 0 : t->numel() != total * width)
+      throw Error("KV cache: write of " + std::to_string(total) + " tokens to KV layer " +
+                  std::to_string(layer_index) + " needs K and V of " + std::to_string(total) + " x " +
+                  std::to_string(width) + " values, got " + shape_str(t->shape()));
+  if (total == 0) return;
+  LayerPool& p = m.pools[std::size_t(layer_index)];
+  std::vector<int64_t> slots;
+  slots.reserve(std::size_t(total));
+  for (const TokenRun& run : runs) {
+    const Row& r = m.row(run.row);
+    for (int64_t pos = run.position; pos < run.position + run.count; ++pos) {
+      const int32_t id = r.layers[std::size_t(layer_index)].blocks[std::size_t(pos / m.bs())];
+      ROWLM_CHECK(id != kNoBlock && p.refs[std::size_t(id)] == 1, "write into a block the row does not own alone");
+      slots.push_back(int64_t(id) * m.bs() + pos % m.bs());
+    }
+  }
+  m.backend.kv_write(*p.arena, slots, k, v);
 }
 
 void KvCache::end_step() {
@@ -430,11 +405,10 @@ RowCache KvCache::extract(RowId id, int64_t limit) const {
     const std::size_t rec = token_record_bytes(int(l));
     out.data[l].first = start;
     out.data[l].records.resize(std::size_t(r.length - start) * rec);
-    for (int64_t pos = start; pos < r.length; ++pos) {
-      const int32_t b = r.layers[l].blocks[std::size_t(pos / m.bs())];
-      p.layout.load_token(p.data[std::size_t(b)], int(pos % m.bs()),
-                          out.data[l].records.data() + std::size_t(pos - start) * rec);
-    }
+    std::vector<int64_t> slots;
+    slots.reserve(std::size_t(r.length - start));
+    for (int64_t pos = start; pos < r.length; ++pos) slots.push_back(m.slot(r, int(l), pos));
+    m.backend.kv_read(*p.arena, slots, out.data[l].records);
   }
   return out;
 }
@@ -465,11 +439,10 @@ RowId KvCache::restore(const RowCache& saved) {
     if (need[l] == 0) continue;
     lr.blocks.assign(std::size_t((saved.length - 1) / bs + 1), kNoBlock);
     for (int64_t i = 0; i < need[l]; ++i) lr.blocks[std::size_t(first / bs + i)] = fresh[l][std::size_t(i)];
-    const LayerPool& p = m.pools[l];
-    const std::size_t rec = token_record_bytes(int(l));
-    for (int64_t pos = first; pos < saved.length; ++pos)
-      p.layout.store_token(p.data[std::size_t(lr.blocks[std::size_t(pos / bs)])], int(pos % bs),
-                           saved.data[l].records.data() + std::size_t(pos - first) * rec);
+    std::vector<int64_t> slots;
+    slots.reserve(std::size_t(saved.length - first));
+    for (int64_t pos = first; pos < saved.length; ++pos) slots.push_back(m.slot(r, int(l), pos));
+    m.backend.kv_store(*m.pools[l].arena, slots, saved.data[l].records);
   }
   m.settle(r);
   m.enforce_prefix_budget();
@@ -620,7 +593,7 @@ bool KvCache::in_round(RowId row) const { return impl_->row(row).in_round; }
 
 std::size_t KvCache::block_bytes(int layer_index) const {
   (void)layer(layer_index);
-  return impl_->pools[std::size_t(layer_index)].layout.block_bytes;
+  return impl_->pools[std::size_t(layer_index)].block_bytes;
 }
 
 std::size_t KvCache::bytes_per_token() const {
@@ -637,7 +610,7 @@ std::size_t KvCache::projected_bytes(int64_t tokens, int64_t step_tokens) const 
   for (const LayerPool& p : impl_->pools) {
     int64_t blocks = ceil_div(tokens, bs);
     if (p.spec.window) blocks = std::min(blocks, ceil_div(p.spec.window - 1 + step_tokens, bs) + 1);
-    total += std::size_t(blocks) * p.layout.block_bytes;
+    total += std::size_t(blocks) * p.block_bytes;
   }
   return total;
 }
@@ -647,7 +620,7 @@ std::size_t KvCache::row_bytes(RowId id) const {
   std::size_t n = 0;
   for (std::size_t l = 0; l < impl_->pools.size(); ++l)
     for (int32_t b : r.layers[l].blocks)
-      if (b != kNoBlock) n += impl_->pools[l].layout.block_bytes;
+      if (b != kNoBlock) n += impl_->pools[l].block_bytes;
   return n;
 }
 
@@ -672,9 +645,8 @@ void KvCache::read_token(int layer_index, RowId id, int64_t position, std::span<
   if (out.size() != token_record_bytes(layer_index))
     throw Error("read_token: output has " + std::to_string(out.size()) + " bytes, a record has " +
                 std::to_string(token_record_bytes(layer_index)));
-  const int32_t b = lr.blocks[std::size_t(position / m.bs())];
-  const LayerPool& p = m.pools[std::size_t(layer_index)];
-  p.layout.load_token(p.data[std::size_t(b)], int(position % m.bs()), out.data());
+  const int64_t slot = m.slot(r, layer_index, position);
+  m.backend.kv_read(*m.pools[std::size_t(layer_index)].arena, {&slot, 1}, out);
 }
 
 int32_t KvCache::physical_block(int layer_index, RowId id, int64_t index) const {
@@ -737,14 +709,14 @@ void KvCache::check_consistency() const {
       if (p.refs[b] > 0) ++in_use;
       if (p.refs[b] == 0 && p.cache_entry[b] >= 0) fail("free block still marked cached");
       if (p.refs[b] == 1 && p.cache_entry[b] >= 0) {
-        evictable += p.layout.block_bytes;
+        evictable += p.block_bytes;
         ++lru_size;
         if (!m.lru.count({p.released_at[b], int(l), int32_t(b)})) fail("cache-only block missing from the LRU");
       }
     }
     if (in_use != p.in_use) fail("layer " + std::to_string(l) + " in-use count");
     if (std::size_t(in_use) + p.free_ids.size() != p.refs.size()) fail("free list size");
-    used += std::size_t(in_use) * p.layout.block_bytes;
+    used += std::size_t(in_use) * p.block_bytes;
   }
   if (used != m.used) fail("used bytes " + std::to_string(m.used) + " vs recomputed " + std::to_string(used));
   if (evictable != m.evictable) fail("evictable bytes");

@@ -1,7 +1,14 @@
 #pragma once
-// Row-structured paged KV storage (../shared/docs/kv-rows.md).
+// Row-structured paged KV storage (docs/design/kv.md).
 //
-// A KvCache holds the K/V of every storage layer of a model for many rows.
+// A KvCache keeps the books of every storage layer of a model for many rows:
+// rows, block tables, reference counts, speculative rounds, the prefix cache
+// and the byte accounting. The bytes themselves live in one arena per layer
+// that the backend allocated (backend/kv_storage.h), on the backend's device;
+// every operation that touches them (writing K/V with the codec's encoding,
+// copy-on-write, attention, extract/restore) hands the backend a plain
+// description of the blocks and slots it means.
+//
 // Each row has its own length and, per layer, a block table; rows advance,
 // roll back, join and leave independently. The first part of the class is
 // what the forward pass uses; the row operations for the engine follow.
@@ -25,8 +32,7 @@
 // prefix cache may have evicted unused blocks before a capacity failure is
 // known; that changes no row.
 //
-// Threads. Mutating calls must not overlap each other or attention; any
-// number of attend() calls may read concurrently.
+// Threads. One caller at a time (the backend runs one operation at a time).
 
 #include <cstddef>
 #include <cstdint>
@@ -36,40 +42,12 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/error.h"
-#include "kv/codec_id.h"
+#include "core/tensor.h"
+#include "kvcodec/codec.h"
 
 namespace rowlm::kv {
-
-struct CodecSpec {
-  Codec codec = Codec::BF16;
-  int group_size = 64;  // quantized codecs only: 32, 64 or 128
-  bool operator==(const CodecSpec&) const = default;
-};
-
-// "f32", "bf16", "f16", "q8", "q4", optionally with a group: "q4:32".
-CodecSpec parse_codec(std::string_view text);
-std::string codec_name(const CodecSpec& c);
-
-// One storage layer: the K/V geometry of an attention layer that owns its
-// cache (KV-shared layers read their donor's storage layer).
-struct LayerSpec {
-  int kv_heads = 0;
-  int head_dim = 0;
-  int window = 0;  // 0 = full attention; else keys p-window < j <= p are visible
-  CodecSpec codec;
-  bool operator==(const LayerSpec&) const = default;
-};
-
-// The layout descriptor: which layers, geometries and codecs a cache (or a
-// saved row) holds. Rows move only between identical layouts.
-// e.g. "L0 kv1x256 bf16 w512; L1 kv1x512 q4:64 full".
-std::string layout_signature(std::span<const LayerSpec> layers);
-
-// A per-layer codec choice: `--kv-codec q8` for every layer, or a map such as
-// "bf16,3=q8,7=q4:32" (default first, then layer=codec overrides). Returns one
-// CodecSpec per layer; errors name the bad entry.
-std::vector<CodecSpec> parse_codec_map(std::string_view text, int num_layers);
 
 struct CacheOptions {
   std::vector<LayerSpec> layers;
@@ -91,9 +69,32 @@ class OutOfBlocks : public Error {
 
 struct RowCache;  // row_cache.h: one row, standalone, savable
 
+// `count` consecutive tokens of one row starting at `position`: how a step's
+// tokens are grouped. In a step's K/V (and q) tensors the runs' tokens are
+// consecutive rows, in the order of the runs.
+struct TokenRun {
+  RowId row = 0;
+  int64_t position = 0;
+  int32_t count = 0;
+};
+
+// Which keys a query token sees: its row's positions j with
+// max(0, position - window + 1) <= j <= position (window 0 = unbounded),
+// and j < key_limit when key_limit >= 0 (a donor view: a draft reading the
+// target's rows up to their verified length). The keys must be stored
+// (written in this or an earlier step); a query that sees no key at all
+// gets a zero output.
+struct AttentionQuery {
+  RowId row = 0;
+  int64_t position = 0;
+  int64_t key_limit = -1;
+};
+
 class KvCache {
  public:
-  explicit KvCache(CacheOptions options);
+  // `backend` allocates the layers' arenas and moves their bytes; it must
+  // outlive the cache.
+  KvCache(CacheOptions options, Backend& backend);
   ~KvCache();
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
@@ -101,6 +102,7 @@ class KvCache {
   KvCache& operator=(KvCache&&) noexcept;
 
   const CacheOptions& options() const;
+  Backend& backend() const;
   int num_layers() const;
   const LayerSpec& layer(int index) const;
   std::string layout() const;  // layout_signature(options().layers)
@@ -116,11 +118,20 @@ class KvCache {
   // Reserves room for counts[i] tokens after the current length of rows[i]
   // in every layer. Throws OutOfBlocks and changes nothing if they don't fit.
   void begin_step(std::span<const RowId> rows, std::span<const int32_t> counts);
-  // Stores `count` tokens of the row's pending step in `layer`, starting at
-  // absolute position `first` (length(row) <= first, first + count <= the
-  // reserved end). k and v are [count, kv_heads, head_dim] f32; quantized
-  // codecs quantize here, once.
-  void write(int layer, RowId row, int64_t first, int count, const float* k, const float* v);
+  // Stores the K/V of `runs` in `layer`: run i's tokens go to positions
+  // [position, position + count) of its row (within what begin_step
+  // reserved). k and v are backend tensors [T, kv_heads · head_dim] f32, T
+  // the runs' total count, tokens in run order; quantized codecs quantize
+  // here, once.
+  void write(int layer, std::span<const TokenRun> runs, const Tensor& k, const Tensor& v);
+  // out[t] = attention of q[t] ([T, heads, head_dim] f32, rotated) over the
+  // keys queries[t] sees in `layer` (AttentionQuery), on the backend. Keys
+  // are reduced in fixed-size splits along each row's own positions, so a
+  // token's output does not depend on the other queries or rows. Throws
+  // rowlm::Error (before computing anything) for an unknown row, mismatched
+  // geometry, a window wider than the layer keeps, or keys not stored.
+  void attend(int layer, std::span<const AttentionQuery> queries, const Tensor& q, const AttentionParams& params,
+              Tensor& out) const;
   // Makes the pending tokens part of each row (length += count).
   void end_step();
   // Drops the pending step (after a failed forward): rows are as before begin_step.
@@ -246,10 +257,8 @@ class KvCache {
   // the prefix cache; throws rowlm::Error describing the first mismatch.
   void check_consistency() const;
 
-  struct Impl;
-  const Impl& impl() const { return *impl_; }
-
  private:
+  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

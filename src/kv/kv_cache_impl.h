@@ -1,6 +1,6 @@
 #pragma once
-// KvCache's private state, shared by its implementation files and the
-// attention kernel (which reads block tables and block bytes directly).
+// KvCache's private state, shared by its implementation files. It holds
+// the books only: the bytes are in the backend's arenas.
 
 #include <cstddef>
 #include <cstdint>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/buffer.h"
-#include "kv/codec.h"
+#include "kvcodec/codec.h"
 #include "kv/kv_cache.h"
 
 namespace rowlm::kv {
@@ -18,14 +18,13 @@ namespace rowlm::kv {
 inline constexpr int32_t kNoBlock = -1;
 
 // One layer's blocks. A block is free (refs 0), held by rows and/or the
-// prefix cache (refs = holders). Storage is never returned to the system:
-// a freed block's bytes are reused by the next allocation.
+// prefix cache (refs = holders). The arena never shrinks: a freed block's
+// bytes are reused by the next allocation.
 struct LayerPool {
   LayerSpec spec;
-  BlockLayout layout;
-  std::vector<AlignedBuffer> storage;  // by block id
-  std::vector<std::byte*> data;        // storage[id].data(): what the kernel reads
-  std::vector<int32_t> refs;
+  std::unique_ptr<KvArena> arena;  // the bytes, on the backend's device
+  std::size_t block_bytes = 0;     // arena->block_bytes()
+  std::vector<int32_t> refs;       // by block id
   std::vector<int32_t> cache_entry;    // prefix entry holding the block, or -1
   std::vector<uint64_t> released_at;   // LRU clock when it became cache-only
   std::vector<int32_t> free_ids;
@@ -69,9 +68,10 @@ struct PrefixEntry {
 };
 
 struct KvCache::Impl {
-  explicit Impl(CacheOptions opts);
+  Impl(CacheOptions opts, Backend& be);
 
   CacheOptions options;
+  Backend& backend;
   std::vector<LayerPool> pools;
   std::size_t used = 0;
   std::unordered_map<RowId, Row> rows;
@@ -97,6 +97,8 @@ struct KvCache::Impl {
   uint64_t generations = 0;
 
   int bs() const { return options.block_size; }
+  // The slot (kv_storage.h) of a row's position in `layer`; the block must be held.
+  int64_t slot(const Row& r, int layer, int64_t position) const;
   Row& row(RowId id);
   const Row& row(RowId id) const;
 

@@ -14,8 +14,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/thread_pool.h"
-#include "kv/attention.h"
 #include "kv/kv_test_util.h"
 #include "kv/row_cache.h"
 
@@ -33,13 +31,13 @@ float tag(int who, int64_t pos) { return float((who + 1) * 1000 + pos); }
 // Layer 0: full; layer 1: window 5. Blocks of 4 positions.
 KvCache tagged_cache(std::size_t capacity = 0, std::size_t prefix_bytes = 0) {
   return KvCache(options_for({layer_spec(1, 1, 0, "f32"), layer_spec(1, 1, kWindow, "f32")}, kBlock, capacity,
-                             prefix_bytes));
+                             prefix_bytes), testing::backend());
 }
 
 void write_tagged(KvCache& c, RowId row, int who, int64_t first, int count) {
   std::vector<float> kv(static_cast<std::size_t>(count));
   for (int t = 0; t < count; ++t) kv[std::size_t(t)] = tag(who, first + t);
-  for (int l = 0; l < c.num_layers(); ++l) c.write(l, row, first, count, kv.data(), kv.data());
+  for (int l = 0; l < c.num_layers(); ++l) testing::write_host(c, l, row, first, count, kv.data(), kv.data());
 }
 
 // One step in which several rows append different numbers of tokens.
@@ -78,11 +76,10 @@ std::vector<float> concat(std::vector<float> a, const std::vector<float>& b) {
 // Attention with scale 0 averages the visible values: the mean of the tags
 // of exactly the positions the query sees.
 float mean_attention(const KvCache& c, int layer, RowId row, int64_t pos) {
-  ThreadPool pool(1);
   const float q = 1.0f;
   float out = 0;
   const AttentionQuery aq{row, pos};
-  attend(c, layer, {&aq, 1}, &q, {1, 1, c.layer(layer).window, 0.0f, 0.0f}, &out, pool);
+  testing::attend_host(c, layer, {&aq, 1}, &q, {1, 1, c.layer(layer).window, 0.0f, 0.0f}, &out);
   return out;
 }
 
@@ -219,7 +216,7 @@ TEST(KvCache, TrimDropsTheTailButNotWhatAWindowFreed) {
   step(c, {r}, {5}, {3});
   expect_tags(c, r, concat(tags(0, 0, 8), tags(5, 8, 11)));
   // Full layers alone can trim to 0.
-  KvCache full(options_for({layer_spec(1, 1, 0, "f32")}, kBlock));
+  KvCache full(options_for({layer_spec(1, 1, 0, "f32")}, kBlock), testing::backend());
   const RowId f = full.create_row();
   step(full, {f}, {0}, {9});
   full.trim(f, 9);
@@ -287,7 +284,7 @@ TEST(KvCache, ExtractRestoreAndFilesKeepEveryByte) {
   EXPECT_FLOAT_EQ(mean_attention(other, 0, limited, 12), mean_of(tags(0, 0, 13), 9, 12));
 
   // A different layout is refused and changes nothing.
-  KvCache bf(options_for({layer_spec(1, 1, 0, "bf16"), layer_spec(1, 1, kWindow, "f32")}, kBlock));
+  KvCache bf(options_for({layer_spec(1, 1, 0, "bf16"), layer_spec(1, 1, kWindow, "f32")}, kBlock), testing::backend());
   EXPECT_THROW(bf.restore(loaded), Error);
   EXPECT_EQ(bf.num_rows(), 0);
   EXPECT_EQ(bf.used_bytes(), 0u);
@@ -365,7 +362,7 @@ TEST(KvCache, RejectsMisuseWithClearErrors) {
   const RowId r = c.create_row();
   const float x = 1;
   EXPECT_THROW(c.length(42), Error);
-  EXPECT_THROW(c.write(0, r, 0, 1, &x, &x), Error);  // no step
+  EXPECT_THROW(testing::write_host(c, 0, r, 0, 1, &x, &x), Error);  // no step
   const int32_t one = 1, neg = -1;
   EXPECT_THROW(c.begin_step({&r, 1}, {&neg, 1}), Error);
   const RowId twice[2] = {r, r};
@@ -373,14 +370,14 @@ TEST(KvCache, RejectsMisuseWithClearErrors) {
   EXPECT_THROW(c.begin_step(twice, counts), Error);
   c.begin_step({&r, 1}, {&one, 1});
   EXPECT_THROW(c.begin_step({&r, 1}, {&one, 1}), Error);
-  EXPECT_THROW(c.write(0, r, 1, 1, &x, &x), Error);   // past the reservation
-  EXPECT_THROW(c.write(2, r, 0, 1, &x, &x), Error);   // no such layer
-  EXPECT_THROW(c.write(0, r, 0, 1, nullptr, &x), Error);
+  EXPECT_THROW(testing::write_host(c, 0, r, 1, 1, &x, &x), Error);   // past the reservation
+  EXPECT_THROW(testing::write_host(c, 2, r, 0, 1, &x, &x), Error);   // no such layer
+  EXPECT_THROW(testing::write_host(c, 0, r, 0, 1, nullptr, &x), Error);
   EXPECT_THROW(c.retire(r), Error);                   // inside the step
   EXPECT_THROW(c.extract(r), Error);
   EXPECT_THROW(c.begin_round({&r, 1}), Error);
-  c.write(0, r, 0, 1, &x, &x);
-  c.write(1, r, 0, 1, &x, &x);
+  testing::write_host(c, 0, r, 0, 1, &x, &x);
+  testing::write_host(c, 1, r, 0, 1, &x, &x);
   c.end_step();
   EXPECT_THROW(c.end_step(), Error);
   EXPECT_THROW(c.abort_step(), Error);
@@ -394,10 +391,10 @@ TEST(KvCache, RejectsMisuseWithClearErrors) {
   EXPECT_THROW(c.set_minimum_reusable_offset(r, 5), Error);
   EXPECT_THROW(c.trim(r, -1), Error);
   EXPECT_THROW(c.read_token(0, r, 3, {}), Error);
-  EXPECT_THROW(KvCache(options_for({})), Error);
-  EXPECT_THROW(KvCache(options_for({layer_spec(1, 48, 0, "q4:32")})), Error);  // 48 % 32
-  EXPECT_THROW(KvCache(options_for({layer_spec(0, 8, 0, "f32")})), Error);
-  EXPECT_THROW(KvCache(options_for({layer_spec(1, 8, 0, "f32")}, 0)), Error);
+  EXPECT_THROW(KvCache(options_for({}), testing::backend()), Error);
+  EXPECT_THROW(KvCache(options_for({layer_spec(1, 48, 0, "q4:32")}), testing::backend()), Error);  // 48 % 32
+  EXPECT_THROW(KvCache(options_for({layer_spec(0, 8, 0, "f32")}), testing::backend()), Error);
+  EXPECT_THROW(KvCache(options_for({layer_spec(1, 8, 0, "f32")}, 0), testing::backend()), Error);
   expect_drained(c);
 }
 
@@ -428,7 +425,7 @@ TEST(KvCodec, ParsesNamesAndMaps) {
 // Bytes per token per codec; q4 with group 64 costs at most 0.3x bf16.
 TEST(KvAccounting, BytesPerTokenPerCodec) {
   auto bpt = [](const char* codec) {
-    KvCache c(options_for({layer_spec(1, 256, 0, codec)}));
+    KvCache c(options_for({layer_spec(1, 256, 0, codec)}), testing::backend());
     return c.bytes_per_token(0);
   };
   EXPECT_EQ(bpt("f32"), 2048u);
@@ -444,7 +441,7 @@ TEST(KvAccounting, BytesPerTokenPerCodec) {
 // prefill, speculative rounds with rollbacks, and decode.
 TEST(KvAccounting, ProjectedBytesBoundWhatARowHolds) {
   for (int window : {0, 3, 7, 40}) {
-    KvCache c(options_for({layer_spec(1, 1, window, "f32"), layer_spec(1, 1, 0, "f32")}, kBlock));
+    KvCache c(options_for({layer_spec(1, 1, window, "f32"), layer_spec(1, 1, 0, "f32")}, kBlock), testing::backend());
     const RowId r = c.create_row();
     const int total = 61, chunk = 9;
     const std::size_t bound = c.projected_bytes(total, chunk);

@@ -90,7 +90,7 @@ void KvCache::Impl::evict_one() {
   e.blocks[std::size_t(layer)] = kNoBlock;
   e.held -= 1;
   lru.erase(lru.begin());
-  evictable -= p.layout.block_bytes;
+  evictable -= p.block_bytes;
   p.cache_entry[std::size_t(block)] = -1;
   release(layer, block);
   drop_if_empty(entry);
@@ -241,7 +241,7 @@ void KvCache::clear_prefix_cache() {
       LayerPool& p = m.pools[l];
       if (p.refs[std::size_t(blk)] == 1) {
         m.lru.erase({p.released_at[std::size_t(blk)], int(l), blk});
-        m.evictable -= p.layout.block_bytes;
+        m.evictable -= p.block_bytes;
       }
       p.cache_entry[std::size_t(blk)] = -1;
       m.release(int(l), blk);

@@ -43,7 +43,7 @@ class Harness {
  public:
   Harness(std::vector<LayerSpec> layers, int block_size, std::size_t capacity, std::size_t prefix_bytes,
           uint64_t seed)
-      : cache_(testing::options_for(layers, block_size, capacity, prefix_bytes)), layers_(std::move(layers)),
+      : cache_(testing::options_for(layers, block_size, capacity, prefix_bytes), testing::backend()), layers_(std::move(layers)),
         seed_(seed) {}
 
   // K (or V) of a position: a function of the tokens up to it, like a model's.
@@ -187,7 +187,7 @@ class Harness {
             k.insert(k.end(), kk.begin(), kk.end());
             v.insert(v.end(), vv.begin(), vv.end());
           }
-          cache_.write(l, ids[i], first + done, piece, k.data(), v.data());
+          testing::write_host(cache_, l, ids[i], first + done, piece, k.data(), v.data());
           done += piece;
         }
       }

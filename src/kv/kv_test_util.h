@@ -11,12 +11,40 @@
 #include <random>
 #include <vector>
 
-#include "kv/attention.h"
-#include "kv/codec.h"
+#include "backend/cpu/cpu_backend.h"
+#include "kvcodec/codec.h"
 #include "kv/kv_cache.h"
 #include "kv/row_cache.h"
 
 namespace rowlm::kv::testing {
+
+// The CPU backend the kv tests run on (two threads). Shared by the tests of a
+// binary: it keeps no state between operations that a test could leave for
+// another (each cache has its own arenas).
+inline Backend& backend() {
+  static const std::unique_ptr<Backend> cpu = make_cpu_backend(2);
+  return *cpu;
+}
+
+// Host data as a tensor of the CPU backend (whose device is the host).
+inline Tensor host_view(const float* data, Shape shape) { return Tensor::view(DType::F32, std::move(shape), data, nullptr); }
+
+// Writes `count` tokens of host K/V ([count, kv_heads, head_dim] each) to one
+// row of `layer` in the open step.
+inline void write_host(KvCache& cache, int layer, RowId row, int64_t first, int count, const float* k, const float* v) {
+  const LayerSpec& spec = cache.layer(layer);
+  const Shape shape = {int64_t(count), int64_t(spec.kv_heads) * spec.head_dim};
+  const TokenRun run{row, first, count};
+  cache.write(layer, {&run, 1}, host_view(k, shape), host_view(v, shape));
+}
+
+// Attention of host queries ([n, heads, head_dim]) into host `out`.
+inline void attend_host(const KvCache& cache, int layer, std::span<const AttentionQuery> queries, const float* q,
+                        const AttentionParams& p, float* out) {
+  const Shape shape = {int64_t(queries.size()), int64_t(p.num_heads) * p.head_dim};
+  Tensor o = host_view(out, shape);
+  cache.attend(layer, queries, host_view(q, shape), p, o);
+}
 
 // Deterministic pseudo-random floats from a seed (splitmix64).
 inline uint64_t splitmix(uint64_t& s) {
@@ -51,7 +79,7 @@ inline void append(KvCache& cache, RowId row, int count, uint64_t seed) {
   std::vector<float> k, v;
   for (int l = 0; l < cache.num_layers(); ++l) {
     make_kv(cache.layer(l), seed, l, first, count, k, v);
-    cache.write(l, row, first, count, k.data(), v.data());
+    write_host(cache, l, row, first, count, k.data(), v.data());
   }
   cache.end_step();
 }

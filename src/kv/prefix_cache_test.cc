@@ -26,7 +26,7 @@ float value_of(int32_t token, int64_t pos) { return float(token) * 1000.0f + flo
 
 KvCache make_cache(std::size_t capacity = 0, std::size_t prefix_bytes = 1 << 20) {
   return KvCache(options_for({layer_spec(1, 1, 0, "f32"), layer_spec(1, 1, kWindow, "f32")}, kBlock, capacity,
-                             prefix_bytes));
+                             prefix_bytes), testing::backend());
 }
 
 std::vector<int32_t> prompt(int n, int32_t base) {
@@ -43,7 +43,7 @@ void prefill(KvCache& c, RowId r, const std::vector<int32_t>& tokens, int64_t en
     c.begin_step({&r, 1}, {&n, 1});
     std::vector<float> kv;
     for (int t = 0; t < n; ++t) kv.push_back(value_of(tokens[std::size_t(first + t)], first + t));
-    for (int l = 0; l < c.num_layers(); ++l) c.write(l, r, first, n, kv.data(), kv.data());
+    for (int l = 0; l < c.num_layers(); ++l) testing::write_host(c, l, r, first, n, kv.data(), kv.data());
     c.end_step();
     if (publish) c.publish(r, tokens);
   }

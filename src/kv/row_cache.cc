@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "core/error.h"
-#include "kv/codec.h"
+#include "kvcodec/codec.h"
 
 namespace rowlm::kv {
 namespace {

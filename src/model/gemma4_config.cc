@@ -11,109 +11,15 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "model/config_fields.h"
 
 namespace rowlm::gemma4 {
 namespace {
 
 using json = nlohmann::json;
-
-// Sizes past this are damage, and keeping them small keeps every product
-// the forward forms (heads·head_dim, layers·PLE width) inside int.
-constexpr int64_t kMaxSize = int64_t(1) << 24;
-
-// Reads typed fields of one JSON object; errors name the file and the
-// field's full path (e.g. "text_config.hidden_size").
-class Fields {
- public:
-  Fields(const json& obj, std::string path_prefix, const std::string& source)
-      : obj_(obj), prefix_(std::move(path_prefix)), source_(source) {}
-
-  std::string path(const std::string& key) const { return prefix_ + key; }
-
-  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
-    throw Error(source_ + ": field '" + path(key) + "' " + what);
-  }
-
-  const json* find(const std::string& key) const {
-    const auto it = obj_.find(key);
-    return it == obj_.end() ? nullptr : &*it;
-  }
-  bool has(const std::string& key) const { return find(key) != nullptr; }
-  bool has_value(const std::string& key) const {
-    const json* v = find(key);
-    return v && !v->is_null();
-  }
-
-  // An integer in [min, kMaxSize]; required when no default is given.
-  int integer(const std::string& key, std::optional<int> fallback = std::nullopt, int64_t min = 1) const {
-    const json* v = find(key);
-    if (!v) {
-      if (!fallback) fail(key, "is required");
-      return *fallback;
-    }
-    return to_int(key, *v, min);
-  }
-  // Same, but JSON null is allowed and gives `if_null`.
-  int nullable_integer(const std::string& key, int fallback, int if_null, int64_t min) const {
-    const json* v = find(key);
-    if (!v) return fallback;
-    if (v->is_null()) return if_null;
-    return to_int(key, *v, min);
-  }
-
-  int to_int(const std::string& key, const json& v, int64_t min) const {
-    if (!v.is_number_integer()) fail(key, "must be an integer (got " + v.dump() + ")");
-    if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(kMaxSize) : v.get<int64_t>() > kMaxSize) {
-      fail(key, "is implausibly large (" + v.dump() + ")");
-    }
-    const int64_t x = v.get<int64_t>();
-    if (x < min) fail(key, "must be at least " + std::to_string(min) + " (got " + v.dump() + ")");
-    return int(x);
-  }
-
-  double number(const std::string& key, double fallback) const {
-    const json* v = find(key);
-    if (!v) return fallback;
-    if (!v->is_number()) fail(key, "must be a number (got " + v->dump() + ")");
-    return v->get<double>();
-  }
-
-  bool boolean(const std::string& key, bool fallback) const {
-    const json* v = find(key);
-    if (!v) return fallback;
-    if (!v->is_boolean()) fail(key, "must be true or false (got " + v->dump() + ")");
-    return v->get<bool>();
-  }
-
-  std::string string(const std::string& key, const std::string& fallback) const {
-    const json* v = find(key);
-    if (!v) return fallback;
-    if (!v->is_string()) fail(key, "must be a string (got " + v->dump() + ")");
-    return v->get<std::string>();
-  }
-
- private:
-  const json& obj_;
-  std::string prefix_;
-  const std::string& source_;
-};
-
-// A token id or list of ids; null means none.
-std::vector<int> token_ids(const Fields& f, const std::string& key, std::vector<int> fallback, int vocab) {
-  const json* v = f.find(key);
-  if (!v) return fallback;
-  std::vector<int> ids;
-  if (v->is_null()) return ids;
-  if (v->is_array()) {
-    for (const json& item : *v) ids.push_back(f.to_int(key, item, 0));
-  } else {
-    ids.push_back(f.to_int(key, *v, 0));
-  }
-  for (int id : ids) {
-    if (id >= vocab) f.fail(key, "holds token id " + std::to_string(id) + ", not below vocab_size " + std::to_string(vocab));
-  }
-  return ids;
-}
+using config::check_product_fits;
+using config::Fields;
+using config::token_ids;
 
 const char* type_name(LayerType t) { return t == LayerType::Full ? "full_attention" : "sliding_attention"; }
 
@@ -228,9 +134,6 @@ std::vector<Geometry> resolve_geometry(const Fields& f, const Config& c, const s
   return g;
 }
 
-void check_product_fits(const Fields& f, const std::string& what, int64_t a, int64_t b) {
-  if (a * b > INT_MAX) f.fail(what, "makes a dimension too large (" + std::to_string(a * b) + ")");
-}
 
 }  // namespace
 
@@ -399,11 +302,7 @@ Config parse_config(const std::string& json_text, const std::string& source) {
 
 Config load_config(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot open " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_config(text.str(), path);
+  return parse_config(config::read_text(path), path);
 }
 
 }  // namespace rowlm::gemma4

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/backend.h"
+#include "backend/factory/make_backend.h"
 #include "core/npy.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
@@ -35,11 +35,11 @@ struct Harness {
 
   explicit Harness(const std::string& name, const std::string& codec = "f32", int threads = 2,
                    MatmulPrecision precision = MatmulPrecision::F32)
-      : backend(make_cpu_backend(threads, precision)), model(load_model(fixture_dir(name), *backend)) {
+      : backend(make_backend({"cpu", threads, precision})), model(load_model(fixture_dir(name), *backend)) {
     kv::CacheOptions opt;
     opt.layers = model->kv_layers(kv::parse_codec(codec));
     opt.block_size = 4;  // small blocks so sequences span many of them
-    cache = std::make_unique<kv::KvCache>(opt);
+    cache = std::make_unique<kv::KvCache>(opt, *backend);
   }
 
   // Prefill of whole sequences, several rows in one step; logits for every token.

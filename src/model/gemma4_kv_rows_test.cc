@@ -10,7 +10,7 @@
 #include <map>
 #include <random>
 
-#include "backend/backend.h"
+#include "backend/factory/make_backend.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
 
@@ -25,8 +25,9 @@ struct ModelCodec {
 class KvRowsModel : public ::testing::TestWithParam<ModelCodec> {};
 
 // Logits of `seq` for every position, one row alone, fed in chunks of 3.
-std::vector<std::vector<float>> solo(Model& model, const kv::CacheOptions& opt, const std::vector<int32_t>& seq) {
-  kv::KvCache cache(opt);
+std::vector<std::vector<float>> solo(Model& model, Backend& backend, const kv::CacheOptions& opt,
+                                     const std::vector<int32_t>& seq) {
+  kv::KvCache cache(opt, backend);
   const kv::RowId row = cache.create_row();
   std::vector<std::vector<float>> out;
   const int64_t V = model.info().vocab_size;
@@ -44,7 +45,7 @@ std::vector<std::vector<float>> solo(Model& model, const kv::CacheOptions& opt, 
 
 TEST_P(KvRowsModel, RowLogitsIndependentOfSchedule) {
   const ModelCodec setup = GetParam();
-  auto backend = make_cpu_backend(2);
+  auto backend = make_backend({"cpu", 2});
   auto model = load_model(std::string(ROWLM_SOURCE_DIR) + "/" + setup.model, *backend);
   kv::CacheOptions opt;
   opt.layers = model->kv_layers(kv::parse_codec(setup.codec));
@@ -63,9 +64,9 @@ TEST_P(KvRowsModel, RowLogitsIndependentOfSchedule) {
     for (int64_t i = 0; i < len; ++i) s.push_back(tok());
   for (int64_t i = 0; i < len / 2; ++i) seqs[2][i] = seqs[3][i] = seqs[0][i];
   std::vector<std::vector<std::vector<float>>> want;
-  for (const auto& s : seqs) want.push_back(solo(*model, opt, s));
+  for (const auto& s : seqs) want.push_back(solo(*model, *backend, opt, s));
 
-  kv::KvCache cache(opt);
+  kv::KvCache cache(opt, *backend);
   struct Row {
     kv::RowId id = -1;
     int64_t done = 0;  // tokens of its sequence stored

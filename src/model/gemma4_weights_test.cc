@@ -16,6 +16,9 @@
 namespace rowlm::gemma4 {
 namespace {
 
+using Weights = decoder::DecoderWeights;
+using LayerWeights = decoder::LayerWeights;
+
 using json = nlohmann::json;
 
 // gemma4-spec.md §7 "everything": PLE, KV sharing, double-wide MLP, k_eq_v
@@ -72,14 +75,14 @@ std::vector<Expected> expected_tensors(const Config& c) {
   const int64_t H = c.hidden_size, V = c.vocab_size, nH = c.num_heads, P = c.hidden_size_per_layer_input;
   const int64_t L = c.num_layers, E = c.num_experts, Ie = c.moe_intermediate_size;
   std::vector<Expected> out = {
-      {"embed_tokens.weight", {V, H}, Kind::Matrix, [](const Weights& w) { return w.embed_tokens; }},
+      {"embed_tokens.weight", {V, H}, Kind::Matrix, [](const Weights& w) { return w.embed.values; }},
       {"norm.weight", {H}, Kind::Vector, [](const Weights& w) { return w.final_norm; }},
   };
   if (P) {
     out.push_back({"embed_tokens_per_layer.weight", {c.vocab_size_per_layer_input, L * P}, Kind::Matrix,
-                   [](const Weights& w) { return w.embed_tokens_per_layer; }});
+                   [](const Weights& w) { return w.per_layer_embed.values; }});
     out.push_back({"per_layer_model_projection.weight", {L * P, H}, Kind::Matrix,
-                   [](const Weights& w) { return w.per_layer_model_projection; }});
+                   [](const Weights& w) { return w.per_layer_model_projection.values; }});
     out.push_back({"per_layer_projection_norm.weight", {P}, Kind::Vector,
                    [](const Weights& w) { return w.per_layer_projection_norm; }});
   }
@@ -88,39 +91,42 @@ std::vector<Expected> expected_tensors(const Config& c) {
     const std::string p = "layers." + std::to_string(l) + ".";
     const int64_t hd = lc.head_dim, kv = lc.kv_heads * hd, I = lc.intermediate;
     auto layer = [l](Tensor LayerWeights::*field) {
-      return [l, field](const Weights& w) { return w.layers[l].*field; };
+      return std::function<Tensor(const Weights&)>([l, field](const Weights& w) { return w.layers[l].*field; });
     };
-    out.push_back({p + "input_layernorm.weight", {H}, Kind::Vector, layer(&LayerWeights::input_norm)});
-    out.push_back({p + "post_attention_layernorm.weight", {H}, Kind::Vector, layer(&LayerWeights::post_attention_norm)});
-    out.push_back({p + "pre_feedforward_layernorm.weight", {H}, Kind::Vector, layer(&LayerWeights::pre_feedforward_norm)});
-    out.push_back({p + "post_feedforward_layernorm.weight", {H}, Kind::Vector, layer(&LayerWeights::post_feedforward_norm)});
-    out.push_back({p + "self_attn.q_proj.weight", {nH * hd, H}, Kind::Matrix, layer(&LayerWeights::q_proj)});
+    auto matrix = [l](Weight LayerWeights::*field) {
+      return std::function<Tensor(const Weights&)>([l, field](const Weights& w) { return (w.layers[l].*field).values; });
+    };
+    out.push_back({p + "input_layernorm.weight", {H}, Kind::Vector, layer(&LayerWeights::attn_norm)});
+    out.push_back({p + "post_attention_layernorm.weight", {H}, Kind::Vector, layer(&LayerWeights::post_attn_norm)});
+    out.push_back({p + "pre_feedforward_layernorm.weight", {H}, Kind::Vector, layer(&LayerWeights::ffn_norm)});
+    out.push_back({p + "post_feedforward_layernorm.weight", {H}, Kind::Vector, layer(&LayerWeights::post_ffn_norm)});
+    out.push_back({p + "self_attn.q_proj.weight", {nH * hd, H}, Kind::Matrix, matrix(&LayerWeights::q_proj)});
     out.push_back({p + "self_attn.q_norm.weight", {hd}, Kind::Vector, layer(&LayerWeights::q_norm)});
-    out.push_back({p + "self_attn.o_proj.weight", {H, nH * hd}, Kind::Matrix, layer(&LayerWeights::o_proj)});
+    out.push_back({p + "self_attn.o_proj.weight", {H, nH * hd}, Kind::Matrix, matrix(&LayerWeights::o_proj)});
     if (lc.owns_kv()) {
-      out.push_back({p + "self_attn.k_proj.weight", {kv, H}, Kind::Matrix, layer(&LayerWeights::k_proj)});
+      out.push_back({p + "self_attn.k_proj.weight", {kv, H}, Kind::Matrix, matrix(&LayerWeights::k_proj)});
       out.push_back({p + "self_attn.k_norm.weight", {hd}, Kind::Vector, layer(&LayerWeights::k_norm)});
-      if (!lc.k_eq_v) out.push_back({p + "self_attn.v_proj.weight", {kv, H}, Kind::Matrix, layer(&LayerWeights::v_proj)});
+      if (!lc.k_eq_v) out.push_back({p + "self_attn.v_proj.weight", {kv, H}, Kind::Matrix, matrix(&LayerWeights::v_proj)});
     }
-    out.push_back({p + "mlp.gate_proj.weight", {I, H}, Kind::Matrix, layer(&LayerWeights::gate_proj)});
-    out.push_back({p + "mlp.up_proj.weight", {I, H}, Kind::Matrix, layer(&LayerWeights::up_proj)});
-    out.push_back({p + "mlp.down_proj.weight", {H, I}, Kind::Matrix, layer(&LayerWeights::down_proj)});
+    out.push_back({p + "mlp.gate_proj.weight", {I, H}, Kind::Matrix, matrix(&LayerWeights::gate_proj)});
+    out.push_back({p + "mlp.up_proj.weight", {I, H}, Kind::Matrix, matrix(&LayerWeights::up_proj)});
+    out.push_back({p + "mlp.down_proj.weight", {H, I}, Kind::Matrix, matrix(&LayerWeights::down_proj)});
     out.push_back({p + "layer_scalar", {1}, Kind::Scalar, nullptr, [l](const Weights& w) { return w.layers[l].layer_scalar; }});
     if (P) {
-      out.push_back({p + "per_layer_input_gate.weight", {P, H}, Kind::Matrix, layer(&LayerWeights::per_layer_input_gate)});
-      out.push_back({p + "per_layer_projection.weight", {H, P}, Kind::Matrix, layer(&LayerWeights::per_layer_projection)});
+      out.push_back({p + "per_layer_input_gate.weight", {P, H}, Kind::Matrix, matrix(&LayerWeights::per_layer_gate)});
+      out.push_back({p + "per_layer_projection.weight", {H, P}, Kind::Matrix, matrix(&LayerWeights::per_layer_projection)});
       out.push_back({p + "post_per_layer_input_norm.weight", {H}, Kind::Vector,
-                     layer(&LayerWeights::post_per_layer_input_norm)});
+                     layer(&LayerWeights::per_layer_norm)});
     }
     if (c.enable_moe_block) {
-      out.push_back({p + "router.proj.weight", {E, H}, Kind::Matrix, layer(&LayerWeights::router_proj)});
+      out.push_back({p + "router.proj.weight", {E, H}, Kind::Matrix, matrix(&LayerWeights::router)});
       out.push_back({p + "router.scale", {H}, Kind::Vector, layer(&LayerWeights::router_scale)});
-      out.push_back({p + "router.per_expert_scale", {E}, Kind::Vector, layer(&LayerWeights::router_per_expert_scale)});
+      out.push_back({p + "router.per_expert_scale", {E}, Kind::Vector, layer(&LayerWeights::router_expert_scale)});
       out.push_back({p + "experts.gate_up_proj", {E, 2 * Ie, H}, Kind::Matrix, nullptr});
       out.push_back({p + "experts.down_proj", {E, H, Ie}, Kind::Matrix, nullptr});
-      out.push_back({p + "pre_feedforward_layernorm_2.weight", {H}, Kind::Vector, layer(&LayerWeights::pre_feedforward_norm_2)});
-      out.push_back({p + "post_feedforward_layernorm_1.weight", {H}, Kind::Vector, layer(&LayerWeights::post_feedforward_norm_1)});
-      out.push_back({p + "post_feedforward_layernorm_2.weight", {H}, Kind::Vector, layer(&LayerWeights::post_feedforward_norm_2)});
+      out.push_back({p + "pre_feedforward_layernorm_2.weight", {H}, Kind::Vector, layer(&LayerWeights::expert_norm)});
+      out.push_back({p + "post_feedforward_layernorm_1.weight", {H}, Kind::Vector, layer(&LayerWeights::dense_post_norm)});
+      out.push_back({p + "post_feedforward_layernorm_2.weight", {H}, Kind::Vector, layer(&LayerWeights::expert_post_norm)});
     }
   }
   return out;
@@ -245,12 +251,12 @@ void expect_bound(const Weights& w, const Fixture& fx, const Config& c) {
     const LayerWeights& lw = w.layers[lc.index];
     const std::string p = fx.prefix + "layers." + std::to_string(lc.index) + ".experts.";
     if (!c.enable_moe_block) {
-      EXPECT_TRUE(lw.expert_gate.empty());
+      EXPECT_TRUE(lw.experts.gate.empty());
       continue;
     }
-    ASSERT_EQ(lw.expert_gate.size(), std::size_t(E));
-    ASSERT_EQ(lw.expert_up.size(), std::size_t(E));
-    ASSERT_EQ(lw.expert_down.size(), std::size_t(E));
+    ASSERT_EQ(lw.experts.gate.size(), std::size_t(E));
+    ASSERT_EQ(lw.experts.up.size(), std::size_t(E));
+    ASSERT_EQ(lw.experts.down.size(), std::size_t(E));
     for (int64_t e = 0; e < E; ++e) {
       Tensor gate, up, down;
       if (fx.mlx_experts) {
@@ -270,12 +276,12 @@ void expect_bound(const Weights& w, const Fixture& fx, const Config& c) {
         up = gu.reshaped({E * 2 * Ie, H}).rows(2 * e * Ie + Ie, 2 * (e + 1) * Ie);
         down = fx.tensors.at(p + "down_proj").reshaped({E * H, Ie}).rows(e * H, (e + 1) * H);
         // Zero-copy: the up half sits right after the gate half in the mapping.
-        EXPECT_EQ(static_cast<const std::byte*>(lw.expert_up[e].raw()),
-                  static_cast<const std::byte*>(lw.expert_gate[e].raw()) + lw.expert_gate[e].nbytes());
+        EXPECT_EQ(static_cast<const std::byte*>(lw.experts.up[e].values.raw()),
+                  static_cast<const std::byte*>(lw.experts.gate[e].values.raw()) + lw.experts.gate[e].values.nbytes());
       }
-      EXPECT_TRUE(same_bytes(lw.expert_gate[e], gate)) << "expert " << e;
-      EXPECT_TRUE(same_bytes(lw.expert_up[e], up)) << "expert " << e;
-      EXPECT_TRUE(same_bytes(lw.expert_down[e], down)) << "expert " << e;
+      EXPECT_TRUE(same_bytes(lw.experts.gate[e].values, gate)) << "expert " << e;
+      EXPECT_TRUE(same_bytes(lw.experts.up[e].values, up)) << "expert " << e;
+      EXPECT_TRUE(same_bytes(lw.experts.down[e].values, down)) << "expert " << e;
     }
   }
   // Shared layers bind no K/V; k_eq_v layers bind no V.
@@ -321,7 +327,7 @@ TEST(Gemma4Weights, ViewsOutliveEverythingButTheWeights) {
     write_fixture(dir, fx, 2);
     w = load_weights(dir.path(), c);
   }  // files unlinked; the mappings stay
-  EXPECT_TRUE(same_bytes(w.layers[3].q_proj, fx.tensors.at("model.layers.3.self_attn.q_proj.weight")));
+  EXPECT_TRUE(same_bytes(w.layers[3].q_proj.values, fx.tensors.at("model.layers.3.self_attn.q_proj.weight")));
 }
 
 TEST(Gemma4Weights, UntiedHeadIsBound) {
@@ -338,7 +344,7 @@ TEST(Gemma4Weights, UntiedHeadIsBound) {
     fx.tensors[head] = random_float(DType::BF16, {c.vocab_size, c.hidden_size}, rng);
     write_fixture(dir, fx, 1);
     const Weights w = load_weights(dir.path(), c);
-    EXPECT_TRUE(same_bytes(w.lm_head, fx.tensors.at(head)));
+    EXPECT_TRUE(same_bytes(w.lm_head.values, fx.tensors.at(head)));
   }
 }
 

@@ -2,13 +2,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "backend/cpu/attention.h"
+#include "backend/cpu/ceilings.h"
+#include "backend/cpu/cpu_kv_arena.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 
 namespace rowlm {
 namespace {
@@ -17,7 +22,8 @@ namespace {
 constexpr int64_t kElementGrain = 16 * 1024;
 
 std::string describe(const Tensor& t) {
-  return std::string(dtype_name(t.dtype())) + " " + shape_str(t.shape());
+  return std::string(dtype_name(t.dtype())) + " " + shape_str(t.shape()) +
+         (t.on_host() ? std::string() : " on " + t.device().name());
 }
 
 // Checks an argument. A macro so that the message, which formats shapes,
@@ -46,10 +52,41 @@ const float* as_f32(const cpu::Kernels& k, const Tensor& t, std::vector<float>& 
   return storage.data();
 }
 
+// An index tensor's entries, each checked to lie in [0, bound).
+const int32_t* indices(const Tensor& t, int64_t count, int64_t bound, const char* op, const char* what,
+                       const char* of) {
+  ROWLM_REQUIRE(t.on_host() && t.dtype() == DType::I32 && t.numel() == count,
+                std::string(op) + ": " + what + " must be i32 [" + std::to_string(count) + "] on the host, got " +
+                    describe(t));
+  const int32_t* p = t.data<int32_t>();
+  for (int64_t i = 0; i < count; ++i)
+    ROWLM_REQUIRE(p[i] >= 0 && p[i] < bound, std::string(op) + ": " + (std::string(what) == "ids" ? "token id " : "row ") +
+                                                 std::to_string(p[i]) + " at index " + std::to_string(i) +
+                                                 " is outside " + of + "'s " + std::to_string(bound) + " rows");
+  return p;
+}
+
+// The CPU arena behind a KvArena handed to this backend.
+cpu::CpuKvArena& own(KvArena& arena, const char* op) {
+  auto* a = dynamic_cast<cpu::CpuKvArena*>(&arena);
+  ROWLM_REQUIRE(a != nullptr, std::string(op) + ": the KV arena belongs to another backend");
+  return *a;
+}
+const cpu::CpuKvArena& own(const KvArena& arena, const char* op) {
+  return own(const_cast<KvArena&>(arena), op);  // the const overload only reads
+}
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int threads, cpu::Isa isa, MatmulPrecision precision)
-      : kernels_(cpu::kernels_for(isa)), pool_(threads), precision_(precision) {}
+      : kernels_(cpu::kernels_for(isa)),
+        pool_(threads),
+        precision_(precision),
+        workspace_(Device::host(), [](std::size_t bytes) {
+          void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+          if (!p) throw OutOfMemory("workspace: out of host memory for " + std::to_string(bytes) + " bytes");
+          return Workspace::Chunk{static_cast<std::byte*>(p), std::shared_ptr<void>(p, std::free)};
+        }, 64) {}
 
   std::string name() const override {
     std::string name = "cpu (" + std::string(cpu::isa_name(kernels_.isa)) + ", " +
@@ -58,70 +95,119 @@ class CpuBackend final : public Backend {
       name += kernels_.native_bf16 ? ", bf16 matmul" : ", bf16 matmul emulated";
     return name + ")";
   }
-  ThreadPool& pool() override { return pool_; }
+  Device device() const override { return Device::host(); }
   MatmulPrecision matmul_precision() const override { return precision_; }
+  int host_threads() const override { return pool_.size(); }
 
-  Tensor prepare_weight(const Tensor& w) override {
-    ROWLM_REQUIRE(!w.empty() || w.numel() == 0, "prepare_weight: tensor has no data");
-    ROWLM_REQUIRE(is_float_storage(w.dtype()),
-            "prepare_weight: weights must be f32, bf16 or f16, got " + describe(w));
+  double measure_read_bandwidth(std::size_t bytes, int repeats) override {
+    return cpu::measure_read_bandwidth(pool_, bytes, repeats);
+  }
+  double measure_matmul_peak(MatmulPrecision precision, int repeats) override {
+    return precision == MatmulPrecision::Bf16 ? cpu::measure_bf16_dot_peak(pool_, repeats)
+                                              : cpu::measure_fma_peak(pool_, repeats);
+  }
+
+  // --- Memory
+
+  Workspace& workspace() override { return workspace_; }
+
+  Tensor upload(const Tensor& host) override {
+    ROWLM_REQUIRE(host.on_host(), "upload: the source must be a host tensor, got " + describe(host));
+    return host;
+  }
+  void copy_from_host(const void* src, Tensor& dst) override {
+    ROWLM_REQUIRE(dst.on_host(), "copy_from_host: dst must be a host tensor, got " + describe(dst));
+    if (dst.nbytes()) std::memcpy(dst.raw(), src, dst.nbytes());
+  }
+  void copy_to_host(const Tensor& src, void* dst) override {
+    ROWLM_REQUIRE(src.on_host(), "copy_to_host: src must be a host tensor, got " + describe(src));
+    if (src.nbytes()) std::memcpy(dst, src.raw(), src.nbytes());
+  }
+
+  Weight prepare_weight(const Weight& w) override {
+    ROWLM_REQUIRE(w.format == WeightFormat::Dense,
+                  "prepare_weight: " + w.describe() + ": the CPU backend does not run quantized weights yet");
+    ROWLM_REQUIRE(!w.values.empty() || w.rows * w.cols == 0, "prepare_weight: tensor has no data");
+    ROWLM_REQUIRE(w.values.on_host(), "prepare_weight: the source must be in host memory, got " + describe(w.values));
+    ROWLM_REQUIRE(is_float_storage(w.values.dtype()) && w.values.rank() == 2 && w.values.dim(0) == w.rows &&
+                      w.values.dim(1) == w.cols,
+                  "prepare_weight: weights must be f32, bf16 or f16 [rows, cols], got " + describe(w.values));
     return w;
   }
 
-  void matmul(const Tensor& x, const Tensor& w, Tensor& y) override {
-    ROWLM_REQUIRE(x.dtype() == DType::F32 && x.rank() == 2, "matmul: x must be f32 [M, K], got " + describe(x));
-    ROWLM_REQUIRE(w.rank() == 2 && is_float_storage(w.dtype()),
-            "matmul: w must be f32, bf16 or f16 [N, K], got " + describe(w));
-    const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(0);
-    ROWLM_REQUIRE(w.dim(1) == K, "matmul: w " + describe(w) + " does not match x " + describe(x) + " in K");
-    ROWLM_REQUIRE(y.dtype() == DType::F32 && y.rank() == 2 && y.dim(0) == M && y.dim(1) == N,
-            "matmul: y must be f32 [" + std::to_string(M) + ", " + std::to_string(N) + "], got " + describe(y));
-    ROWLM_REQUIRE(!overlaps(y, x) && !overlaps(y, w), "matmul: y must not overlap x or w");
-    cpu::matmul(kernels_, pool_, x.data<float>(), M, K, cpu::WeightRows{w.dtype(), w.raw(), K}, N,
+  std::unique_ptr<KvArena> make_kv_arena(const kv::LayerSpec& spec, int block_size) override {
+    kv::check_layer_spec(spec, -1);
+    ROWLM_REQUIRE(block_size > 0, "make_kv_arena: block_size must be positive");
+    return std::make_unique<cpu::CpuKvArena>(spec, block_size);
+  }
+
+  // --- Dense operations
+
+  void matmul(const Tensor& x, const Weight& w, Tensor& y) override {
+    ROWLM_REQUIRE(x.dtype() == DType::F32 && x.rank() == 2 && x.on_host(),
+                  "matmul: x must be f32 [M, K], got " + describe(x));
+    ROWLM_REQUIRE(w.format == WeightFormat::Dense && w.values.on_host() && is_float_storage(w.values.dtype()),
+                  "matmul: w must be a dense f32, bf16 or f16 weight of this backend, got " + w.describe());
+    const int64_t M = x.dim(0), K = x.dim(1), N = w.rows;
+    ROWLM_REQUIRE(w.cols == K, "matmul: w " + w.describe() + " does not match x " + describe(x) + " in K");
+    ROWLM_REQUIRE(y.dtype() == DType::F32 && y.rank() == 2 && y.dim(0) == M && y.dim(1) == N && y.on_host(),
+                  "matmul: y must be f32 [" + std::to_string(M) + ", " + std::to_string(N) + "], got " + describe(y));
+    ROWLM_REQUIRE(!overlaps(y, x) && !overlaps(y, w.values), "matmul: y must not overlap x or w");
+    cpu::matmul(kernels_, pool_, x.data<float>(), M, K, cpu::WeightRows{w.values.dtype(), w.values.raw(), K}, N,
                 y.data<float>(), precision_);
   }
 
-  void embed(std::span<const int32_t> ids, const Tensor& table, float scale, Tensor& out) override {
-    ROWLM_REQUIRE(table.rank() == 2 && is_float_storage(table.dtype()),
-            "embed: table must be f32, bf16 or f16 [V, D], got " + describe(table));
-    const int64_t V = table.dim(0), D = table.dim(1), T = int64_t(ids.size());
-    ROWLM_REQUIRE(out.dtype() == DType::F32 && out.rank() == 2 && out.dim(0) == T && out.dim(1) == D,
-            "embed: out must be f32 [" + std::to_string(T) + ", " + std::to_string(D) + "], got " + describe(out));
-    for (int64_t t = 0; t < T; ++t)
-      ROWLM_REQUIRE(ids[t] >= 0 && ids[t] < V, "embed: token id " + std::to_string(ids[t]) + " at index " +
-                                             std::to_string(t) + " is outside the table's " +
-                                             std::to_string(V) + " rows");
-    const std::size_t row_bytes = std::size_t(D) * dtype_size(table.dtype());
-    const auto* base = static_cast<const std::byte*>(table.raw());
+  void add_bias(Tensor& y, const Tensor& bias) override {
+    ROWLM_REQUIRE(y.dtype() == DType::F32 && y.rank() == 2 && y.on_host(), "add_bias: y must be f32 [M, N], got " + describe(y));
+    ROWLM_REQUIRE(bias.dtype() == DType::F32 && bias.numel() == y.dim(1) && bias.on_host(),
+                  "add_bias: bias must be f32 [" + std::to_string(y.dim(1)) + "], got " + describe(bias));
+    const int64_t M = y.dim(0), N = y.dim(1);
+    float* ys = y.data<float>();
+    const float* b = bias.data<float>();
+    pool_.parallel_for(M, rows_grain(N), [&](int64_t m0, int64_t m1) {
+      for (int64_t m = m0; m < m1; ++m) kernels_.add(ys + m * N, b, N);
+    });
+  }
+
+  void embed(const Tensor& ids, const Weight& table, float scale, Tensor& out) override {
+    ROWLM_REQUIRE(table.format == WeightFormat::Dense && table.values.on_host() &&
+                      is_float_storage(table.values.dtype()),
+                  "embed: table must be a dense f32, bf16 or f16 [V, D] weight, got " + table.describe());
+    const int64_t V = table.rows, D = table.cols, T = ids.numel();
+    ROWLM_REQUIRE(out.dtype() == DType::F32 && out.rank() == 2 && out.dim(0) == T && out.dim(1) == D && out.on_host(),
+                  "embed: out must be f32 [" + std::to_string(T) + ", " + std::to_string(D) + "], got " + describe(out));
+    const int32_t* id = indices(ids, T, V, "embed", "ids", "the table");
+    const std::size_t row_bytes = std::size_t(D) * dtype_size(table.values.dtype());
+    const auto* base = static_cast<const std::byte*>(table.values.raw());
     float* o = out.data<float>();
     pool_.parallel_for(T, rows_grain(D), [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t)
-        kernels_.convert_scale(table.dtype(), base + std::size_t(ids[t]) * row_bytes, D, scale, o + t * D);
+        kernels_.convert_scale(table.values.dtype(), base + std::size_t(id[t]) * row_bytes, D, scale, o + t * D);
     });
   }
 
   void rms_norm(const Tensor& x, const Tensor* w, float eps, NormKind kind, Tensor& y) override {
-    ROWLM_REQUIRE(x.dtype() == DType::F32 && x.rank() >= 1 && x.dim(-1) > 0,
-            "rms_norm: x must be f32 [..., D] with D > 0, got " + describe(x));
-    ROWLM_REQUIRE(y.dtype() == DType::F32 && y.shape() == x.shape(),
-            "rms_norm: y must be f32 " + shape_str(x.shape()) + ", got " + describe(y));
+    ROWLM_REQUIRE(x.dtype() == DType::F32 && x.rank() >= 1 && x.dim(-1) > 0 && x.on_host(),
+                  "rms_norm: x must be f32 [..., D] with D > 0, got " + describe(x));
+    ROWLM_REQUIRE(y.dtype() == DType::F32 && y.shape() == x.shape() && y.on_host(),
+                  "rms_norm: y must be f32 " + shape_str(x.shape()) + ", got " + describe(y));
     ROWLM_REQUIRE(y.raw() == x.raw() || !overlaps(x, y), "rms_norm: y must be x itself or not overlap it");
     const int64_t D = x.dim(-1), rows = x.numel() / D;
     std::vector<float> widened;
     const float* g = nullptr;
     if (kind != NormKind::NoScale) {
       ROWLM_REQUIRE(w != nullptr, "rms_norm: this norm kind needs a weight");
-      ROWLM_REQUIRE(w->numel() == D && is_float_storage(w->dtype()),
-              "rms_norm: weight must be f32, bf16 or f16 with " + std::to_string(D) + " entries, got " +
-                  describe(*w));
+      ROWLM_REQUIRE(w->numel() == D && is_float_storage(w->dtype()) && w->on_host(),
+                    "rms_norm: weight must be f32, bf16 or f16 with " + std::to_string(D) + " entries, got " +
+                        describe(*w));
       g = as_f32(kernels_, *w, widened);
     }
     const float* xs = x.data<float>();
     float* ys = y.data<float>();
     pool_.parallel_for(rows, rows_grain(D), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        // HF Gemma4RMSNorm in f32: x · pow(mean(x²) + eps, −0.5) · w, where
-        // PyTorch evaluates pow(·, −0.5) as 1 / sqrt(·).
+        // HF's RMS norms in f32: x · pow(mean(x²) + eps, −0.5) · w, where
+        // PyTorch evaluates pow(·, −0.5) (and rsqrt) as 1 / sqrt(·).
         const float mean = kernels_.sum_squares(xs + r * D, D) / float(D);
         const float inv = 1.0f / std::sqrt(mean + eps);
         kernels_.norm_apply(xs + r * D, g, kind == NormKind::OnePlus, D, inv, ys + r * D);
@@ -129,31 +215,32 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void rope(Tensor& x, std::span<const int64_t> positions, const RopeFrequencies& freqs) override {
-    const int64_t hd = freqs.head_dim, half = hd / 2, T = int64_t(positions.size());
-    ROWLM_REQUIRE(hd > 0 && hd % 2 == 0, "rope: head_dim must be even and positive, got " + std::to_string(hd));
-    ROWLM_REQUIRE(int64_t(freqs.inv_freq.size()) == half,
-            "rope: inv_freq has " + std::to_string(freqs.inv_freq.size()) + " entries, head_dim " +
-                std::to_string(hd) + " needs " + std::to_string(half));
+  void rope(Tensor& x, const Tensor& positions, const Tensor& inv_freq) override {
+    ROWLM_REQUIRE(inv_freq.dtype() == DType::F32 && inv_freq.rank() == 1 && inv_freq.numel() > 0 && inv_freq.on_host(),
+                  "rope: inv_freq must be f32 [head_dim / 2], got " + describe(inv_freq));
+    const int64_t half = inv_freq.numel(), hd = 2 * half, T = positions.numel();
+    ROWLM_REQUIRE(positions.dtype() == DType::I32 && positions.rank() == 1 && positions.on_host(),
+                  "rope: positions must be i32 [T], got " + describe(positions));
     const bool shape_ok = x.rank() == 3 ? x.dim(2) == hd : x.rank() == 2 && x.dim(1) % hd == 0;
-    ROWLM_REQUIRE(x.dtype() == DType::F32 && shape_ok && x.dim(0) == T,
-            "rope: x must be f32 [" + std::to_string(T) + ", heads, " + std::to_string(hd) +
-                "] (or [T, heads·head_dim]), got " + describe(x));
+    ROWLM_REQUIRE(x.dtype() == DType::F32 && shape_ok && x.dim(0) == T && x.on_host(),
+                  "rope: x must be f32 [" + std::to_string(T) + ", heads, " + std::to_string(hd) +
+                      "] (or [T, heads·head_dim]), got " + describe(x));
+    const int32_t* pos = positions.data<int32_t>();
     for (int64_t t = 0; t < T; ++t)
-      ROWLM_REQUIRE(positions[t] >= 0, "rope: position " + std::to_string(positions[t]) + " at index " +
-                                     std::to_string(t) + " is negative");
+      ROWLM_REQUIRE(pos[t] >= 0, "rope: position " + std::to_string(pos[t]) + " at index " + std::to_string(t) +
+                                     " is negative");
     const int64_t heads = T == 0 ? 0 : x.numel() / (T * hd);
     float* xs = x.data<float>();
-    const float* inv_freq = freqs.inv_freq.data();
+    const float* freq = inv_freq.data<float>();
     pool_.parallel_for(T, rows_grain(heads * hd), [&](int64_t t0, int64_t t1) {
       std::vector<float> cs(std::size_t(2 * half));
       float* cos = cs.data();
       float* sin = cs.data() + half;
       for (int64_t t = t0; t < t1; ++t) {
         // As HF: angle = float(position) · inv_freq in f32, then cos and sin in f32.
-        const float p = float(positions[t]);
+        const float p = float(pos[t]);
         for (int64_t i = 0; i < half; ++i) {
-          const float angle = p * inv_freq[i];
+          const float angle = p * freq[i];
           cos[i] = std::cos(angle);
           sin[i] = std::sin(angle);
         }
@@ -162,29 +249,32 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
+  void gated_activation(const Tensor& gate, const Tensor& up, Activation act, Tensor& out) override {
     ROWLM_REQUIRE(gate.dtype() == DType::F32 && up.dtype() == DType::F32 && out.dtype() == DType::F32 &&
-                gate.shape() == up.shape() && out.shape() == gate.shape(),
-            "gelu_tanh_mul: gate, up and out must be f32 of one shape, got " + describe(gate) + ", " +
-                describe(up) + ", " + describe(out));
+                      gate.shape() == up.shape() && out.shape() == gate.shape() && gate.on_host() && up.on_host() &&
+                      out.on_host(),
+                  "gated_activation: gate, up and out must be f32 of one shape, got " + describe(gate) + ", " +
+                      describe(up) + ", " + describe(out));
     ROWLM_REQUIRE((out.raw() == gate.raw() || !overlaps(out, gate)) && (out.raw() == up.raw() || !overlaps(out, up)),
-            "gelu_tanh_mul: out must be gate, up, or separate from both");
+                  "gated_activation: out must be gate, up, or separate from both");
     const float* g = gate.data<float>();
     const float* u = up.data<float>();
     float* o = out.data<float>();
-    elementwise(out.numel(), [&](int64_t i, int64_t n) { kernels_.gelu_tanh_mul(g + i, u + i, n, o + i); });
+    const auto fn = act == Activation::Silu ? kernels_.silu_mul : kernels_.gelu_tanh_mul;
+    elementwise(out.numel(), [&](int64_t i, int64_t n) { fn(g + i, u + i, n, o + i); });
   }
 
   void copy(const Tensor& src, Tensor& dst) override {
-    ROWLM_REQUIRE(src.dtype() == dst.dtype() && src.numel() == dst.numel(),
-            "copy: src and dst must have one dtype and size, got " + describe(src) + " and " + describe(dst));
+    ROWLM_REQUIRE(src.dtype() == dst.dtype() && src.numel() == dst.numel() && src.on_host() && dst.on_host(),
+                  "copy: src and dst must have one dtype and size, got " + describe(src) + " and " + describe(dst));
     ROWLM_REQUIRE(!overlaps(src, dst), "copy: src and dst must not overlap");
-    std::memcpy(dst.raw(), src.raw(), src.nbytes());
+    if (src.nbytes()) std::memcpy(dst.raw(), src.raw(), src.nbytes());
   }
 
   void add(Tensor& y, const Tensor& x) override {
-    ROWLM_REQUIRE(y.dtype() == DType::F32 && x.dtype() == DType::F32 && y.shape() == x.shape(),
-            "add: y and x must be f32 of one shape, got " + describe(y) + " and " + describe(x));
+    ROWLM_REQUIRE(y.dtype() == DType::F32 && x.dtype() == DType::F32 && y.shape() == x.shape() && x.on_host() &&
+                      y.on_host(),
+                  "add: y and x must be f32 of one shape, got " + describe(y) + " and " + describe(x));
     ROWLM_REQUIRE(y.raw() == x.raw() || !overlaps(x, y), "add: x must be y itself or not overlap it");
     float* ys = y.data<float>();
     const float* xs = x.data<float>();
@@ -192,104 +282,228 @@ class CpuBackend final : public Backend {
   }
 
   void scale(Tensor& y, float s) override {
-    ROWLM_REQUIRE(y.dtype() == DType::F32, "scale: y must be f32, got " + describe(y));
+    ROWLM_REQUIRE(y.dtype() == DType::F32 && y.on_host(), "scale: y must be f32, got " + describe(y));
     float* ys = y.data<float>();
     elementwise(y.numel(), [&](int64_t i, int64_t n) { kernels_.scale(ys + i, s, n); });
   }
 
   void softcap(Tensor& y, float cap) override {
-    ROWLM_REQUIRE(y.dtype() == DType::F32, "softcap: y must be f32, got " + describe(y));
+    ROWLM_REQUIRE(y.dtype() == DType::F32 && y.on_host(), "softcap: y must be f32, got " + describe(y));
     ROWLM_REQUIRE(cap > 0.0f && std::isfinite(cap), "softcap: cap must be positive and finite, got " + std::to_string(cap));
     float* ys = y.data<float>();
     elementwise(y.numel(), [&](int64_t i, int64_t n) { kernels_.softcap(ys + i, cap, n); });
   }
 
-  void attention(const Tensor& q, std::span<const AttentionQuery> queries, const kv::KvCache& cache,
-                 int layer, const AttentionParams& params, Tensor& out) override {
-    ROWLM_REQUIRE(params.num_heads > 0 && params.head_dim > 0,
-            "attention: num_heads and head_dim must be positive");
-    const int64_t expect = int64_t(queries.size()) * params.num_heads * params.head_dim;
-    ROWLM_REQUIRE(q.dtype() == DType::F32 && q.numel() == expect,
-            "attention: q must be f32 [" + std::to_string(queries.size()) + ", " + std::to_string(params.num_heads) +
-                ", " + std::to_string(params.head_dim) + "], got " + describe(q));
-    ROWLM_REQUIRE(out.dtype() == DType::F32 && out.numel() == expect && !overlaps(out, q),
-            "attention: out must be f32 with q's shape and separate from q, got " + describe(out));
-    kv::attend(cache, layer, queries, q.data<float>(), params, out.data<float>(), pool_);
+  void gather_rows(const Tensor& src, const Tensor& rows, Tensor& dst) override {
+    ROWLM_REQUIRE(src.rank() >= 1 && src.on_host(), "gather_rows: src must have at least one dimension");
+    const int64_t R = src.dim(0), n = rows.numel();
+    const int64_t row_elems = R == 0 ? 0 : src.numel() / R;
+    Shape want = src.shape();
+    want[0] = n;
+    ROWLM_REQUIRE(dst.dtype() == src.dtype() && dst.shape() == want && dst.on_host(),
+                  "gather_rows: dst must be " + std::string(dtype_name(src.dtype())) + " " + shape_str(want) +
+                      ", got " + describe(dst));
+    ROWLM_REQUIRE(!overlaps(dst, src), "gather_rows: dst must not overlap src");
+    const int32_t* r = indices(rows, n, R, "gather_rows", "rows", "src");
+    const std::size_t row_bytes = std::size_t(row_elems) * dtype_size(src.dtype());
+    const auto* s = static_cast<const std::byte*>(src.raw());
+    auto* d = static_cast<std::byte*>(dst.raw());
+    pool_.parallel_for(n, rows_grain(row_elems), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) std::memcpy(d + i * row_bytes, s + r[i] * row_bytes, row_bytes);
+    });
   }
 
-  void moe_route(const Tensor& logits, int top_k, const Tensor* per_expert_scale,
-                 std::span<int32_t> experts, std::span<float> weights) override {
-    ROWLM_REQUIRE(logits.dtype() == DType::F32 && logits.rank() == 2 && logits.dim(1) > 0,
-            "moe_route: logits must be f32 [T, E], got " + describe(logits));
+  void scatter_add_rows(Tensor& dst, const Tensor& rows, const Tensor& weights, const Tensor& src) override {
+    ROWLM_REQUIRE(dst.dtype() == DType::F32 && dst.rank() >= 1 && dst.on_host(),
+                  "scatter_add_rows: dst must be f32, got " + describe(dst));
+    const int64_t R = dst.dim(0), n = rows.numel();
+    const int64_t D = R == 0 ? 0 : dst.numel() / R;
+    ROWLM_REQUIRE(weights.dtype() == DType::F32 && weights.numel() == n && weights.on_host(),
+                  "scatter_add_rows: " + std::to_string(n) + " rows but weights " + describe(weights));
+    Shape want = dst.shape();
+    want[0] = n;
+    ROWLM_REQUIRE(src.dtype() == DType::F32 && src.shape() == want && src.on_host(),
+                  "scatter_add_rows: src must be f32 " + shape_str(want) + ", got " + describe(src));
+    ROWLM_REQUIRE(!overlaps(dst, src), "scatter_add_rows: src must not overlap dst");
+    const int32_t* r = indices(rows, n, R, "scatter_add_rows", "rows", "dst");
+    scatter_add(dst.data<float>(), D, r, weights.data<float>(), n, src.data<float>());
+  }
+
+  // --- Mixture of experts
+
+  void moe_route(const Tensor& logits, int top_k, bool renormalize, const Tensor* per_expert_scale, Tensor& experts,
+                 Tensor& weights) override {
+    ROWLM_REQUIRE(logits.dtype() == DType::F32 && logits.rank() == 2 && logits.dim(1) > 0 && logits.on_host(),
+                  "moe_route: logits must be f32 [T, E], got " + describe(logits));
     const int64_t T = logits.dim(0), E = logits.dim(1);
     ROWLM_REQUIRE(top_k >= 1 && top_k <= E, "moe_route: top_k " + std::to_string(top_k) + " must be in [1, " +
-                                          std::to_string(E) + "]");
-    ROWLM_REQUIRE(int64_t(experts.size()) == T * top_k && int64_t(weights.size()) == T * top_k,
-            "moe_route: experts and weights need T·top_k = " + std::to_string(T * top_k) + " entries, got " +
-                std::to_string(experts.size()) + " and " + std::to_string(weights.size()));
+                                                std::to_string(E) + "]");
+    ROWLM_REQUIRE(experts.dtype() == DType::I32 && experts.numel() == T * top_k && experts.on_host() &&
+                      weights.dtype() == DType::F32 && weights.numel() == T * top_k && weights.on_host(),
+                  "moe_route: experts (i32) and weights (f32) need T·top_k = " + std::to_string(T * top_k) +
+                      " entries, got " + describe(experts) + " and " + describe(weights));
     std::vector<float> widened;
     const float* scale = nullptr;
     if (per_expert_scale != nullptr) {
-      ROWLM_REQUIRE(per_expert_scale->numel() == E && is_float_storage(per_expert_scale->dtype()),
-              "moe_route: per_expert_scale must be f32, bf16 or f16 with " + std::to_string(E) +
-                  " entries, got " + describe(*per_expert_scale));
+      ROWLM_REQUIRE(per_expert_scale->numel() == E && is_float_storage(per_expert_scale->dtype()) &&
+                        per_expert_scale->on_host(),
+                    "moe_route: per_expert_scale must be f32, bf16 or f16 with " + std::to_string(E) +
+                        " entries, got " + describe(*per_expert_scale));
       scale = as_f32(kernels_, *per_expert_scale, widened);
     }
     const float* l = logits.data<float>();
     for (int64_t i = 0; i < T * E; ++i)
       ROWLM_REQUIRE(!std::isnan(l[i]), "moe_route: logits row " + std::to_string(i / E) + " contains NaN");
+    int32_t* ex = experts.data<int32_t>();
+    float* wt = weights.data<float>();
     pool_.parallel_for(T, std::max<int64_t>(1, kElementGrain / E), [&](int64_t t0, int64_t t1) {
       std::vector<float> probs(static_cast<std::size_t>(E));
       for (int64_t t = t0; t < t1; ++t)
-        route_row(l + t * E, E, top_k, scale, probs.data(), experts.data() + t * top_k,
-                  weights.data() + t * top_k);
+        route_row(l + t * E, E, top_k, renormalize, scale, probs.data(), ex + t * top_k, wt + t * top_k);
     });
   }
 
-  void gather_rows(const Tensor& src, std::span<const int32_t> rows, Tensor& dst) override {
-    ROWLM_REQUIRE(src.rank() >= 1, "gather_rows: src must have at least one dimension");
-    const int64_t R = src.dim(0), n = int64_t(rows.size());
-    const int64_t row_elems = R == 0 ? 0 : src.numel() / R;
-    Shape want = src.shape();
-    want[0] = n;
-    ROWLM_REQUIRE(dst.dtype() == src.dtype() && dst.shape() == want,
-            "gather_rows: dst must be " + std::string(dtype_name(src.dtype())) + " " + shape_str(want) +
-                ", got " + describe(dst));
-    ROWLM_REQUIRE(!overlaps(dst, src), "gather_rows: dst must not overlap src");
-    for (int64_t i = 0; i < n; ++i)
-      ROWLM_REQUIRE(rows[i] >= 0 && rows[i] < R, "gather_rows: row " + std::to_string(rows[i]) + " at index " +
-                                               std::to_string(i) + " is outside src's " + std::to_string(R) +
-                                               " rows");
-    const std::size_t row_bytes = std::size_t(row_elems) * dtype_size(src.dtype());
-    const auto* s = static_cast<const std::byte*>(src.raw());
-    auto* d = static_cast<std::byte*>(dst.raw());
-    pool_.parallel_for(n, rows_grain(row_elems), [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) std::memcpy(d + i * row_bytes, s + rows[i] * row_bytes, row_bytes);
+  void moe_experts(const Tensor& x, const Tensor& experts, const Tensor& weights, const ExpertBank& bank,
+                   Activation act, Tensor& out) override {
+    ROWLM_REQUIRE(x.dtype() == DType::F32 && x.rank() == 2 && x.on_host(), "moe_experts: x must be f32 [T, H], got " + describe(x));
+    const int64_t T = x.dim(0), H = x.dim(1);
+    ROWLM_REQUIRE(out.dtype() == DType::F32 && out.shape() == x.shape() && out.on_host() && !overlaps(out, x),
+                  "moe_experts: out must be f32 " + shape_str(x.shape()) + " apart from x, got " + describe(out));
+    const int E = bank.size();
+    ROWLM_REQUIRE(E > 0 && int(bank.up.size()) == E && int(bank.down.size()) == E,
+                  "moe_experts: the bank needs gate, up and down for every expert");
+    ROWLM_REQUIRE(experts.dtype() == DType::I32 && experts.rank() == 2 && experts.dim(0) == T && experts.on_host() &&
+                      weights.dtype() == DType::F32 && weights.shape() == experts.shape() && weights.on_host(),
+                  "moe_experts: experts (i32) and weights (f32) must be [T, top_k], got " + describe(experts) +
+                      " and " + describe(weights));
+    const int64_t K = experts.dim(1);
+    const int32_t* ex = indices(experts.reshaped({T * K}), T * K, E, "moe_experts", "rows", "the bank");
+    const float* wt = weights.data<float>();
+    std::fill(out.data<float>(), out.data<float>() + out.numel(), 0.0f);
+    // Each expert over the tokens routed to it (in token order); expert
+    // contributions are added in expert order.
+    std::vector<int32_t> tokens;
+    std::vector<float> token_weights;
+    // Scratch for the largest expert call (each token meets an expert at
+    // most once), allocated once per call and not zeroed: every element is
+    // written before it is read.
+    int64_t I = 0;
+    for (const Weight& g : bank.gate) I = std::max(I, g.rows);
+    Tensor xe_all = Tensor::uninitialized(DType::F32, {T, H}), ye_all = Tensor::uninitialized(DType::F32, {T, H});
+    Tensor gate_all = Tensor::uninitialized(DType::F32, {T * I}), up_all = Tensor::uninitialized(DType::F32, {T * I});
+    for (int e = 0; e < E; ++e) {
+      tokens.clear();
+      token_weights.clear();
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < K; ++j)
+          if (ex[t * K + j] == e) {
+            tokens.push_back(int32_t(t));
+            token_weights.push_back(wt[t * K + j]);
+          }
+      if (tokens.empty()) continue;
+      const int64_t n = int64_t(tokens.size()), Ie = bank.gate[std::size_t(e)].rows;
+      Tensor xt = xe_all.rows(0, n), yt = ye_all.rows(0, n);
+      Tensor gt = gate_all.rows(0, n * Ie).reshaped({n, Ie}), ut = up_all.rows(0, n * Ie).reshaped({n, Ie});
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(xt.data<float>() + i * H, x.data<float>() + int64_t(tokens[std::size_t(i)]) * H,
+                    std::size_t(H) * sizeof(float));
+      matmul(xt, bank.gate[std::size_t(e)], gt);
+      matmul(xt, bank.up[std::size_t(e)], ut);
+      gated_activation(gt, ut, act, gt);
+      matmul(gt, bank.down[std::size_t(e)], yt);
+      scatter_add(out.data<float>(), H, tokens.data(), token_weights.data(), n, yt.data<float>());
+    }
+  }
+
+  // --- KV bytes
+
+  void kv_write(KvArena& arena, std::span<const int64_t> slots, const Tensor& k, const Tensor& v) override {
+    cpu::CpuKvArena& a = own(arena, "kv_write");
+    const kv::LayerSpec& spec = a.spec();
+    const int64_t T = int64_t(slots.size()), width = int64_t(spec.kv_heads) * spec.head_dim;
+    for (const Tensor* t : {&k, &v})
+      ROWLM_REQUIRE(t->dtype() == DType::F32 && t->numel() == T * width && t->on_host(),
+                    "kv_write: K and V must be f32 [" + std::to_string(T) + ", " + std::to_string(width) + "], got " +
+                        describe(*t));
+    check_slots(a, slots, "kv_write");
+    const cpu::KvBlockLayout& bl = a.layout();
+    const int bs = bl.block_size, kvh = bl.kv_heads, hd = bl.head.head_dim;
+    const std::size_t hb = bl.head.head_bytes;
+    const float* ks = k.data<float>();
+    const float* vs = v.data<float>();
+    pool_.parallel_for(T, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, width)), [&](int64_t t0, int64_t t1) {
+      std::vector<std::byte> record(2 * std::size_t(kvh) * hb);
+      for (int64_t t = t0; t < t1; ++t) {
+        for (int h = 0; h < kvh; ++h) {
+          kv::encode_head(bl.head, ks + (t * kvh + h) * hd, record.data() + std::size_t(h) * hb);
+          kv::encode_head(bl.head, vs + (t * kvh + h) * hd, record.data() + std::size_t(kvh + h) * hb);
+        }
+        const int64_t slot = slots[std::size_t(t)];
+        bl.store_token(a.block(int32_t(slot / bs)), int(slot % bs), record.data());
+      }
     });
   }
 
-  void scatter_add_rows(Tensor& dst, std::span<const int32_t> rows, std::span<const float> weights,
-                        const Tensor& src) override {
-    ROWLM_REQUIRE(dst.dtype() == DType::F32 && dst.rank() >= 1, "scatter_add_rows: dst must be f32, got " + describe(dst));
-    const int64_t R = dst.dim(0), n = int64_t(rows.size());
-    const int64_t D = R == 0 ? 0 : dst.numel() / R;
-    ROWLM_REQUIRE(int64_t(weights.size()) == n,
-            "scatter_add_rows: " + std::to_string(n) + " rows but " + std::to_string(weights.size()) + " weights");
-    Shape want = dst.shape();
-    want[0] = n;
-    ROWLM_REQUIRE(src.dtype() == DType::F32 && src.shape() == want,
-            "scatter_add_rows: src must be f32 " + shape_str(want) + ", got " + describe(src));
-    ROWLM_REQUIRE(!overlaps(dst, src), "scatter_add_rows: src must not overlap dst");
-    for (int64_t i = 0; i < n; ++i)
-      ROWLM_REQUIRE(rows[i] >= 0 && rows[i] < R, "scatter_add_rows: row " + std::to_string(rows[i]) + " at index " +
-                                               std::to_string(i) + " is outside dst's " + std::to_string(R) +
-                                               " rows");
-    float* d = dst.data<float>();
-    const float* s = src.data<float>();
-    // Split over columns, so every element still receives its updates in order of i.
-    elementwise(n == 0 ? 0 : D, [&](int64_t c, int64_t len) {
-      for (int64_t i = 0; i < n; ++i) kernels_.add_scaled(d + rows[i] * D + c, weights[i], s + i * D + c, len);
-    }, std::max<int64_t>(16, kElementGrain / std::max<int64_t>(n, 1)));
+  void kv_copy_blocks(KvArena& arena, std::span<const KvBlockCopy> copies) override {
+    cpu::CpuKvArena& a = own(arena, "kv_copy_blocks");
+    for (const KvBlockCopy& c : copies)
+      ROWLM_REQUIRE(c.src >= 0 && c.src < a.blocks() && c.dst >= 0 && c.dst < a.blocks() && c.src != c.dst,
+                    "kv_copy_blocks: copy " + std::to_string(c.src) + " -> " + std::to_string(c.dst) +
+                        " outside the arena's " + std::to_string(a.blocks()) + " blocks");
+    for (const KvBlockCopy& c : copies) std::memcpy(a.block(c.dst), a.block(c.src), a.block_bytes());
+  }
+
+  void kv_read(const KvArena& arena, std::span<const int64_t> slots, std::span<std::byte> records) override {
+    const cpu::CpuKvArena& a = own(arena, "kv_read");
+    const std::size_t rec = kv::token_record_bytes(a.spec());
+    ROWLM_REQUIRE(records.size() == slots.size() * rec, "kv_read: " + std::to_string(slots.size()) +
+                                                             " slots need " + std::to_string(slots.size() * rec) +
+                                                             " bytes, got " + std::to_string(records.size()));
+    check_slots(a, slots, "kv_read");
+    const int bs = a.block_size();
+    for (std::size_t i = 0; i < slots.size(); ++i)
+      a.layout().load_token(a.block(int32_t(slots[i] / bs)), int(slots[i] % bs), records.data() + i * rec);
+  }
+
+  void kv_store(KvArena& arena, std::span<const int64_t> slots, std::span<const std::byte> records) override {
+    cpu::CpuKvArena& a = own(arena, "kv_store");
+    const std::size_t rec = kv::token_record_bytes(a.spec());
+    ROWLM_REQUIRE(records.size() == slots.size() * rec, "kv_store: " + std::to_string(slots.size()) +
+                                                             " slots need " + std::to_string(slots.size() * rec) +
+                                                             " bytes, got " + std::to_string(records.size()));
+    check_slots(a, slots, "kv_store");
+    const int bs = a.block_size();
+    for (std::size_t i = 0; i < slots.size(); ++i)
+      a.layout().store_token(a.block(int32_t(slots[i] / bs)), int(slots[i] % bs), records.data() + i * rec);
+  }
+
+  void attention(const Tensor& q, const KvArena& arena, const AttentionBatch& batch, const AttentionParams& params,
+                 Tensor& out) override {
+    const cpu::CpuKvArena& a = own(arena, "attention");
+    const kv::LayerSpec& spec = a.spec();
+    ROWLM_REQUIRE(params.num_heads > 0 && params.head_dim == spec.head_dim && params.num_heads % spec.kv_heads == 0,
+                  "attention: " + std::to_string(params.num_heads) + " heads of " + std::to_string(params.head_dim) +
+                      " do not fit a layer of " + std::to_string(spec.kv_heads) + " kv heads of " +
+                      std::to_string(spec.head_dim));
+    const int64_t T = int64_t(batch.queries.size());
+    const int64_t expect = T * params.num_heads * params.head_dim;
+    ROWLM_REQUIRE(q.dtype() == DType::F32 && q.numel() == expect && q.on_host(),
+                  "attention: q must be f32 [" + std::to_string(T) + ", " + std::to_string(params.num_heads) + ", " +
+                      std::to_string(params.head_dim) + "], got " + describe(q));
+    ROWLM_REQUIRE(out.dtype() == DType::F32 && out.numel() == expect && out.on_host() && !overlaps(out, q),
+                  "attention: out must be f32 with q's shape and separate from q, got " + describe(out));
+    const int bs = a.block_size();
+    for (const KvKeyRange& r : batch.queries) {
+      if (r.hi < r.lo) continue;
+      ROWLM_REQUIRE(r.table >= 0 && std::size_t(r.table) < batch.tables.size() && r.lo >= 0,
+                    "attention: a query names a block table outside the batch");
+      const std::span<const int32_t> table = batch.tables[std::size_t(r.table)];
+      ROWLM_REQUIRE(r.hi / bs < int64_t(table.size()), "attention: a query reads past its block table");
+      for (int64_t b = r.lo / bs; b <= r.hi / bs; ++b)
+        ROWLM_REQUIRE(table[std::size_t(b)] >= 0 && table[std::size_t(b)] < a.blocks(),
+                      "attention: block table entry " + std::to_string(table[std::size_t(b)]) + " is not a block");
+    }
+    cpu::attend(kernels_, pool_, a.layout(), a.addresses(), batch, q.data<float>(), params, out.data<float>());
   }
 
  private:
@@ -307,10 +521,26 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // d[rows[i], :] += w[i] · s[i, :] over D columns, applied in order of i.
+  void scatter_add(float* d, int64_t D, const int32_t* rows, const float* w, int64_t n, const float* s) {
+    // Split over columns, so every element still receives its updates in order of i.
+    elementwise(n == 0 ? 0 : D, [&](int64_t c, int64_t len) {
+      for (int64_t i = 0; i < n; ++i) kernels_.add_scaled(d + rows[i] * D + c, w[i], s + i * D + c, len);
+    }, std::max<int64_t>(16, kElementGrain / std::max<int64_t>(n, 1)));
+  }
+
+  static void check_slots(const cpu::CpuKvArena& a, std::span<const int64_t> slots, const char* op) {
+    const int64_t end = a.blocks() * a.block_size();
+    for (int64_t s : slots)
+      ROWLM_REQUIRE(s >= 0 && s < end, std::string(op) + ": slot " + std::to_string(s) + " outside the arena's " +
+                                           std::to_string(end) + " slots");
+  }
+
   // Softmax over E in f32 (max-subtracted, summed in index order), the top_k
-  // by probability (ties to the lower index), renormalised over the k in
-  // descending order, times the per-expert scale (HF Gemma4TextRouter).
-  static void route_row(const float* logits, int64_t E, int top_k, const float* scale, float* probs,
+  // by probability (ties to the lower index), optionally renormalised over
+  // the k in descending order, times the per-expert scale (HF
+  // Gemma4TextRouter; Qwen3MoeSparseMoeBlock with norm_topk_prob).
+  static void route_row(const float* logits, int64_t E, int top_k, bool renormalize, const float* scale, float* probs,
                         int32_t* experts, float* weights) {
     float max = logits[0];
     for (int64_t e = 1; e < E; ++e) max = std::max(max, logits[e]);
@@ -333,7 +563,7 @@ class CpuBackend final : public Backend {
       probs[best] = -1.0f;
     }
     for (int j = 0; j < top_k; ++j) {
-      weights[j] /= chosen_sum;
+      if (renormalize) weights[j] /= chosen_sum;
       if (scale != nullptr) weights[j] *= scale[experts[j]];
     }
   }
@@ -341,19 +571,10 @@ class CpuBackend final : public Backend {
   const cpu::Kernels& kernels_;
   ThreadPool pool_;
   MatmulPrecision precision_;
+  Workspace workspace_;
 };
 
 }  // namespace
-
-std::string_view matmul_precision_name(MatmulPrecision p) {
-  return p == MatmulPrecision::Bf16 ? "bf16" : "f32";
-}
-
-MatmulPrecision parse_matmul_precision(std::string_view name) {
-  for (MatmulPrecision p : {MatmulPrecision::F32, MatmulPrecision::Bf16})
-    if (name == matmul_precision_name(p)) return p;
-  throw Error("unknown matmul precision '" + std::string(name) + "' (expected f32 or bf16)");
-}
 
 std::unique_ptr<Backend> make_cpu_backend(int threads, cpu::Isa isa, MatmulPrecision precision) {
   return std::make_unique<CpuBackend>(threads, isa, precision);

@@ -401,6 +401,42 @@ void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+// exp(y) for y in [-87, 0] (clamped there): the same reduction and
+// polynomial as exp_0_20; 2^n stays in the normal range.
+template <class V>
+inline typename V::R exp_neg(typename V::R y) {
+  const auto c = V::select(V::less(y, V::set1(-87.0f)), V::set1(-87.0f), y);
+  const auto n = V::round_even(V::mul(c, V::set1(1.44269504088896341f)));
+  auto r = V::fma(n, V::set1(-0.693145751953125f), c);
+  r = V::fma(n, V::set1(-1.42860682030941723212e-6f), r);
+  auto p = V::set1(1.0f / 5040.0f);
+  p = V::fma(p, r, V::set1(1.0f / 720.0f));
+  p = V::fma(p, r, V::set1(1.0f / 120.0f));
+  p = V::fma(p, r, V::set1(1.0f / 24.0f));
+  p = V::fma(p, r, V::set1(1.0f / 6.0f));
+  p = V::fma(p, r, V::set1(0.5f));
+  p = V::fma(p, r, V::set1(1.0f));
+  p = V::fma(p, r, V::set1(1.0f));
+  return V::ldexp(p, n);
+}
+
+// silu(x)·up with silu(x) = x · sigmoid(x) and sigmoid from e = exp(-|x|):
+// 1 / (1 + e) for x >= 0, e / (1 + e) below, so nothing overflows. NaN
+// passes through.
+template <class V>
+void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+  const auto one = V::set1(1.0f);
+  for (int64_t i = 0; i < n; i += kLanes) {
+    const auto x = load_n<V>(gate, i, n);
+    const auto u = load_n<V>(up, i, n);
+    const auto e = exp_neg<V>(V::sub(V::zero(), V::abs(x)));
+    const auto d = V::add(one, e);
+    const auto sig = V::select(V::less(x, V::zero()), V::div(e, d), V::div(one, d));
+    const auto s = V::select(V::is_nan(x), x, V::mul(x, sig));
+    store_n<V>(out, i, n, V::mul(s, u));
+  }
+}
+
 template <class V>
 void add(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; i += kLanes)
@@ -431,7 +467,7 @@ void add_scaled(float* y, float a, const float* x, int64_t n) {
 // The table every ISA file returns, filled from the algorithms above.
 template <class V>
 Kernels make_kernels(Isa isa, uint64_t (*stream_read)(const void*, std::size_t),
-                               double (*fma_chains)(int64_t, float*)) {
+                     double (*fma_chains)(int64_t, float*), AttentionKernelFn attend) {
   Kernels k;
   k.isa = isa;
   k.mr = V::kMR;
@@ -443,6 +479,8 @@ Kernels make_kernels(Isa isa, uint64_t (*stream_read)(const void*, std::size_t),
   k.norm_apply = &norm_apply<V>;
   k.rope_head = &rope_head<V>;
   k.gelu_tanh_mul = &gelu_tanh_mul<V>;
+  k.silu_mul = &silu_mul<V>;
+  k.attend = attend;
   k.add = &add<V>;
   k.scale = &scale<V>;
   k.softcap = &softcap<V>;

@@ -14,8 +14,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/isa.h"
+#include "backend/cpu/attention_kernel_types.h"
 #include "core/dtype.h"
+#include "core/isa.h"
 
 namespace rowlm::cpu {
 
@@ -58,11 +59,18 @@ struct Kernels {
   void (*rope_head)(float* x, const float* cos, const float* sin, int64_t half);
   // out[i] = gelu_tanh(gate[i]) · up[i] (PyTorch's approximate="tanh" formula).
   void (*gelu_tanh_mul)(const float* gate, const float* up, int64_t n, float* out);
+  // out[i] = silu(gate[i]) · up[i], silu(x) = x · sigmoid(x) (PyTorch's
+  // F.silu, within a few ulp).
+  void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out);
   void (*add)(float* y, const float* x, int64_t n);            // y += x
   void (*scale)(float* y, float s, int64_t n);                 // y *= s
   void (*softcap)(float* y, float cap, int64_t n);             // y = cap · tanh(y / cap)
   void (*add_scaled)(float* y, float a, const float* x, int64_t n);  // y += (a · x), two roundings
   void (*tanh)(const float* x, int64_t n, float* out);         // the tanh the others use
+
+  // The attention kernel (attention_kernel.inl) compiled for this ISA: the
+  // whole CPU backend picks its instruction set once, through this table.
+  AttentionKernelFn attend = nullptr;
 
   // Ceiling probes (ceilings.h): read `bytes` (a multiple of 64, 64-byte
   // aligned) with vector loads; run `iters` rounds of independent FMA

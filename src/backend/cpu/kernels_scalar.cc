@@ -139,7 +139,7 @@ double fma_chains(int64_t iters, float* sink) {
 }  // namespace
 
 const Kernels& scalar_kernels() {
-  static const Kernels k = make_kernels<VScalar>(Isa::Scalar, &stream_read, &fma_chains);
+  static const Kernels k = make_kernels<VScalar>(Isa::Scalar, &stream_read, &fma_chains, &attend_portable);
   return k;
 }
 

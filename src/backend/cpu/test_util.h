@@ -2,6 +2,7 @@
 // Helpers shared by the backend's unit tests (not part of the library).
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -63,6 +64,18 @@ inline std::vector<float> widened(const Tensor& t) {
     }
   }
   return out;
+}
+
+// Host tensors of indices and values (the CPU backend's device is the host).
+inline Tensor i32_tensor(const std::vector<int32_t>& v) {
+  Tensor t(DType::I32, {int64_t(v.size())});
+  std::copy(v.begin(), v.end(), t.data<int32_t>());
+  return t;
+}
+inline Tensor f32_tensor(const std::vector<float>& v) {
+  Tensor t(DType::F32, {int64_t(v.size())});
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
 }
 
 // Number of representable floats between a and b (0 when equal).

@@ -17,7 +17,9 @@ namespace {
 
 using testing::all_backends;
 using testing::BackendCase;
+using testing::f32_tensor;
 using testing::float_bits;
+using testing::i32_tensor;
 using testing::narrowed;
 using testing::random_f32;
 using testing::ulp_distance;
@@ -111,28 +113,29 @@ TEST(CpuOps, RopeMatchesRotateHalfInDouble) {
   auto backends = all_backends();
   for (int64_t hd : {8, 32, 512}) {
     const int64_t heads = 3, half = hd / 2;
-    RopeFrequencies f{int(hd), {}};
+    std::vector<float> inv_freq;
     for (int64_t i = 0; i < half; ++i)  // proportional style: the upper pairs are identity
-      f.inv_freq.push_back(i < half / 2 ? float(std::pow(10000.0, -2.0 * double(i) / double(hd))) : 0.0f);
-    const std::vector<int64_t> positions = {0, 1, 7, 4095, 131071};
+      inv_freq.push_back(i < half / 2 ? float(std::pow(10000.0, -2.0 * double(i) / double(hd))) : 0.0f);
+    const Tensor f = f32_tensor(inv_freq);
+    const std::vector<int32_t> positions = {0, 1, 7, 4095, 131071};
     const int64_t T = int64_t(positions.size());
     const Tensor x = random_f32({T, heads, hd}, rng);
     const Tensor y = same_on_every_path(backends, [&](Backend& b) {
       Tensor out = copy_of(x);
-      b.rope(out, positions, f);
+      b.rope(out, i32_tensor(positions), f);
       return out;
     });
     for (int64_t t = 0; t < T; ++t)
       for (int64_t h = 0; h < heads; ++h)
         for (int64_t i = 0; i < half; ++i) {
-          const float angle = float(positions[t]) * f.inv_freq[i];  // HF forms the angle in f32
+          const float angle = float(positions[t]) * inv_freq[i];  // HF forms the angle in f32
           const double c = std::cos(double(angle)), s = std::sin(double(angle));
           const int64_t base = (t * heads + h) * hd;
           const double a = x.data<float>()[base + i], bb = x.data<float>()[base + i + half];
           const double tol = 4 * kUlp * (std::fabs(a) + std::fabs(bb));
           ASSERT_NEAR(y.data<float>()[base + i], a * c - bb * s, tol) << "hd=" << hd << " t=" << t;
           ASSERT_NEAR(y.data<float>()[base + i + half], bb * c + a * s, tol) << "hd=" << hd << " t=" << t;
-          if (f.inv_freq[i] == 0.0f) {
+          if (inv_freq[i] == 0.0f) {
             ASSERT_EQ(y.data<float>()[base + i], float(a));
             ASSERT_EQ(y.data<float>()[base + i + half], float(bb));
           }
@@ -182,7 +185,7 @@ TEST(CpuOps, GeluTanhMulMatchesPytorchFormulaInDouble) {
   const Tensor up = random_f32({3, n / 3}, rng);
   const Tensor y = same_on_every_path(backends, [&](Backend& b) {
     Tensor out(DType::F32, gate.shape());
-    b.gelu_tanh_mul(gate, up, out);
+    b.gated_activation(gate, up, Activation::GeluTanh, out);
     return out;
   });
   for (int64_t i = 0; i < n; ++i) {
@@ -193,8 +196,110 @@ TEST(CpuOps, GeluTanhMulMatchesPytorchFormulaInDouble) {
   }
   // out may alias gate.
   Tensor aliased = copy_of(gate);
-  backends[0].backend->gelu_tanh_mul(aliased, up, aliased);
+  backends[0].backend->gated_activation(aliased, up, Activation::GeluTanh, aliased);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(float_bits(aliased.data<float>()[i]), float_bits(y.data<float>()[i]));
+}
+
+// SiLU (Llama, Qwen): x·sigmoid(x)·up against the formula in double, from
+// the deep negative tail (where e^x underflows) to large positive x; every
+// ISA path gives the same bits.
+TEST(CpuOps, SiluMulMatchesTheFormulaInDouble) {
+  std::mt19937 rng(21);
+  auto backends = all_backends();
+  const int64_t n = 3000;
+  Tensor gate = random_f32({3, n / 3}, rng, 6.0f);
+  const float special[] = {-120.0f, -88.0f, -87.0f, -30.0f, -0.0f, 0.0f, 1e-30f, -1e-30f, 30.0f, 120.0f};
+  std::copy(std::begin(special), std::end(special), gate.data<float>());
+  const Tensor up = random_f32({3, n / 3}, rng);
+  const Tensor y = same_on_every_path(backends, [&](Backend& b) {
+    Tensor out(DType::F32, gate.shape());
+    b.gated_activation(gate, up, Activation::Silu, out);
+    return out;
+  });
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = gate.data<float>()[i], u = up.data<float>()[i];
+    const double want = x / (1.0 + std::exp(-x)) * u;
+    // Below x = -87 the sigmoid's e^x is held at e^-87: an absolute error
+    // under 1e-36·|x·u|, far below anything a logit could see.
+    ASSERT_NEAR(y.data<float>()[i], want, 4 * kUlp * std::fabs(want) + 1e-36 * std::fabs(x * u)) << "x=" << x;
+  }
+  EXPECT_TRUE(std::signbit(y.data<float>()[4]) != std::signbit(up.data<float>()[4]) || y.data<float>()[4] == 0.0f);
+}
+
+// add_bias adds the same vector to every row, exactly.
+TEST(CpuOps, AddBiasAddsToEveryRow) {
+  std::mt19937 rng(22);
+  auto backends = all_backends();
+  const Tensor y0 = random_f32({5, 70}, rng), bias = random_f32({70}, rng);
+  const Tensor y = same_on_every_path(backends, [&](Backend& b) {
+    Tensor out = copy_of(y0);
+    b.add_bias(out, bias);
+    return out;
+  });
+  for (int64_t m = 0; m < 5; ++m)
+    for (int64_t n = 0; n < 70; ++n)
+      ASSERT_EQ(y.data<float>()[m * 70 + n], y0.data<float>()[m * 70 + n] + bias.data<float>()[n]);
+}
+
+// moe_experts: every token's output is the weighted sum of its experts'
+// gated MLPs, against a plain loop in double; the same bits on every path
+// and for a token alone as in the batch.
+TEST(CpuOps, MoeExpertsSumTheRoutedExperts) {
+  std::mt19937 rng(23);
+  auto backends = all_backends();
+  const int64_t T = 9, H = 24, I = 16, E = 5, K = 2;
+  ExpertBank bank;
+  std::vector<Tensor> gate_w, up_w, down_w;
+  for (int64_t e = 0; e < E; ++e) {
+    gate_w.push_back(narrowed(random_f32({I, H}, rng, 0.3f), DType::BF16));
+    up_w.push_back(narrowed(random_f32({I, H}, rng, 0.3f), DType::BF16));
+    down_w.push_back(narrowed(random_f32({H, I}, rng, 0.3f), DType::BF16));
+    bank.gate.push_back(Weight::dense(gate_w.back()));
+    bank.up.push_back(Weight::dense(up_w.back()));
+    bank.down.push_back(Weight::dense(down_w.back()));
+  }
+  const Tensor x = random_f32({T, H}, rng);
+  Tensor experts(DType::I32, {T, K}), weights(DType::F32, {T, K});
+  for (int64_t t = 0; t < T; ++t) {
+    experts.data<int32_t>()[t * K] = int32_t(t % E);
+    experts.data<int32_t>()[t * K + 1] = int32_t((t * 3 + 1) % E == t % E ? (t + 1) % E : (t * 3 + 1) % E);
+    weights.data<float>()[t * K] = 0.6f;
+    weights.data<float>()[t * K + 1] = 0.4f;
+  }
+  const Tensor y = same_on_every_path(backends, [&](Backend& b) {
+    Tensor out(DType::F32, {T, H});
+    b.moe_experts(x, experts, weights, bank, Activation::Silu, out);
+    return out;
+  });
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<double> want(std::size_t(H), 0.0);
+    for (int64_t j = 0; j < K; ++j) {
+      const int e = experts.data<int32_t>()[t * K + j];
+      const auto g = widened(gate_w[std::size_t(e)]), u = widened(up_w[std::size_t(e)]), d = widened(down_w[std::size_t(e)]);
+      std::vector<double> act(static_cast<std::size_t>(I));
+      for (int64_t i = 0; i < I; ++i) {
+        double gs = 0, us = 0;
+        for (int64_t h = 0; h < H; ++h) {
+          gs += double(g[std::size_t(i * H + h)]) * x.data<float>()[t * H + h];
+          us += double(u[std::size_t(i * H + h)]) * x.data<float>()[t * H + h];
+        }
+        act[std::size_t(i)] = gs / (1.0 + std::exp(-gs)) * us;
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        double o = 0;
+        for (int64_t i = 0; i < I; ++i) o += double(d[std::size_t(h * I + i)]) * act[std::size_t(i)];
+        want[std::size_t(h)] += double(weights.data<float>()[t * K + j]) * o;
+      }
+    }
+    for (int64_t h = 0; h < H; ++h) ASSERT_NEAR(y.data<float>()[t * H + h], want[std::size_t(h)], 1e-4) << t << "," << h;
+  }
+  // A token alone gives the bits it gives in the batch.
+  for (int64_t t = 0; t < T; ++t) {
+    Tensor out(DType::F32, {1, H});
+    backends[0].backend->moe_experts(x.rows(t, t + 1), experts.rows(t, t + 1), weights.rows(t, t + 1), bank,
+                                     Activation::Silu, out);
+    for (int64_t h = 0; h < H; ++h) ASSERT_EQ(float_bits(out.data<float>()[h]), float_bits(y.data<float>()[t * H + h]));
+  }
 }
 
 TEST(CpuOps, SoftcapMatchesCapTimesTanh) {
@@ -238,7 +343,7 @@ TEST(CpuOps, AddScaleAndEmbedAreExactlyOneRoundingPerElement) {
     const auto values = widened(table);
     const Tensor out = same_on_every_path(backends, [&](Backend& b) {
       Tensor o(DType::F32, {4, 37});
-      b.embed(ids, table, 39.25f, o);
+      b.embed(i32_tensor(ids), Weight::dense(table), 39.25f, o);
       return o;
     });
     for (int64_t t = 0; t < 4; ++t)
@@ -256,9 +361,10 @@ TEST(CpuOps, MoeRouteMatchesSoftmaxTopKInDouble) {
   Tensor scale(DType::F32, {E});
   for (int64_t e = 0; e < E; ++e) scale.data<float>()[e] = u(rng);
   for (auto& b : backends) {
-    std::vector<int32_t> experts(T * k);
-    std::vector<float> weights(T * k);
-    b.backend->moe_route(logits, k, &scale, experts, weights);
+    Tensor expert_ids(DType::I32, {T, k}), expert_weights(DType::F32, {T, k});
+    b.backend->moe_route(logits, k, /*renormalize=*/true, &scale, expert_ids, expert_weights);
+    const int32_t* experts = expert_ids.data<int32_t>();
+    const float* weights = expert_weights.data<float>();
     for (int64_t t = 0; t < T; ++t) {
       std::vector<double> p(E);
       double max = -1e300, total = 0;
@@ -283,9 +389,10 @@ TEST(CpuOps, MoeRouteBreaksTiesTowardTheLowerIndex) {
   Tensor logits(DType::F32, {1, 6});
   const float values[] = {0.5f, 2.0f, 0.5f, 2.0f, 2.0f, -1.0f};
   std::copy(std::begin(values), std::end(values), logits.data<float>());
-  std::vector<int32_t> experts(4);
-  std::vector<float> weights(4);
-  b->moe_route(logits, 4, nullptr, experts, weights);
+  Tensor expert_ids(DType::I32, {1, 4}), expert_weights(DType::F32, {1, 4});
+  b->moe_route(logits, 4, /*renormalize=*/true, nullptr, expert_ids, expert_weights);
+  const std::vector<int32_t> experts(expert_ids.data<int32_t>(), expert_ids.data<int32_t>() + 4);
+  const float* weights = expert_weights.data<float>();
   EXPECT_EQ(experts, (std::vector<int32_t>{1, 3, 4, 0}));
   EXPECT_EQ(weights[0], weights[1]);
   EXPECT_EQ(weights[1], weights[2]);
@@ -302,12 +409,12 @@ TEST(CpuOps, GatherAndScatterAddFollowTheirDefinitions) {
   const Tensor updates = random_f32({5, 1100}, rng);
   const Tensor gathered = same_on_every_path(backends, [&](Backend& b) {
     Tensor out(DType::F32, {5, 1100});
-    b.gather_rows(src, rows, out);
+    b.gather_rows(src, i32_tensor(rows), out);
     return out;
   });
   const Tensor scattered = same_on_every_path(backends, [&](Backend& b) {
     Tensor dst = copy_of(base);
-    b.scatter_add_rows(dst, rows, weights, updates);
+    b.scatter_add_rows(dst, i32_tensor(rows), f32_tensor(weights), updates);
     return dst;
   });
   Tensor want = copy_of(base);
@@ -325,40 +432,40 @@ TEST(CpuOps, BadArgumentsGiveErrorsNamingTheOperation) {
   auto b = make_cpu_backend(1);
   Tensor x(DType::F32, {2, 8}), other(DType::F32, {2, 9}), table(DType::BF16, {10, 8});
   Tensor out(DType::F32, {2, 8});
-  const std::vector<int32_t> bad_ids = {1, 10};
-  EXPECT_NE(error_of([&] { b->embed(bad_ids, table, 1.0f, out); }).find("embed: token id 10"), std::string::npos);
+  const Tensor bad_ids = i32_tensor({1, 10});
+  EXPECT_NE(error_of([&] { b->embed(bad_ids, Weight::dense(table), 1.0f, out); }).find("embed: token id 10"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { b->rms_norm(x, nullptr, 1e-6f, NormKind::Plain, out); }).find("rms_norm"),
             std::string::npos);
   EXPECT_NE(error_of([&] { b->rms_norm(x, &other, 1e-6f, NormKind::Plain, out); }).find("rms_norm: weight"),
             std::string::npos);
-  const std::vector<int64_t> positions = {0, 1};
-  EXPECT_NE(error_of([&] { b->rope(x, positions, RopeFrequencies{8, {1.0f}}); }).find("rope: inv_freq"),
+  const Tensor positions = i32_tensor({0, 1});
+  EXPECT_NE(error_of([&] { b->rope(x, positions, Tensor(DType::BF16, {4})); }).find("rope: inv_freq"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { b->rope(x, std::vector<int64_t>{0, -1}, RopeFrequencies{8, {1, 1, 1, 1}}); })
-                .find("negative"),
+  EXPECT_NE(error_of([&] { b->rope(x, positions, Tensor(DType::F32, {0})); }).find("rope: inv_freq"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { b->rope(x, i32_tensor({0, -1}), f32_tensor({1, 1, 1, 1})); }).find("negative"),
             std::string::npos);
   Tensor heads(DType::F32, {2, 1, 8});  // head_dim 8, but freqs claim 4
-  EXPECT_NE(error_of([&] { b->rope(heads, positions, RopeFrequencies{4, {1, 1}}); }).find("rope: x"),
+  EXPECT_NE(error_of([&] { b->rope(heads, positions, f32_tensor({1, 1})); }).find("rope: x"), std::string::npos);
+  EXPECT_NE(error_of([&] { b->gated_activation(x, other, Activation::GeluTanh, out); }).find("gated_activation"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { b->gelu_tanh_mul(x, other, out); }).find("gelu_tanh_mul"), std::string::npos);
   EXPECT_NE(error_of([&] { b->add(x, other); }).find("add"), std::string::npos);
   EXPECT_NE(error_of([&] { b->softcap(x, 0.0f); }).find("softcap"), std::string::npos);
-  std::vector<int32_t> experts(2);
-  std::vector<float> weights(2);
-  EXPECT_NE(error_of([&] { b->moe_route(x, 9, nullptr, experts, weights); }).find("moe_route: top_k"),
+  Tensor experts(DType::I32, {2, 1}), weights(DType::F32, {2, 1});
+  EXPECT_NE(error_of([&] { b->moe_route(x, 9, true, nullptr, experts, weights); }).find("moe_route: top_k"),
             std::string::npos);
   Tensor nan_logits(DType::F32, {1, 2});
   nan_logits.data<float>()[1] = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_NE(error_of([&] { b->moe_route(nan_logits, 1, nullptr, std::span(experts).first(1),
-                                        std::span(weights).first(1)); })
-                .find("NaN"),
+  Tensor one_expert(DType::I32, {1, 1}), one_weight(DType::F32, {1, 1});
+  EXPECT_NE(error_of([&] { b->moe_route(nan_logits, 1, true, nullptr, one_expert, one_weight); }).find("NaN"),
             std::string::npos);
   Tensor gathered(DType::F32, {2, 8});
   EXPECT_NE(error_of([&] { b->gather_rows(x, bad_ids, gathered); }).find("gather_rows: row 10"), std::string::npos);
-  const std::vector<float> two = {1, 1};
+  const Tensor two = f32_tensor({1, 1});
   EXPECT_NE(error_of([&] { b->scatter_add_rows(out, bad_ids, two, x); }).find("scatter_add_rows: row 10"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { b->scatter_add_rows(out, std::vector<int32_t>{0}, two, x); }).find("weights"),
+  EXPECT_NE(error_of([&] { b->scatter_add_rows(out, i32_tensor({0}), two, x); }).find("weights"),
             std::string::npos);
 }
 

@@ -5,15 +5,15 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kv/attention_kernel_types.h"
+#include "backend/cpu/attention_kernel_types.h"
 
-namespace rowlm::kv::detail {
+namespace rowlm::cpu {
 namespace portable_kernel {
-#include "kv/attention_kernel.inl"
+#include "backend/cpu/attention_kernel.inl"
 }  // namespace portable_kernel
 
-void attend_portable(const KernelLayer& layer, const KernelWork& work, float* scratch) {
+void attend_portable(const AttentionLayer& layer, const AttentionWork& work, float* scratch) {
   portable_kernel::run_kernel(layer, work, scratch);
 }
 
-}  // namespace rowlm::kv::detail
+}  // namespace rowlm::cpu

@@ -5,15 +5,15 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kv/attention_kernel_types.h"
+#include "backend/cpu/attention_kernel_types.h"
 
-namespace rowlm::kv::detail {
+namespace rowlm::cpu {
 namespace avx512_kernel {
-#include "kv/attention_kernel.inl"
+#include "backend/cpu/attention_kernel.inl"
 }  // namespace avx512_kernel
 
-void attend_avx512(const KernelLayer& layer, const KernelWork& work, float* scratch) {
+void attend_avx512(const AttentionLayer& layer, const AttentionWork& work, float* scratch) {
   avx512_kernel::run_kernel(layer, work, scratch);
 }
 
-}  // namespace rowlm::kv::detail
+}  // namespace rowlm::cpu

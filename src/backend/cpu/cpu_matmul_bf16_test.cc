@@ -180,8 +180,8 @@ TEST(CpuMatmulBf16, OtherWeightTypesKeepTheF32Path) {
     const Tensor w32 = random_f32({N, K}, rng);
     const Tensor w = dt == DType::F32 ? w32 : narrowed(w32, dt);
     Tensor y_f32(DType::F32, {M, N}), y_bf16(DType::F32, {M, N});
-    make_cpu_backend(1, MatmulPrecision::F32)->matmul(x, w, y_f32);
-    make_cpu_backend(1, MatmulPrecision::Bf16)->matmul(x, w, y_bf16);
+    make_cpu_backend(1, MatmulPrecision::F32)->matmul(x, Weight::dense(w), y_f32);
+    make_cpu_backend(1, MatmulPrecision::Bf16)->matmul(x, Weight::dense(w), y_bf16);
     for (int64_t i = 0; i < M * N; ++i)
       ASSERT_EQ(float_bits(y_f32.data<float>()[i]), float_bits(y_bf16.data<float>()[i])) << dtype_name(dt);
   }
@@ -196,7 +196,7 @@ TEST(CpuMatmulBf16, CloseToTheExactDotProductOfTheRoundedValues) {
   const Tensor w = narrowed(random_f32({N, K}, rng), DType::BF16);
   const auto xr = widened(narrowed(x, DType::BF16)), wr = widened(w);
   Tensor y(DType::F32, {M, N});
-  make_cpu_backend(2, MatmulPrecision::Bf16)->matmul(x, w, y);
+  make_cpu_backend(2, MatmulPrecision::Bf16)->matmul(x, Weight::dense(w), y);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
       double exact = 0, magnitude = 0;

@@ -1,5 +1,6 @@
-#include "kv/codec.h"
+#include "kvcodec/codec.h"
 
+#include <algorithm>
 #include <cstring>
 #include <span>
 
@@ -158,79 +159,53 @@ void decode_head(const HeadFormat& f, const std::byte* record, float* out) {
   }
 }
 
-BlockLayout::BlockLayout(const LayerSpec& spec, int bs) : head(head_format(spec)), kv_heads(spec.kv_heads), block_size(bs) {
-  k_head_bytes = std::size_t(bs) * head.head_bytes;
-  k_bytes = std::size_t(kv_heads) * k_head_bytes;
-  v_head_bytes = std::size_t(bs) * head.head_bytes;
-  block_bytes = 2 * k_bytes;
+// ---------------------------------------------------------------------------
+// Layout descriptors and codec maps
+
+std::string layout_signature(std::span<const LayerSpec> layers) {
+  std::string s;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const LayerSpec& l = layers[i];
+    if (i) s += "; ";
+    s += "L" + std::to_string(i) + " kv" + std::to_string(l.kv_heads) + "x" + std::to_string(l.head_dim) + " " +
+         codec_name(l.codec) + " " + (l.window ? "w" + std::to_string(l.window) : std::string("full"));
+  }
+  return s;
 }
 
-void BlockLayout::store_token(std::byte* block, int slot, const std::byte* record) const {
-  const std::size_t bs = std::size_t(block_size);
-  for (int h = 0; h < kv_heads; ++h) {
-    const std::byte* k = record + std::size_t(h) * head.head_bytes;
-    std::byte* kh = block + std::size_t(h) * k_head_bytes;
-    switch (head.codec) {
-      case Codec::F32:
-      case Codec::BF16:
-      case Codec::F16: {
-        const std::size_t e = std::size_t(head.elem_bytes);
-        for (int d = 0; d < head.head_dim; ++d) std::memcpy(kh + (d * bs + slot) * e, k + d * e, e);
-        break;
+std::vector<CodecSpec> parse_codec_map(std::string_view text, int num_layers) {
+  if (num_layers <= 0) throw Error("KV codec map: the model has no storage layers");
+  std::vector<CodecSpec> out;
+  std::size_t pos = 0;
+  bool first = true;
+  while (pos <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string_view item = text.substr(pos, comma - pos);
+    if (item.empty()) throw Error("KV codec map '" + std::string(text) + "': empty entry");
+    const std::size_t eq = item.find('=');
+    if (eq == std::string_view::npos) {
+      if (!first) throw Error("KV codec map '" + std::string(text) + "': only the first entry may omit 'layer='");
+      out.assign(std::size_t(num_layers), parse_codec(item));
+    } else {
+      if (first) throw Error("KV codec map '" + std::string(text) + "': the first entry must be the default codec");
+      const std::string idx(item.substr(0, eq));
+      int layer = -1;
+      try {
+        std::size_t used = 0;
+        layer = std::stoi(idx, &used);
+        if (used != idx.size()) layer = -1;
+      } catch (const std::exception&) {
+        layer = -1;
       }
-      case Codec::Q8:
-        for (int d = 0; d < head.head_dim; ++d) kh[d * bs + slot] = k[d];
-        break;
-      case Codec::Q4:
-        // Canonical byte d/2 holds features d (low nibble) and d+1 (high):
-        // the same pairing the block uses, so bytes move unchanged.
-        for (int b = 0; b < head.head_dim / 2; ++b) kh[b * bs + slot] = k[b];
-        break;
+      if (layer < 0 || layer >= num_layers)
+        throw Error("KV codec map '" + std::string(text) + "': '" + idx + "' is not a storage layer index (0.." +
+                    std::to_string(num_layers - 1) + ")");
+      out[std::size_t(layer)] = parse_codec(item.substr(eq + 1));
     }
-    if (is_quantized(head.codec)) {
-      for (int g = 0; g < head.groups; ++g) {
-        std::memcpy(kh + k_scales_offset() + (g * bs + slot) * 2, k + head.value_bytes + 2 * g, 2);
-        std::memcpy(kh + k_biases_offset() + (g * bs + slot) * 2, k + head.value_bytes + 2 * (head.groups + g), 2);
-      }
-    }
+    first = false;
+    pos = comma + 1;
   }
-  const std::byte* v = record + std::size_t(kv_heads) * head.head_bytes;
-  for (int h = 0; h < kv_heads; ++h)
-    std::memcpy(block + k_bytes + std::size_t(h) * v_head_bytes + std::size_t(slot) * head.head_bytes,
-                v + std::size_t(h) * head.head_bytes, head.head_bytes);
-}
-
-void BlockLayout::load_token(const std::byte* block, int slot, std::byte* record) const {
-  const std::size_t bs = std::size_t(block_size);
-  for (int h = 0; h < kv_heads; ++h) {
-    std::byte* k = record + std::size_t(h) * head.head_bytes;
-    const std::byte* kh = block + std::size_t(h) * k_head_bytes;
-    switch (head.codec) {
-      case Codec::F32:
-      case Codec::BF16:
-      case Codec::F16: {
-        const std::size_t e = std::size_t(head.elem_bytes);
-        for (int d = 0; d < head.head_dim; ++d) std::memcpy(k + d * e, kh + (d * bs + slot) * e, e);
-        break;
-      }
-      case Codec::Q8:
-        for (int d = 0; d < head.head_dim; ++d) k[d] = kh[d * bs + slot];
-        break;
-      case Codec::Q4:
-        for (int b = 0; b < head.head_dim / 2; ++b) k[b] = kh[b * bs + slot];
-        break;
-    }
-    if (is_quantized(head.codec)) {
-      for (int g = 0; g < head.groups; ++g) {
-        std::memcpy(k + head.value_bytes + 2 * g, kh + k_scales_offset() + (g * bs + slot) * 2, 2);
-        std::memcpy(k + head.value_bytes + 2 * (head.groups + g), kh + k_biases_offset() + (g * bs + slot) * 2, 2);
-      }
-    }
-  }
-  std::byte* v = record + std::size_t(kv_heads) * head.head_bytes;
-  for (int h = 0; h < kv_heads; ++h)
-    std::memcpy(v + std::size_t(h) * head.head_bytes,
-                block + k_bytes + std::size_t(h) * v_head_bytes + std::size_t(slot) * head.head_bytes, head.head_bytes);
+  return out;
 }
 
 }  // namespace rowlm::kv

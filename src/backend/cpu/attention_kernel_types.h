@@ -5,12 +5,14 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kv/codec_id.h"
+#include "kvcodec/codec_id.h"
 
-namespace rowlm::kv::detail {
+namespace rowlm::cpu {
 
-// Geometry of the storage layer, in the block layout of codec.h.
-struct KernelLayer {
+using kv::Codec;
+
+// Geometry of the storage layer, in the CPU block layout (kv_block_layout.h).
+struct AttentionLayer {
   Codec codec = Codec::BF16;
   int head_dim = 0;
   int hd4 = 0;             // head_dim rounded up to 4 (score lanes)
@@ -31,7 +33,7 @@ struct KernelLayer {
 
 // One unit of work: `heads` consecutive query heads of one query token, all
 // reading kv head `kv_head`, over key positions [lo, hi] (lo <= hi).
-struct KernelWork {
+struct AttentionWork {
   const int32_t* table = nullptr;      // the row's block table
   std::byte* const* blocks = nullptr;  // pool block id -> bytes
   int64_t lo = 0, hi = 0;
@@ -43,10 +45,10 @@ struct KernelWork {
   float softcap = 0.0f;
 };
 
-using KernelFn = void (*)(const KernelLayer&, const KernelWork&, float* scratch);
+using AttentionKernelFn = void (*)(const AttentionLayer&, const AttentionWork&, float* scratch);
 
-void attend_portable(const KernelLayer&, const KernelWork&, float* scratch);
-void attend_avx2(const KernelLayer&, const KernelWork&, float* scratch);
-void attend_avx512(const KernelLayer&, const KernelWork&, float* scratch);
+void attend_portable(const AttentionLayer&, const AttentionWork&, float* scratch);
+void attend_avx2(const AttentionLayer&, const AttentionWork&, float* scratch);
+void attend_avx512(const AttentionLayer&, const AttentionWork&, float* scratch);
 
-}  // namespace rowlm::kv::detail
+}  // namespace rowlm::cpu

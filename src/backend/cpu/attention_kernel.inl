@@ -131,7 +131,7 @@ static inline float lane(vf v, int i) {
 
 // Keys of chunk c (slots 16c .. 16c+15) of one kv head, feature-major.
 template <Codec C>
-static void key_tile(const KernelLayer& L, const std::byte* kh, int c, float* kt) {
+static void key_tile(const AttentionLayer& L, const std::byte* kh, int c, float* kt) {
   const int bs = L.block_size;
   const int n = bs - 16 * c < 16 ? bs - 16 * c : 16;
   const std::size_t base = std::size_t(16 * c);
@@ -168,7 +168,7 @@ static void key_tile(const KernelLayer& L, const std::byte* kh, int c, float* kt
 
 // The value record of one slot, as hd16 floats (zero beyond head_dim).
 template <Codec C>
-static void value_row(const KernelLayer& L, const std::byte* rec, float* dst) {
+static void value_row(const AttentionLayer& L, const std::byte* rec, float* dst) {
   const int hd = L.head_dim;
   if constexpr (C == Codec::F32) {
     for (int d = 0; d < hd; d += 16) storef(dst + d, load_f32(rec + std::size_t(d) * 4, hd - d < 16 ? hd - d : 16));
@@ -269,7 +269,7 @@ static void softmax_update(float* sc, int c0, int c1, int s0, int s1, float& m, 
 }
 
 template <Codec C>
-static void run_codec(const KernelLayer& L, const KernelWork& W, float* scratch) {
+static void run_codec(const AttentionLayer& L, const AttentionWork& W, float* scratch) {
   const int bs = L.block_size, hd = L.head_dim, hd4 = L.hd4, hd16 = L.hd16, H = W.heads;
   const int stride = L.chunks * 16;
   float* kt = align16(scratch);
@@ -329,7 +329,7 @@ static void run_codec(const KernelLayer& L, const KernelWork& W, float* scratch)
   }
 }
 
-static void run_kernel(const KernelLayer& L, const KernelWork& W, float* scratch) {
+static void run_kernel(const AttentionLayer& L, const AttentionWork& W, float* scratch) {
   switch (L.codec) {
     case Codec::F32: return run_codec<Codec::F32>(L, W, scratch);
     case Codec::BF16: return run_codec<Codec::BF16>(L, W, scratch);

@@ -79,7 +79,7 @@ TEST(CpuMatmul, EveryPathMatchesTheCanonicalOrderBitwise) {
       const auto want = oracle_matmul(x, widened(w), s.N);
       for (auto& b : backends) {
         Tensor y(DType::F32, {s.M, s.N});
-        b.backend->matmul(x, b.backend->prepare_weight(w), y);
+        b.backend->matmul(x, b.backend->prepare_weight(Weight::dense(w)), y);
         expect_bitwise(y, want, b.label() + " " + std::string(dtype_name(dt)) + " M=" + std::to_string(s.M) +
                                     " K=" + std::to_string(s.K) + " N=" + std::to_string(s.N));
       }
@@ -125,10 +125,10 @@ TEST(CpuMatmul, ARowsResultDoesNotDependOnTheRestOfTheBatch) {
       const Tensor x = random_f32({M, K}, rng);
       for (auto& b : backends) {
         Tensor y(DType::F32, {M, N});
-        b.backend->matmul(x, w, y);
+        b.backend->matmul(x, Weight::dense(w), y);
         for (int64_t m = 0; m < M; ++m) {
           Tensor alone(DType::F32, {1, N});
-          b.backend->matmul(x.rows(m, m + 1), w, alone);
+          b.backend->matmul(x.rows(m, m + 1), Weight::dense(w), alone);
           for (int64_t n = 0; n < N; ++n)
             ASSERT_EQ(float_bits(alone.data<float>()[n]), float_bits(y.data<float>()[m * N + n]))
                 << b.label() << " M=" << M << " row " << m << " col " << n;
@@ -150,8 +150,8 @@ TEST(CpuMatmul, NarrowWeightsEqualF32OnTheWidenedValues) {
     std::copy(values.begin(), values.end(), w32.data<float>());
     for (auto& b : backends) {
       Tensor y_narrow(DType::F32, {M, N}), y_wide(DType::F32, {M, N});
-      b.backend->matmul(x, w, y_narrow);
-      b.backend->matmul(x, w32, y_wide);
+      b.backend->matmul(x, Weight::dense(w), y_narrow);
+      b.backend->matmul(x, Weight::dense(w32), y_wide);
       for (int64_t i = 0; i < M * N; ++i)
         ASSERT_EQ(float_bits(y_narrow.data<float>()[i]), float_bits(y_wide.data<float>()[i])) << b.label();
     }
@@ -166,7 +166,7 @@ TEST(CpuMatmul, CloseToTheExactDotProduct) {
   const Tensor w = random_f32({N, K}, rng);
   auto b = make_cpu_backend(2);
   Tensor y(DType::F32, {M, N});
-  b->matmul(x, w, y);
+  b->matmul(x, Weight::dense(w), y);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
       double exact = 0, magnitude = 0;
@@ -193,13 +193,13 @@ TEST(CpuMatmul, RejectsMismatchedShapesAndTypes) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message([&] { b->matmul(x, w_bad_k, y); }).find("matmul: w"), std::string::npos);
-  EXPECT_NE(message([&] { b->matmul(x, w, y_bad); }).find("matmul: y"), std::string::npos);
-  EXPECT_NE(message([&] { b->matmul(x_bf16, w, y); }).find("matmul: x"), std::string::npos);
-  EXPECT_NE(message([&] { b->matmul(x, w_u8, y); }).find("matmul: w"), std::string::npos);
-  EXPECT_NE(message([&] { b->prepare_weight(w_u8); }).find("prepare_weight"), std::string::npos);
+  EXPECT_NE(message([&] { b->matmul(x, Weight::dense(w_bad_k), y); }).find("matmul: w"), std::string::npos);
+  EXPECT_NE(message([&] { b->matmul(x, Weight::dense(w), y_bad); }).find("matmul: y"), std::string::npos);
+  EXPECT_NE(message([&] { b->matmul(x_bf16, Weight::dense(w), y); }).find("matmul: x"), std::string::npos);
+  EXPECT_NE(message([&] { b->matmul(x, Weight::dense(w_u8), y); }).find("matmul: w"), std::string::npos);
+  EXPECT_NE(message([&] { b->prepare_weight(Weight::dense(w_u8)); }).find("prepare_weight"), std::string::npos);
   Tensor square(DType::F32, {3, 3});
-  EXPECT_NE(message([&] { b->matmul(square, square, square); }).find("overlap"), std::string::npos);
+  EXPECT_NE(message([&] { b->matmul(square, Weight::dense(square), square); }).find("overlap"), std::string::npos);
 }
 
 TEST(CpuIsa, ParsesNamesAndRejectsUnknownOnes) {

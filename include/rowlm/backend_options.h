@@ -1,0 +1,33 @@
+#pragma once
+// How to build a compute backend: which device, how many host threads, and
+// the matmul precision. Shared by the engine options, the CLI and the
+// benchmarks; rowlm::make_backend (backend/factory) turns it into a backend.
+
+#include <string>
+#include <string_view>
+
+namespace rowlm {
+
+// What a matmul does with activations that meet bf16 weights.
+enum class MatmulPrecision {
+  // Activations stay f32 (bf16/f16 weights are widened exactly): faithful to
+  // an f32 reference. The default.
+  F32,
+  // Activations are rounded to bf16 (nearest even) and multiplied with bf16
+  // weights in pairs, accumulating in f32 (VDPBF16PS on the CPU): twice the
+  // multiply-add rate of f32 where the hardware has it, for compute-bound
+  // batches. f32 and f16 weights keep the F32 path. Still batch-invariant.
+  Bf16,
+};
+std::string_view matmul_precision_name(MatmulPrecision p);  // "f32", "bf16"
+// "f32" or "bf16"; anything else is an Error naming the value.
+MatmulPrecision parse_matmul_precision(std::string_view name);
+
+struct BackendOptions {
+  // "cpu", or "auto" (the best device this build and machine offer).
+  std::string device = "auto";
+  int threads = 0;  // host threads for the CPU backend; 0 = one per core
+  MatmulPrecision matmul_precision = MatmulPrecision::F32;
+};
+
+}  // namespace rowlm

@@ -1,0 +1,24 @@
+#pragma once
+// What commands, the engine and its users need to know about a loaded model.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rowlm {
+
+struct ModelInfo {
+  std::string architecture;   // config.json's model_type, e.g. "gemma4_text", "qwen3"
+  std::string directory;
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int num_layers = 0;
+  int max_position = 0;       // 0 = unknown
+  int bos_token_id = -1;
+  std::vector<int> eos_token_ids;
+  int64_t parameter_count = 0;
+  std::size_t weight_bytes = 0;
+};
+
+}  // namespace rowlm

@@ -1,0 +1,375 @@
+#include "model/decoder.h"
+
+#include <cmath>
+#include <limits>
+#include <unordered_set>
+
+#include "core/error.h"
+
+namespace rowlm::decoder {
+
+RopeFrequencies default_rope(int head_dim, double theta, double factor, int rotated_pairs) {
+  RopeFrequencies f;
+  f.head_dim = head_dim;
+  f.inv_freq.assign(std::size_t(head_dim / 2), 0.0f);
+  const int rotated = rotated_pairs < 0 ? head_dim / 2 : rotated_pairs;
+  const float base = float(theta);
+  for (int k = 0; k < rotated; ++k) {
+    // transformers: 1 / base ** (arange(0, dim, 2).float() / dim), in f32;
+    // the exponent's denominator is the whole head, also when proportional.
+    const float exponent = float(2 * k) / float(head_dim);
+    f.inv_freq[std::size_t(k)] = float(1.0f / std::pow(base, exponent)) / float(factor);
+  }
+  return f;
+}
+
+namespace {
+
+void check_config(const DecoderConfig& c) {
+  const auto fail = [](const std::string& what) { throw Error("decoder config: " + what); };
+  if (c.vocab_size <= 0 || c.hidden_size <= 0 || c.layers.empty()) fail("vocab, hidden size and layers must be positive");
+  for (std::size_t r = 0; r < c.ropes.size(); ++r)
+    if (c.ropes[r].head_dim <= 0 || c.ropes[r].head_dim % 2 || int(c.ropes[r].inv_freq.size()) != c.ropes[r].head_dim / 2)
+      fail("rope table " + std::to_string(r) + " does not match its head_dim");
+  for (std::size_t i = 0; i < c.layers.size(); ++i) {
+    const AttentionConfig& a = c.layers[i].attention;
+    const std::string where = "layer " + std::to_string(i) + ": ";
+    if (a.num_heads <= 0 || a.kv_heads <= 0 || a.head_dim <= 0 || a.num_heads % a.kv_heads)
+      fail(where + "query heads must be a positive multiple of KV heads");
+    if (a.rope < 0 || std::size_t(a.rope) >= c.ropes.size() || c.ropes[std::size_t(a.rope)].head_dim != a.head_dim)
+      fail(where + "no rope table of its head_dim");
+    if (a.kv_source < 0 || std::size_t(a.kv_source) > i) fail(where + "reads the K/V of a later layer");
+    if (std::size_t(a.kv_source) != i) {
+      const AttentionConfig& d = c.layers[std::size_t(a.kv_source)].attention;
+      if (!c.layers[std::size_t(a.kv_source)].owns_kv(a.kv_source) || d.kv_heads != a.kv_heads ||
+          d.head_dim != a.head_dim || (d.window == 0) != (a.window == 0) || a.window > d.window)
+        fail(where + "reads layer " + std::to_string(a.kv_source) + ", whose K/V do not match it");
+    }
+    const FfnConfig& f = c.layers[i].ffn;
+    if (f.intermediate <= 0) fail(where + "the MLP needs a positive width");
+    if (f.kind == FfnKind::DenseAndExperts && (f.experts <= 0 || f.top_k <= 0 || f.top_k > f.experts))
+      fail(where + "experts and top_k must be positive, top_k at most the experts");
+  }
+}
+
+class DecoderModel final : public Model {
+ public:
+  DecoderModel(DecoderConfig config, DecoderWeights weights, Backend& backend, std::string description)
+      : cfg_(std::move(config)), w_(std::move(weights)), be_(backend), description_(std::move(description)) {
+    check_config(cfg_);
+    ROWLM_CHECK(w_.layers.size() == cfg_.layers.size(), "weights do not match the config");
+    info_ = cfg_.info;
+    info_.vocab_size = cfg_.vocab_size;
+    info_.hidden_size = cfg_.hidden_size;
+    info_.num_layers = int(cfg_.layers.size());
+    info_.parameter_count = w_.parameter_count;
+    info_.weight_bytes = w_.weight_bytes;
+    for (std::size_t l = 0; l < cfg_.layers.size(); ++l) {
+      const int source = cfg_.layers[l].attention.kv_source;
+      storage_of_.push_back(std::size_t(source) == l ? num_storage_++ : storage_of_.at(std::size_t(source)));
+    }
+    prepare();
+  }
+
+  const ModelInfo& info() const override { return info_; }
+
+  std::vector<kv::LayerSpec> kv_layers(const kv::CodecSpec& codec) const override {
+    std::vector<kv::LayerSpec> out;
+    for (std::size_t l = 0; l < cfg_.layers.size(); ++l) {
+      const AttentionConfig& a = cfg_.layers[l].attention;
+      if (cfg_.layers[l].owns_kv(int(l))) out.push_back({a.kv_heads, a.head_dim, a.window, codec});
+    }
+    return out;
+  }
+
+  std::string describe() const override { return description_; }
+  void forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits) override;
+
+ private:
+  // One step's inputs on the device, shared by every layer.
+  struct Step {
+    int64_t T = 0;
+    Tensor tokens, positions;                  // [T] i32
+    std::vector<kv::AttentionQuery> queries;   // per token
+    Tensor x0;                                 // scaled embedding (per-layer inputs)
+  };
+
+  void prepare();
+  void validate(const ForwardBatch& batch, const kv::KvCache& cache) const;
+  Tensor scratch(Shape shape) { return be_.workspace().tensor(DType::F32, std::move(shape)); }
+  Tensor ids_tensor(const std::vector<int32_t>& ids) {
+    Tensor t = be_.workspace().tensor(DType::I32, {int64_t(ids.size())});
+    be_.copy_from_host(ids.data(), t);
+    return t;
+  }
+  Tensor linear(const Tensor& x, const Weight& w, const Tensor& bias = {}) {
+    Tensor y = scratch({x.dim(0), w.rows});
+    be_.matmul(x, w, y);
+    if (!bias.empty()) be_.add_bias(y, bias);
+    return y;
+  }
+  Tensor norm(const Tensor& x, const Tensor& w) {
+    Tensor y = scratch(x.shape());
+    be_.rms_norm(x, &w, eps(), cfg_.norm_kind, y);
+    return y;
+  }
+  void norm_in_place(Tensor& x, const Tensor& w) { be_.rms_norm(x, &w, eps(), cfg_.norm_kind, x); }
+  float eps() const { return cfg_.norm_eps; }
+
+  void attention(int layer, const Step& step, const ForwardBatch& batch, kv::KvCache& cache, Tensor& h);
+  Tensor mlp(const LayerWeights& lw, Activation act, const Tensor& x);
+  Tensor feed_forward(const LayerConfig& lc, const LayerWeights& lw, const Tensor& h);
+  void per_layer_input(int layer, const Step& step, const ForwardBatch& batch, Tensor& h);
+
+  DecoderConfig cfg_;
+  DecoderWeights w_;
+  Backend& be_;
+  std::string description_;
+  ModelInfo info_;
+  std::vector<int> storage_of_;  // decoder layer -> KV storage layer
+  int num_storage_ = 0;
+  std::vector<Tensor> inv_freq_;  // per rope table, on the device
+  Weight per_layer_table_;        // per_layer_embed viewed as [V_ple·L, P]
+};
+
+void DecoderModel::prepare() {
+  auto weight = [&](Weight& w) {
+    if (!w.empty()) w = be_.prepare_weight(w);
+  };
+  auto vec = [&](Tensor& t) {
+    if (!t.empty()) t = be_.upload(t);
+  };
+  weight(w_.embed);
+  weight(w_.lm_head);
+  vec(w_.final_norm);
+  weight(w_.per_layer_embed);
+  weight(w_.per_layer_model_projection);
+  vec(w_.per_layer_projection_norm);
+  for (LayerWeights& l : w_.layers) {
+    for (Weight* m : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj,
+                      &l.per_layer_gate, &l.per_layer_projection, &l.router})
+      weight(*m);
+    for (auto* bank : {&l.experts.gate, &l.experts.up, &l.experts.down})
+      for (Weight& m : *bank) weight(m);
+    for (Tensor* t : {&l.attn_norm, &l.post_attn_norm, &l.ffn_norm, &l.post_ffn_norm, &l.q_norm, &l.k_norm,
+                      &l.q_bias, &l.k_bias, &l.v_bias, &l.o_bias, &l.per_layer_norm, &l.router_scale,
+                      &l.router_expert_scale, &l.expert_norm, &l.dense_post_norm, &l.expert_post_norm})
+      vec(*t);
+  }
+  for (const RopeFrequencies& r : cfg_.ropes) {
+    Tensor t(DType::F32, {int64_t(r.inv_freq.size())});
+    std::copy(r.inv_freq.begin(), r.inv_freq.end(), t.data<float>());
+    inv_freq_.push_back(be_.upload(t));
+  }
+  if (cfg_.per_layer_input > 0) {
+    const int64_t L = int64_t(cfg_.layers.size()), P = cfg_.per_layer_input;
+    // Row id·L + l of the table [V, L·P] viewed as [V·L, P] is token id's part for layer l.
+    per_layer_table_ = w_.per_layer_embed.reshaped(w_.per_layer_embed.rows * L, P);
+  }
+}
+
+void DecoderModel::validate(const ForwardBatch& batch, const kv::KvCache& cache) const {
+  const std::size_t n = batch.tokens.size();
+  for (int32_t id : batch.tokens)
+    if (id < 0 || id >= cfg_.vocab_size)
+      throw Error("token id " + std::to_string(id) + " is outside the vocabulary (size " +
+                  std::to_string(cfg_.vocab_size) + ")");
+  std::unordered_set<kv::RowId> seen;
+  std::size_t counted = 0;
+  for (const kv::TokenRun& run : batch.runs) {
+    if (run.count <= 0) throw Error("forward batch: a run of row " + std::to_string(run.row) + " has no tokens");
+    if (!seen.insert(run.row).second)
+      throw Error("forward batch: the tokens of row " + std::to_string(run.row) +
+                  " must be contiguous with consecutive positions");
+    const int64_t len = cache.length(run.row);
+    if (run.position != len)
+      throw Error("forward batch: row " + std::to_string(run.row) + " starts at position " +
+                  std::to_string(run.position) + " but holds " + std::to_string(len) + " tokens");
+    if (run.position + run.count > std::numeric_limits<int32_t>::max())
+      throw Error("forward batch: row " + std::to_string(run.row) + " runs past position 2^31");
+    counted += std::size_t(run.count);
+  }
+  if (counted != n) throw Error("forward batch: runs cover " + std::to_string(counted) + " of " + std::to_string(n) + " tokens");
+  for (int32_t r : batch.logit_rows)
+    if (r < 0 || std::size_t(r) >= n) throw Error("forward batch: logit row out of range");
+}
+
+void DecoderModel::forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits) {
+  ROWLM_CHECK(&cache.backend() == &be_, "the KV cache belongs to another backend than the model");
+  validate(batch, cache);
+  const int64_t T = int64_t(batch.tokens.size()), H = cfg_.hidden_size, V = cfg_.vocab_size;
+  const int64_t n_logits = int64_t(batch.logit_rows.size());
+  logits = Tensor::uninitialized(DType::F32, {n_logits, V});
+  if (T == 0) return;
+
+  std::vector<kv::RowId> rows;
+  std::vector<int32_t> counts;
+  for (const kv::TokenRun& run : batch.runs) {
+    rows.push_back(run.row);
+    counts.push_back(run.count);
+  }
+  cache.begin_step(rows, counts);  // throws OutOfBlocks with nothing changed
+  try {
+    be_.workspace().reset();  // the previous step's scratch is dead
+    Step step;
+    step.T = T;
+    std::vector<int32_t> positions;
+    positions.reserve(std::size_t(T));
+    step.queries.reserve(std::size_t(T));
+    for (const kv::TokenRun& run : batch.runs)
+      for (int64_t p = run.position; p < run.position + run.count; ++p) {
+        positions.push_back(int32_t(p));
+        step.queries.push_back({run.row, p});
+      }
+    step.tokens = ids_tensor(batch.tokens);
+    step.positions = ids_tensor(positions);
+
+    Tensor h = scratch({T, H});
+    be_.embed(step.tokens, w_.embed, cfg_.embed_scale, h);
+    if (cfg_.per_layer_input > 0) {
+      step.x0 = scratch({T, H});
+      be_.copy(h, step.x0);
+    }
+    for (std::size_t l = 0; l < cfg_.layers.size(); ++l) {
+      const LayerConfig& lc = cfg_.layers[l];
+      const LayerWeights& lw = w_.layers[l];
+      attention(int(l), step, batch, cache, h);
+      Tensor f = feed_forward(lc, lw, h);
+      be_.add(h, f);
+      if (cfg_.per_layer_input > 0) per_layer_input(int(l), step, batch, h);
+      if (lw.layer_scalar != 1.0f) be_.scale(h, lw.layer_scalar);
+    }
+
+    if (n_logits > 0) {
+      Tensor last = scratch({n_logits, H});
+      be_.gather_rows(h, ids_tensor(batch.logit_rows), last);
+      norm_in_place(last, w_.final_norm);
+      // On the host the head writes straight into the caller's logits.
+      Tensor out = be_.device().is_host() ? logits : scratch({n_logits, V});
+      be_.matmul(last, cfg_.tie_word_embeddings ? w_.embed : w_.lm_head, out);
+      if (cfg_.final_softcap > 0) be_.softcap(out, cfg_.final_softcap);
+      if (!be_.device().is_host()) be_.copy_to_host(out, logits.raw());
+    }
+  } catch (...) {
+    cache.abort_step();
+    throw;
+  }
+  cache.end_step();
+}
+
+void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch, kv::KvCache& cache, Tensor& h) {
+  const LayerConfig& lc = cfg_.layers[std::size_t(l)];
+  const AttentionConfig& ac = lc.attention;
+  const LayerWeights& lw = w_.layers[std::size_t(l)];
+  const int64_t T = step.T;
+  const int nH = ac.num_heads, hd = ac.head_dim, kvh = ac.kv_heads;
+  const Tensor& inv_freq = inv_freq_[std::size_t(ac.rope)];
+
+  Tensor a = norm(h, lw.attn_norm);
+  Tensor q = linear(a, lw.q_proj, lw.q_bias);  // [T, nH·hd]
+  if (ac.qk_norm) {
+    Tensor q_heads = q.reshaped({T * nH, hd});
+    norm_in_place(q_heads, lw.q_norm);
+  }
+  be_.rope(q, step.positions, inv_freq);
+
+  const int storage = storage_of_[std::size_t(l)];
+  if (lc.owns_kv(l)) {
+    Tensor k = linear(a, lw.k_proj, lw.k_bias);  // [T, kvh·hd], raw
+    Tensor v;
+    if (ac.k_eq_v) {
+      v = scratch(k.shape());
+      be_.copy(k, v);  // V from the raw K projection
+    } else {
+      v = linear(a, lw.v_proj, lw.v_bias);
+    }
+    if (ac.qk_norm) {
+      Tensor k_heads = k.reshaped({T * kvh, hd});
+      norm_in_place(k_heads, lw.k_norm);
+    }
+    be_.rope(k, step.positions, inv_freq);
+    if (ac.v_norm) {
+      Tensor v_heads = v.reshaped({T * kvh, hd});
+      be_.rms_norm(v_heads, nullptr, eps(), NormKind::NoScale, v_heads);
+    }
+    cache.write(storage, batch.runs, k, v);
+  }
+
+  AttentionParams params;
+  params.num_heads = nH;
+  params.head_dim = hd;
+  params.window = ac.window;
+  params.scale = ac.scale;
+  params.softcap = ac.softcap;
+  Tensor attn = scratch({T, int64_t(nH) * hd});
+  cache.attend(storage, step.queries, q, params, attn);
+  Tensor o = linear(attn, lw.o_proj, lw.o_bias);
+  if (lc.post_attention_norm) norm_in_place(o, lw.post_attn_norm);
+  be_.add(h, o);
+}
+
+Tensor DecoderModel::mlp(const LayerWeights& lw, Activation act, const Tensor& x) {
+  Tensor gate = linear(x, lw.gate_proj);
+  Tensor up = linear(x, lw.up_proj);
+  be_.gated_activation(gate, up, act, gate);
+  return linear(gate, lw.down_proj);
+}
+
+Tensor DecoderModel::feed_forward(const LayerConfig& lc, const LayerWeights& lw, const Tensor& h) {
+  const FfnConfig& fc = lc.ffn;
+  if (fc.kind == FfnKind::Dense) {
+    Tensor f = mlp(lw, fc.activation, norm(h, lw.ffn_norm));
+    if (lc.post_ffn_norm) norm_in_place(f, lw.post_ffn_norm);
+    return f;
+  }
+  // Gemma 4's MoE block: the dense "shared expert" branch ...
+  const int64_t T = h.dim(0), H = h.dim(1);
+  Tensor dense = mlp(lw, fc.activation, norm(h, lw.ffn_norm));
+  norm_in_place(dense, lw.dense_post_norm);
+  // ... the router, reading the post-attention stream itself ...
+  Tensor z = scratch({T, H});
+  be_.rms_norm(h, &lw.router_scale, eps(), cfg_.norm_kind, z);
+  be_.scale(z, 1.0f / std::sqrt(float(H)));
+  Tensor router_logits = linear(z, lw.router);  // [T, E]
+  Tensor experts = be_.workspace().tensor(DType::I32, {T, fc.top_k});
+  Tensor weights = scratch({T, fc.top_k});
+  be_.moe_route(router_logits, fc.top_k, fc.renormalize, &lw.router_expert_scale, experts, weights);
+  // ... and the routed experts, summed.
+  Tensor routed = scratch({T, H});
+  be_.moe_experts(norm(h, lw.expert_norm), experts, weights, lw.experts, fc.activation, routed);
+  norm_in_place(routed, lw.expert_post_norm);
+  be_.add(dense, routed);
+  if (lc.post_ffn_norm) norm_in_place(dense, lw.post_ffn_norm);
+  return dense;
+}
+
+void DecoderModel::per_layer_input(int l, const Step& step, const ForwardBatch& batch, Tensor& h) {
+  const LayerWeights& lw = w_.layers[std::size_t(l)];
+  const int64_t T = step.T, L = int64_t(cfg_.layers.size()), P = cfg_.per_layer_input;
+  // Token part: row id·L + l of the table viewed as [V·L, P].
+  std::vector<int32_t> ids(static_cast<std::size_t>(T));
+  for (int64_t t = 0; t < T; ++t) ids[std::size_t(t)] = batch.tokens[std::size_t(t)] * int32_t(L) + l;
+  Tensor token_part = scratch({T, P});
+  be_.embed(ids_tensor(ids), per_layer_table_, std::sqrt(float(P)), token_part);
+  // Context part: rows l·P … l·P+P-1 of the projection, scaled, normalised.
+  Tensor ple = linear(step.x0, w_.per_layer_model_projection.row_range(int64_t(l) * P, int64_t(l + 1) * P));
+  be_.scale(ple, 1.0f / std::sqrt(float(cfg_.hidden_size)));
+  norm_in_place(ple, w_.per_layer_projection_norm);
+  be_.add(ple, token_part);
+  be_.scale(ple, 1.0f / std::sqrt(2.0f));
+  // Gated into the stream.
+  Tensor gate = linear(h, lw.per_layer_gate);
+  be_.gated_activation(gate, ple, cfg_.layers[std::size_t(l)].ffn.activation, gate);
+  Tensor proj = linear(gate, lw.per_layer_projection);
+  norm_in_place(proj, lw.per_layer_norm);
+  be_.add(h, proj);
+}
+
+}  // namespace
+
+std::unique_ptr<Model> make_decoder_model(DecoderConfig config, DecoderWeights weights, Backend& backend,
+                                          std::string description) {
+  return std::make_unique<DecoderModel>(std::move(config), std::move(weights), backend, std::move(description));
+}
+
+}  // namespace rowlm::decoder
