@@ -201,6 +201,74 @@ TEST(Cli, InspectReportsSizeAndKvCost) {
             0.3 * j["kv_bytes_per_token"]["bf16"]["all_layers"].get<double>() + 1);
 }
 
+// Qwen 3, the second family: every command runs on its fixtures, with the
+// same contracts as Gemma 4 (score and generate --ids against transformers,
+// batch equal to solo generate, inspect's counts, the tokenizer against HF
+// tokenizers, ChatML for --chat).
+TEST(Cli, Qwen3RunsEveryCommand) {
+  const std::string q = kSource + "/tests/fixtures/qwen3/";
+  {
+    const auto ref = fixture("qwen3/gqa_tied/reference.json");
+    const std::string out = (fs::temp_directory_path() / "rowlm_qwen3_score.npy").string();
+    const CommandRun r = rowlm("score " + q + "gqa_tied --ids " + join(ref["ids_a"].get<std::vector<int>>()) +
+                               " --logits-out " + out);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const Tensor got = read_npy(out), want = read_npy(q + "gqa_tied/logits_a.npy");
+    ASSERT_EQ(got.shape(), want.shape());
+    float diff = 0;
+    for (int64_t i = 0; i < got.numel(); ++i) diff = std::max(diff, std::fabs(got.data<float>()[i] - want.data<float>()[i]));
+    EXPECT_LE(diff, 1e-4f);
+    fs::remove(out);
+  }
+  for (const char* name : {"mqa_untied", "sliding_bias"}) {
+    const auto ref = fixture(std::string("qwen3/") + name + "/reference.json");
+    const auto want = ref["greedy_tokens"].get<std::vector<int>>();
+    const CommandRun r = rowlm("generate " + q + name + " --ids " + join(ref["greedy_prompt"].get<std::vector<int>>()) +
+                               " --max-tokens " + std::to_string(want.size()) + " --ignore-eos --json");
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(json::parse(r.out)["token_ids"].get<std::vector<int>>(), want) << name;
+  }
+  const std::string chat = q + "chat";
+  {
+    const CommandRun r = rowlm("inspect " + chat + " --json");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const json j = json::parse(r.out);
+    EXPECT_EQ(j["architecture"], "qwen3");
+    EXPECT_EQ(j["parameters"].get<int64_t>(), 92576);  // transformers' count (make_qwen3_fixtures.py)
+    // 2 layers, K and V of 2 KV heads x 24, bf16.
+    EXPECT_EQ(j["kv_bytes_per_token"]["bf16"]["all_layers"].get<int64_t>(), 2 * 2 * 2 * 24 * 2);
+  }
+  {
+    const auto ref = fixture("qwen3/chat/reference.json");
+    const CommandRun r = rowlm("tokenize --tokenizer " + chat + " --text \"" +
+                               ref["tokenizer_sample"]["text"].get<std::string>() + "\"");
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(json::parse(r.out)["ids"], ref["tokenizer_sample"]["ids"]);
+  }
+  {
+    const std::string input = R"({"id": "a", "prompt": "the cat", "max_tokens": 6, "temperature": 0})" "\n"
+                              R"({"id": "b", "prompt": "on the mat", "max_tokens": 5, "temperature": 0.9, "seed": 4})" "\n";
+    const CommandRun r = rowlm("batch " + chat + " --input - --output -", input);
+    ASSERT_EQ(r.status, 0) << r.err;
+    std::stringstream lines(r.out);
+    std::vector<json> out;
+    for (std::string l; std::getline(lines, l);) out.push_back(json::parse(l));
+    ASSERT_EQ(out.size(), 2u);
+    const CommandRun solo = rowlm("generate " + chat + " \"on the mat\" --max-tokens 5 --temperature 0.9 --seed 4 --json");
+    ASSERT_EQ(solo.status, 0) << solo.err;
+    EXPECT_EQ(json::parse(solo.out)["token_ids"], out[1]["token_ids"]);
+  }
+  {
+    // ChatML: <|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n is 11 tokens in this vocabulary.
+    const CommandRun r = rowlm("generate " + chat + " --chat hi --max-tokens 3 --json");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const CommandRun t = rowlm("tokenize --tokenizer " + chat +
+                               " --no-special --text \"<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n\"");
+    ASSERT_EQ(t.status, 0) << t.err;
+    EXPECT_EQ(json::parse(r.out)["usage"]["prompt_tokens"].get<std::size_t>(), json::parse(t.out)["ids"].size());
+  }
+}
+
 TEST(Cli, BadArgumentsGiveClearErrors) {
   struct Case {
     std::string args, expect;

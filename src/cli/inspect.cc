@@ -8,7 +8,8 @@
 
 #include "cli/commands.h"
 #include "cli/runtime.h"
-#include "kv/kv_cache.h"
+#include "core/error.h"
+#include "kvcodec/codec.h"
 
 namespace rowlm::cli {
 
@@ -31,16 +32,22 @@ int run_inspect(const std::vector<std::string>& argv) {
   j["max_position"] = info.max_position;
   // KV bytes per token: per storage layer geometry (window/full), for every codec.
   nlohmann::json kv = nlohmann::json::object();
+  // A codec that does not fit the layers (a quantized group wider than
+  // head_dim) is reported as null with the reason.
   for (const char* codec : {"f32", "bf16", "f16", "q8", "q4"}) {
-    kv::CacheOptions opt;
-    opt.layers = rt.model->kv_layers(kv::parse_codec(codec));
-    const kv::KvCache cache(opt, *rt.backend);
+    const std::vector<kv::LayerSpec> layers = rt.model->kv_layers(kv::parse_codec(codec));
     std::size_t sliding = 0, full = 0, total = 0;
     int n_sliding = 0, n_full = 0;
-    for (int l = 0; l < cache.num_layers(); ++l) {
-      const std::size_t b = cache.bytes_per_token(l);
-      total += b;
-      if (opt.layers[std::size_t(l)].window > 0) { sliding = b; ++n_sliding; } else { full = b; ++n_full; }
+    try {
+      for (std::size_t l = 0; l < layers.size(); ++l) {
+        kv::check_layer_spec(layers[l], int(l));
+        const std::size_t b = kv::token_record_bytes(layers[l]);
+        total += b;
+        if (layers[l].window > 0) { sliding = b; ++n_sliding; } else { full = b; ++n_full; }
+      }
+    } catch (const Error& e) {
+      kv[codec] = {{"not_applicable", e.what()}};
+      continue;
     }
     kv[codec] = {{"per_sliding_layer", sliding}, {"per_full_layer", full}, {"sliding_layers", n_sliding},
                  {"full_layers", n_full}, {"all_layers", total}};
@@ -56,9 +63,14 @@ int run_inspect(const std::vector<std::string>& argv) {
   std::printf("\nKV cache bytes per token (storage layers: %d sliding, %d full)\n",
               int(kv["bf16"]["sliding_layers"]), int(kv["bf16"]["full_layers"]));
   std::printf("  %-6s %14s %14s %14s\n", "codec", "sliding layer", "full layer", "all layers");
-  for (const char* codec : {"f32", "bf16", "f16", "q8", "q4"})
+  for (const char* codec : {"f32", "bf16", "f16", "q8", "q4"}) {
+    if (kv[codec].contains("not_applicable")) {
+      std::printf("  %-6s %s\n", codec, std::string(kv[codec]["not_applicable"]).c_str());
+      continue;
+    }
     std::printf("  %-6s %14zu %14zu %14zu\n", codec, std::size_t(kv[codec]["per_sliding_layer"]),
                 std::size_t(kv[codec]["per_full_layer"]), std::size_t(kv[codec]["all_layers"]));
+  }
   return 0;
 }
 

@@ -40,9 +40,12 @@ async function start(bin, args) {
 // rowlm serve on the bundled model, on a free port. One engine thread: the
 // tests' clients need the other core of a 2-core CI machine, and a lone
 // thread does not stall when a core is taken away.
-export function startRowlm(flags = []) {
-  return start(ROWLM, ['serve', MODEL, '--port', '0', '--quiet', '--threads', '1', ...flags]);
+export function startRowlm(flags = [], model = MODEL) {
+  return start(ROWLM, ['serve', model, '--port', '0', '--quiet', '--threads', '1', ...flags]);
 }
+
+// The Qwen 3 fixture with a tokenizer (tests/fixtures/qwen3/chat), beside the bundled model.
+export const QWEN3_CHAT = new URL('../fixtures/qwen3/chat', import.meta.url).pathname;
 
 // The scripted server: every reply is `reply`.
 export function startScripted(reply) {

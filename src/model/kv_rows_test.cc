@@ -2,7 +2,7 @@
 // and inside a scripted schedule where other rows join and retire, where it
 // runs speculative rounds whose drafts are rolled back with random keep
 // counts, and where it starts from another row's published prefix; with
-// prompts longer than the window, for bf16, q8 and q4 KV.
+// prompts longer than the window, for bf16, q8 and q4 KV; Gemma 4 and Qwen 3.
 
 #include <gtest/gtest.h>
 
@@ -151,7 +151,9 @@ INSTANTIATE_TEST_SUITE_P(
     Schedules, KvRowsModel,
     ::testing::Values(ModelCodec{"tests/fixtures/gemma4/e_series", "f32"}, ModelCodec{"tests/fixtures/gemma4/e_series", "bf16"},
                       ModelCodec{"tests/fixtures/gemma4/everything", "bf16"}, ModelCodec{"models/rowlm-tiny", "bf16"},
-                      ModelCodec{"models/rowlm-tiny", "q8:32"}, ModelCodec{"models/rowlm-tiny", "q4:32"}),
+                      ModelCodec{"models/rowlm-tiny", "q8:32"}, ModelCodec{"models/rowlm-tiny", "q4:32"},
+                      ModelCodec{"tests/fixtures/qwen3/sliding_bias", "bf16"},
+                      ModelCodec{"tests/fixtures/qwen3/mqa_untied", "f16"}),
     [](const auto& param_info) {
       const ModelCodec& p = param_info.param;
       std::string n = p.model.substr(p.model.rfind('/') + 1) + "_" + p.codec;

@@ -1,8 +1,9 @@
-// The Gemma 4 forward pass against transformers (tests/fixtures/gemma4, made
-// by tools/oracle/make_gemma4_fixtures.py), and its batch invariance.
+// Every family's forward pass against transformers (tests/fixtures/<family>,
+// made by tools/oracle/make_<family>_fixtures.py), and its batch invariance.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -17,11 +18,12 @@
 namespace rowlm {
 namespace {
 
-const char* kCases[] = {"e_series", "e2b_like_mqa", "dense_keqv", "moe_keqv", "everything", "bf16"};
+// <family>/<case> under tests/fixtures.
+const char* kCases[] = {"gemma4/e_series",  "gemma4/e2b_like_mqa", "gemma4/dense_keqv",   "gemma4/moe_keqv",
+                        "gemma4/everything", "gemma4/bf16",        "qwen3/gqa_tied",     "qwen3/mqa_untied",
+                        "qwen3/sliding_bias", "qwen3/bf16",        "qwen3/chat"};
 
-std::string fixture_dir(const std::string& name) {
-  return std::string(ROWLM_SOURCE_DIR) + "/tests/fixtures/gemma4/" + name;
-}
+std::string fixture_dir(const std::string& name) { return std::string(ROWLM_SOURCE_DIR) + "/tests/fixtures/" + name; }
 
 nlohmann::json reference(const std::string& name) {
   std::ifstream in(fixture_dir(name) + "/reference.json");
@@ -77,9 +79,9 @@ bool bitwise_equal(const Tensor& a, const Tensor& b) {
          std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
-class Gemma4Reference : public ::testing::TestWithParam<const char*> {};
+class TransformersReference : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(Gemma4Reference, PrefillLogitsMatchTransformers) {
+TEST_P(TransformersReference, PrefillLogitsMatchTransformers) {
   const std::string name = GetParam();
   const auto ref = reference(name);
   Harness h(name);
@@ -90,7 +92,7 @@ TEST_P(Gemma4Reference, PrefillLogitsMatchTransformers) {
   EXPECT_LE(max_abs_diff(out[1], want_b), 1e-4f) << name;
 }
 
-TEST_P(Gemma4Reference, IncrementalDecodeMatchesPrefill) {
+TEST_P(TransformersReference, IncrementalDecodeMatchesPrefill) {
   const std::string name = GetParam();
   const auto ref = reference(name);
   const auto ids = ids_of(ref["ids_a"]);
@@ -116,7 +118,7 @@ TEST_P(Gemma4Reference, IncrementalDecodeMatchesPrefill) {
   }
 }
 
-TEST_P(Gemma4Reference, GreedyContinuationMatchesTransformers) {
+TEST_P(TransformersReference, GreedyContinuationMatchesTransformers) {
   const std::string name = GetParam();
   const auto ref = reference(name);
   Harness h(name);
@@ -140,7 +142,7 @@ TEST_P(Gemma4Reference, GreedyContinuationMatchesTransformers) {
 
 // A row's logits are bitwise the same alone or flattened with other rows of
 // different lengths, at different positions, in any order, any thread count.
-TEST_P(Gemma4Reference, RowLogitsIndependentOfBatch) {
+TEST_P(TransformersReference, RowLogitsIndependentOfBatch) {
   const std::string name = GetParam();
   const auto ref = reference(name);
   const auto a = ids_of(ref["ids_a"]), bseq = ids_of(ref["ids_b"]);
@@ -165,17 +167,20 @@ TEST_P(Gemma4Reference, RowLogitsIndependentOfBatch) {
   EXPECT_TRUE(bitwise_equal(logits.rows(nb, nb + int64_t(a.size())), alone)) << name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Gemma4Reference, ::testing::ValuesIn(kCases),
-                         [](const auto& param_info) { return std::string(param_info.param); });
+INSTANTIATE_TEST_SUITE_P(Fixtures, TransformersReference, ::testing::ValuesIn(kCases), [](const auto& param_info) {
+  std::string name = param_info.param;
+  std::replace(name.begin(), name.end(), '/', '_');
+  return name;
+});
 
 // bf16 KV storage stays close to the f32 reference: K and V carry a relative
 // rounding error of at most 2^-9, which moves these logits (|logit| up to ~10)
 // by a few hundredths.
 TEST(Gemma4KvCodec, Bf16StorageStaysClose) {
-  const auto ref = reference("e_series");
-  Harness h("e_series", "bf16");
+  const auto ref = reference("gemma4/e_series");
+  Harness h("gemma4/e_series", "bf16");
   const Tensor got = h.prefill({ids_of(ref["ids_a"])})[0];
-  const Tensor want = read_npy(fixture_dir("e_series") + "/logits_a.npy");
+  const Tensor want = read_npy(fixture_dir("gemma4/e_series") + "/logits_a.npy");
   EXPECT_LE(max_abs_diff(got, want), 5e-2f);
 }
 
@@ -187,14 +192,14 @@ TEST(Gemma4KvCodec, Bf16StorageStaysClose) {
 // (cli_contract_test). The bound catches a wrong pair order or pairing,
 // which give errors of the logits' own size.
 TEST(Gemma4MatmulPrecision, Bf16ActivationsStayCloseAndBatchInvariant) {
-  const auto ref = reference("bf16");
+  const auto ref = reference("gemma4/bf16");
   const auto a = ids_of(ref["ids_a"]), b = ids_of(ref["ids_b"]);
-  const Tensor want = read_npy(fixture_dir("bf16") + "/logits_a.npy");
-  Harness exact("bf16");
-  Harness rounded("bf16", "f32", 2, MatmulPrecision::Bf16);
+  const Tensor want = read_npy(fixture_dir("gemma4/bf16") + "/logits_a.npy");
+  Harness exact("gemma4/bf16");
+  Harness rounded("gemma4/bf16", "f32", 2, MatmulPrecision::Bf16);
   const Tensor f32_logits = exact.prefill({a})[0];
   const auto together = rounded.prefill({a, b});
-  Harness alone("bf16", "f32", 1, MatmulPrecision::Bf16);
+  Harness alone("gemma4/bf16", "f32", 1, MatmulPrecision::Bf16);
   const Tensor bf16_alone = alone.prefill({a})[0];
   EXPECT_TRUE(bitwise_equal(together[0], bf16_alone));
   EXPECT_FALSE(bitwise_equal(together[0], f32_logits)) << "the bf16 path did not run";
@@ -204,7 +209,7 @@ TEST(Gemma4MatmulPrecision, Bf16ActivationsStayCloseAndBatchInvariant) {
 }
 
 TEST(Gemma4Forward, RejectsBadBatches) {
-  Harness h("e_series");
+  Harness h("gemma4/e_series");
   const kv::RowId row = h.cache->create_row();
   Tensor logits;
   ForwardBatch bad_id;
