@@ -3,7 +3,7 @@
 // config.json (model_type gemma4_text, or gemma4 / gemma4_unified with the
 // text fields under text_config). Every field the forward pass needs is
 // resolved here, per layer, so the forward never consults defaults.
-// Spec: ../shared/docs/gemma4-spec.md §1.
+// Design note: docs/design/families.md (Gemma 4).
 
 #include <cstdint>
 #include <string>

@@ -2,7 +2,7 @@
 """Reference fixtures for rowlm's Gemma 4 forward pass, from Hugging Face transformers.
 
 Builds tiny random Gemma4ForCausalLM models that together cover every text-model feature
-(../shared/docs/gemma4-spec.md §7: PLE, KV sharing with both donor types, double-wide MLP,
+(docs/design/families.md, Gemma 4: PLE, KV sharing with both donor types, double-wide MLP,
 MQA, attention_k_eq_v, MoE), saves each in Hugging Face format, and records fp32 logits
 computed by transformers' eager implementation:
 
