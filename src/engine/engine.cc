@@ -352,7 +352,8 @@ void EngineImpl::admit() {
     if (!running_.empty()) {
       std::vector<std::pair<kv::RowId, int64_t>> held;
       for (const auto& other : running_) held.emplace_back(other->row, other->sequence_length());
-      if (admission_need(*cache_, target, reusable, step_tokens()) > admission_room(*cache_, held, step_tokens()))
+      const CacheAccounting store(*cache_);
+      if (admission_need(store, target, reusable, step_tokens()) > admission_room(store, held, step_tokens()))
         break;
       if (drafter_ && !drafter_->has_room(r, target)) break;
     }
