@@ -24,7 +24,6 @@
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
-#include <fstream>
 #include <list>
 #include <mutex>
 #include <thread>
@@ -34,7 +33,7 @@
 #include "engine/kv_room.h"
 #include "engine/request_handle.h"
 #include "engine/request_state.h"
-#include "kv/codec.h"
+#include "engine/setup.h"
 #include "sampling/speculative.h"
 #include "tokenizer/tokenizer.h"
 
@@ -53,20 +52,7 @@ const char* finish_reason_name(FinishReason r) {
 namespace engine {
 namespace {
 
-constexpr int kMaxDraftTokens = 64;
-
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-// MemAvailable from /proc/meminfo, or 0 if unknown.
-std::size_t available_memory() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  std::size_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
 
 // Wakes the scheduler thread; shared with handles so a late cancel() after
 // the engine is gone touches nothing freed.
@@ -145,88 +131,18 @@ class EngineImpl final : public Engine {
   EngineStats stats_;
 };
 
-
-// The draft model of `dir`, which must share the target's vocabulary.
-std::unique_ptr<Model> load_draft_model(const std::string& dir, Backend& backend, const ModelInfo& target) {
-  if (!std::filesystem::is_directory(dir))
-    throw Error("engine: draft '" + dir + "' is neither \"ngram\" nor a model directory");
-  std::unique_ptr<Model> draft;
-  try {
-    draft = load_model(dir, backend);
-  } catch (const std::exception& e) {
-    throw Error("engine: cannot load the draft model " + dir + ": " + e.what());
-  }
-  if (draft->info().vocab_size != target.vocab_size)
-    throw Error("engine: the draft model " + dir + " has a vocabulary of " + std::to_string(draft->info().vocab_size) +
-                " tokens, the model " + target.directory + " one of " + std::to_string(target.vocab_size) +
-                "; a draft must share the model's vocabulary");
-  return draft;
-}
-
-// The draft cache's codec: the default (first) entry of --kv-codec; layer
-// overrides name the target's layers, not the draft's.
-kv::CodecSpec draft_codec(const std::string& kv_codec) {
-  const std::string first = kv_codec.substr(0, kv_codec.find(','));
-  return first.find('=') == std::string::npos ? kv::parse_codec(first) : kv::CodecSpec{};
-}
-
-// Bytes one row of `tokens` positions holds in these layers (a window layer
-// holds its window and one step).
-std::size_t context_bytes(const std::vector<kv::LayerSpec>& layers, int64_t tokens, int64_t step_tokens) {
-  std::size_t total = 0;
-  for (const kv::LayerSpec& l : layers)
-    total += kv::token_record_bytes(l) *
-             std::size_t(l.window ? std::min<int64_t>(tokens, l.window - 1 + step_tokens) : tokens);
-  return total;
-}
-
 EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> backend,
                        std::unique_ptr<Model> model)
     : opt_(options), backend_(std::move(backend)), model_(std::move(model)) {
-  if (opt_.max_running < 1) throw Error("engine: max_running must be at least 1");
-  if (opt_.token_budget < 1) throw Error("engine: token_budget must be at least 1");
-  if (opt_.max_waiting < 0) throw Error("engine: max_waiting must not be negative");
-  if (!opt_.draft.empty() && (opt_.draft_tokens < 1 || opt_.draft_tokens > kMaxDraftTokens))
-    throw Error("engine: draft_tokens must be 1.." + std::to_string(kMaxDraftTokens) + ", got " +
-                std::to_string(opt_.draft_tokens));
-  std::unique_ptr<Model> draft_model;
-  if (!opt_.draft.empty() && opt_.draft != "ngram") draft_model = load_draft_model(opt_.draft, *backend_, model_->info());
+  check_options(opt_);
+  std::unique_ptr<Model> draft_model = load_draft_model(opt_, *backend_, model_->info());
   if (!opt_.model_dir.empty() && std::filesystem::exists(std::filesystem::path(opt_.model_dir) / "tokenizer.json"))
     tokenizer_.emplace(Tokenizer::load(opt_.model_dir));
   eos_ = model_->info().eos_token_ids;
 
-  kv::CacheOptions copt;
-  copt.layers = model_->kv_layers(kv::CodecSpec{});
-  const auto codecs = kv::parse_codec_map(opt_.kv_codec, int(copt.layers.size()));
-  for (std::size_t i = 0; i < copt.layers.size(); ++i) copt.layers[i].codec = codecs[i];
-  copt.capacity_bytes = opt_.kv_budget_bytes;
-  if (copt.capacity_bytes == 0) {
-    // Half of the memory available now, at most 16 GiB: room for the model's
-    // pages and the rest of the system.
-    const std::size_t avail = available_memory();
-    copt.capacity_bytes = avail ? std::min(avail / 2, std::size_t(16) << 30) : std::size_t(2) << 30;
-  }
-  copt.prefix_cache_bytes = opt_.prefix_cache ? (opt_.prefix_cache_bytes ? opt_.prefix_cache_bytes
-                                                                          : copt.capacity_bytes / 4)
-                                              : 0;
-  stats_.kv_capacity_bytes = copt.capacity_bytes;
-  if (draft_model) {
-    // The draft's cache takes its share of the budget: what one row of the
-    // full context costs each model.
-    kv::CacheOptions dopt;
-    dopt.layers = draft_model->kv_layers(draft_codec(opt_.kv_codec));
-    const int64_t context = model_->info().max_position > 0 ? model_->info().max_position : 4096;
-    const double t = double(context_bytes(copt.layers, context, step_tokens()));
-    const double d = double(context_bytes(dopt.layers, context, step_tokens()));
-    const double share = d / (t + d);
-    dopt.capacity_bytes = std::size_t(double(copt.capacity_bytes) * share);
-    dopt.prefix_cache_bytes = std::size_t(double(copt.prefix_cache_bytes) * share);
-    copt.capacity_bytes -= dopt.capacity_bytes;
-    copt.prefix_cache_bytes -= dopt.prefix_cache_bytes;
-    drafter_ = make_model_drafter(std::move(draft_model), std::move(dopt), opt_.prefix_cache, step_tokens());
-  } else if (opt_.draft == "ngram") {
-    drafter_ = make_ngram_drafter();
-  }
+  kv::CacheOptions copt = cache_options(opt_, *model_);
+  stats_.kv_capacity_bytes = copt.capacity_bytes;  // the draft's share included
+  drafter_ = make_drafter(opt_, std::move(draft_model), *model_, copt);
   cache_ = std::make_unique<kv::KvCache>(copt);
   if (opt_.background) thread_ = std::thread([this] { loop(); });
 }
