@@ -31,10 +31,12 @@
 #include "core/error.h"
 #include "engine/drafter.h"
 #include "engine/kv_room.h"
+#include "engine/output.h"
 #include "engine/request_handle.h"
 #include "engine/request_state.h"
 #include "engine/setup.h"
-#include "sampling/speculative.h"
+#include "engine/stats.h"
+#include "engine/verify.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rowlm {
@@ -51,8 +53,6 @@ const char* finish_reason_name(FinishReason r) {
 
 namespace engine {
 namespace {
-
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // Wakes the scheduler thread; shared with handles so a late cancel() after
 // the engine is gone touches nothing freed.
@@ -85,7 +85,7 @@ class EngineImpl final : public Engine {
     if (!tokenizer_) throw Error("engine: " + opt_.model_dir + " has no tokenizer.json");
     return *tokenizer_;
   }
-  EngineStats stats() const override;
+  EngineStats stats() const override { return stats_.snapshot(); }
   void shutdown() override;
 
  private:
@@ -97,10 +97,6 @@ class EngineImpl final : public Engine {
   void preempt(RequestState& r);
   bool make_room(const kv::OutOfBlocks& e);
   void finish(RequestState& r, FinishReason reason, std::string error = {});
-  void on_logits(RequestState& r, const float* logits);
-  void verify(RequestState& r, const DraftJob& job, const float* logits);
-  std::optional<FinishReason> emit(RequestState& r, const sampling::SampledToken& s);
-  bool stop_condition(RequestState& r, int32_t token);
   int draft_limit(const RequestState& r) const;
   int64_t step_tokens() const { return opt_.token_budget + (drafter_ ? opt_.draft_tokens : 0); }
   void publish(RequestState& r);
@@ -112,7 +108,8 @@ class EngineImpl final : public Engine {
   std::optional<Tokenizer> tokenizer_;
   std::unique_ptr<kv::KvCache> cache_;
   std::unique_ptr<Drafter> drafter_;  // speculative decoding, when on
-  std::vector<int32_t> eos_;
+  Stats stats_;
+  std::optional<Output> output_;
 
   // Submissions cross threads through this queue; everything below it is
   // the scheduler's own.
@@ -126,9 +123,6 @@ class EngineImpl final : public Engine {
   std::deque<std::unique_ptr<RequestState>> waiting_;
   std::list<std::unique_ptr<RequestState>> running_;  // in admission order
   uint64_t admit_counter_ = 0;
-
-  mutable std::mutex stats_mu_;
-  EngineStats stats_;
 };
 
 EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> backend,
@@ -138,12 +132,12 @@ EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> ba
   std::unique_ptr<Model> draft_model = load_draft_model(opt_, *backend_, model_->info());
   if (!opt_.model_dir.empty() && std::filesystem::exists(std::filesystem::path(opt_.model_dir) / "tokenizer.json"))
     tokenizer_.emplace(Tokenizer::load(opt_.model_dir));
-  eos_ = model_->info().eos_token_ids;
 
   kv::CacheOptions copt = cache_options(opt_, *model_);
-  stats_.kv_capacity_bytes = copt.capacity_bytes;  // the draft's share included
+  stats_.update([&](EngineStats& s) { s.kv_capacity_bytes = copt.capacity_bytes; });  // the draft's share included
   drafter_ = make_drafter(opt_, std::move(draft_model), *model_, copt);
   cache_ = std::make_unique<kv::KvCache>(copt);
+  output_.emplace(model_->info(), tokenizer_ ? &*tokenizer_ : nullptr, stats_);
   if (opt_.background) thread_ = std::thread([this] { loop(); });
 }
 
@@ -192,6 +186,8 @@ void EngineImpl::take_submissions() {
   }
 }
 
+// Releases the request's KV (publishing what it computed), then completes
+// its result and handle. The caller removes it from the schedule.
 void EngineImpl::finish(RequestState& r, FinishReason reason, std::string error) {
   if (r.row >= 0) {
     publish(r);
@@ -199,40 +195,7 @@ void EngineImpl::finish(RequestState& r, FinishReason reason, std::string error)
     r.row = -1;
     if (drafter_) drafter_->detach(r);
   }
-  // Text still held back (a possible stop-string prefix, an open UTF-8
-  // sequence) belongs to the output unless a stop string ended it.
-  if (!r.stops.stopped() && r.decoder) {
-    std::string tail = r.stops.feed(r.decoder->finish()).text;
-    if (!r.stops.stopped()) tail += r.stops.flush();
-    if (!tail.empty() && reason != FinishReason::Cancelled && reason != FinishReason::Error) {
-      r.result.text += tail;
-      TokenEvent ev;
-      ev.text = tail;
-      if (r.on_token) r.on_token(ev);
-      r.handle->push(ev);
-    }
-  }
-  r.finished = Clock::now();
-  RequestResult& res = r.result;
-  res.token_ids.assign(r.generated().begin(), r.generated().end());
-  res.finish = reason;
-  res.error = std::move(error);
-  res.usage.prompt_tokens = r.prompt_length;
-  res.usage.completion_tokens = r.generated_count();
-  res.timings.total_s = seconds(r.finished - r.submitted);
-  if (r.generated_count() > 0) {
-    res.timings.time_to_first_token_s = seconds(r.first_token - r.submitted);
-    const double decode_s = seconds(r.finished - r.first_token);
-    if (r.generated_count() > 1 && decode_s > 0)
-      res.timings.decode_tokens_per_s = double(r.generated_count() - 1) / decode_s;
-  }
-  {
-    std::lock_guard lock(stats_mu_);
-    if (reason == FinishReason::Cancelled) ++stats_.requests_cancelled;
-    else if (reason == FinishReason::Error) ++stats_.requests_failed;
-    else ++stats_.requests_finished;
-  }
-  r.handle->finish(res);
+  output_->finish(r, reason, std::move(error));
 }
 
 void EngineImpl::drop_cancelled() {
@@ -277,15 +240,7 @@ void EngineImpl::admit() {
     if (opt_.prefix_cache) cache_->retain_for_publish(r.row);
     r.computed = opt_.prefix_cache ? cache_->attach_prefix(r.row, seq, int64_t(seq.size()) - 1) : 0;
     if (drafter_) drafter_->attach(r);
-    if (!r.ever_admitted) {
-      r.admitted = Clock::now();
-      r.result.timings.queue_s = seconds(r.admitted - r.submitted);
-      r.result.usage.cached_prompt_tokens = std::min<int64_t>(r.computed, r.prompt_length);
-      r.ever_admitted = true;
-      std::lock_guard lock(stats_mu_);
-      stats_.cached_prompt_tokens += r.result.usage.cached_prompt_tokens;
-      stats_.prompt_tokens += r.prompt_length;
-    }
+    output_->admitted(r);
     r.admit_order = ++admit_counter_;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
@@ -297,73 +252,12 @@ void EngineImpl::preempt(RequestState& r) {
   r.row = -1;
   if (drafter_) drafter_->detach(r);
   r.computed = 0;
-  ++r.result.preemptions;
-  {
-    std::lock_guard lock(stats_mu_);
-    ++stats_.preemptions;
-  }
+  output_->preempted(r);
 }
 
 void EngineImpl::publish(RequestState& r) {
   if (!opt_.prefix_cache || r.row < 0) return;
   cache_->publish(r.row, std::span(r.tokens).first(std::size_t(r.computed)));
-}
-
-bool EngineImpl::stop_condition(RequestState& r, int32_t token) {
-  const auto& p = r.request.sampling;
-  if (!r.request.ignore_eos && std::find(eos_.begin(), eos_.end(), token) != eos_.end()) {
-    r.result.stop = tokenizer_ ? std::string(tokenizer_->id_to_token(token).value_or("")) : std::to_string(token);
-    return true;
-  }
-  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end()) {
-    r.result.stop = tokenizer_ ? std::string(tokenizer_->id_to_token(token).value_or("")) : std::to_string(token);
-    return true;
-  }
-  return false;
-}
-
-// A logits row for the token after the row's computed sequence: sample,
-// stream, and finish the request if that token ends it.
-void EngineImpl::on_logits(RequestState& r, const float* logits) {
-  const std::span<const float> row(logits, std::size_t(model_->info().vocab_size));
-  if (const auto end = emit(r, r.sampler.sample(row))) finish(r, *end);
-}
-
-// Records a generated token (sampler, sequence, logprobs, stats) and streams
-// its text. Returns how the request ends if this token ends it.
-std::optional<FinishReason> EngineImpl::emit(RequestState& r, const sampling::SampledToken& s) {
-  r.sampler.accept(s.token);
-  r.tokens.push_back(s.token);
-  if (r.generated_count() == 1) r.first_token = Clock::now();
-  if (s.logprobs) r.result.logprobs.push_back(*s.logprobs);
-  {
-    std::lock_guard lock(stats_mu_);
-    ++stats_.generated_tokens;
-  }
-
-  const bool stop_token = stop_condition(r, s.token);
-  TokenEvent ev;
-  ev.token = s.token;
-  ev.logprobs = s.logprobs;
-  bool stop_string = false;
-  if (!stop_token && r.decoder) {
-    const auto out = r.stops.feed(r.decoder->push(s.token));
-    ev.text = out.text;
-    if (out.stop) {
-      stop_string = true;
-      r.result.stop = r.request.sampling.stop[*out.stop];
-    }
-  }
-  r.result.text += ev.text;
-  if (r.on_token) r.on_token(ev);
-  r.handle->push(ev);
-
-  const int64_t limit = model_->info().max_position;
-  const auto& max_tokens = r.request.sampling.max_tokens;
-  if (stop_token || stop_string) return FinishReason::Stop;
-  if ((max_tokens && r.generated_count() >= *max_tokens) || (limit > 0 && r.sequence_length() >= limit))
-    return FinishReason::Length;
-  return std::nullopt;
 }
 
 // Drafts a decoding row may take: at most γ, and no more than it can still
@@ -373,48 +267,6 @@ int EngineImpl::draft_limit(const RequestState& r) const {
   if (const auto& max_tokens = r.request.sampling.max_tokens) n = std::min<int64_t>(n, *max_tokens - r.generated_count() - 1);
   if (const int64_t limit = model_->info().max_position; limit > 0) n = std::min(n, limit - r.sequence_length() - 1);
   return int(std::max<int64_t>(0, n));
-}
-
-// The row fed its last token and job.tokens; logits holds 1 + g rows. The
-// documented loop of sampling/speculative.h, ending early where the request
-// ends; the KV keeps the fed tokens that were emitted.
-void EngineImpl::verify(RequestState& r, const DraftJob& job, const float* logits) {
-  const int g = int(job.tokens.size());
-  const std::size_t vocab = std::size_t(model_->info().vocab_size);
-  const int64_t start = r.computed;
-  int emitted = 0, accepted = 0;
-  std::optional<FinishReason> end;
-  std::string error;
-  try {
-    while (emitted < g && !end) {
-      const std::span<const float> row(logits + std::size_t(emitted) * vocab, vocab);
-      const std::span<const float> q = job.probs.empty() ? std::span<const float>() : job.probs[std::size_t(emitted)];
-      const sampling::DraftVerdict v = sampling::verify_draft_token(r.sampler, row, q, job.tokens[std::size_t(emitted)]);
-      end = emit(r, v.token);
-      ++emitted;
-      if (!v.accepted) break;
-      ++accepted;
-    }
-    if (!end && accepted == g) {
-      const std::span<const float> row(logits + std::size_t(g) * vocab, vocab);
-      end = emit(r, r.sampler.sample(row));
-      ++emitted;
-    }
-  } catch (const std::exception& e) {
-    end = FinishReason::Error;
-    error = e.what();
-  }
-  cache_->rollback_round(std::span(&r.row, 1), std::array<int64_t, 1>{emitted});
-  r.computed = start + emitted;
-  drafter_->resolve(job, accepted);
-  r.result.draft_proposed += g;
-  r.result.draft_accepted += accepted;
-  {
-    std::lock_guard lock(stats_mu_);
-    stats_.draft_proposed += g;
-    stats_.draft_accepted += accepted;
-  }
-  if (end) finish(r, *end, std::move(error));
 }
 
 // Out of KV blocks: preempts the most recently admitted row so the step can
@@ -539,22 +391,24 @@ bool EngineImpl::step_locked_out() {
       running_.clear();
       return true;
     }
-    {
-      std::lock_guard lock(stats_mu_);
-      ++stats_.steps;
-    }
+    stats_.update([](EngineStats& s) { ++s.steps; });
     const int64_t vocab = logits.dim(1);
     for (const Fed& f : fed) {
       RequestState& r = *f.r;
       const float* row_logits = f.first_logit >= 0 ? logits.data<float>() + f.first_logit * vocab : nullptr;
       if (f.job) {
-        verify(r, *f.job, row_logits);
+        // The KV keeps the fed tokens that were emitted.
+        Verdict v = verify(*output_, r, *f.job, row_logits);
+        cache_->rollback_round(std::span(&r.row, 1), std::array<int64_t, 1>{v.emitted});
+        r.computed += v.emitted;
+        drafter_->resolve(*f.job, v.accepted);
+        if (v.end) finish(r, *v.end, std::move(v.error));
         continue;
       }
       r.computed += f.n;
       if (!row_logits) continue;
       try {
-        on_logits(r, row_logits);
+        if (const auto end = output_->sample(r, row_logits)) finish(r, *end);
       } catch (const std::exception& e) {
         if (!r.handle->done()) finish(r, FinishReason::Error, e.what());
       }
@@ -601,17 +455,14 @@ void EngineImpl::loop() {
 }
 
 void EngineImpl::update_gauges() {
-  std::lock_guard lock(stats_mu_);
-  stats_.running = int64_t(running_.size());
-  stats_.waiting = int64_t(waiting_.size());
-  stats_.kv_used_bytes = cache_->used_bytes() + (drafter_ ? drafter_->used_bytes() : 0);
-  stats_.prefix_cache_bytes = cache_->prefix_cache_bytes() + (drafter_ ? drafter_->prefix_cache_bytes() : 0);
-}
-
-EngineStats EngineImpl::stats() const {
-  std::lock_guard lock(stats_mu_);
-  EngineStats s = stats_;
-  return s;
+  const std::size_t used = cache_->used_bytes() + (drafter_ ? drafter_->used_bytes() : 0);
+  const std::size_t cached = cache_->prefix_cache_bytes() + (drafter_ ? drafter_->prefix_cache_bytes() : 0);
+  stats_.update([&](EngineStats& s) {
+    s.running = int64_t(running_.size());
+    s.waiting = int64_t(waiting_.size());
+    s.kv_used_bytes = used;
+    s.prefix_cache_bytes = cached;
+  });
 }
 
 void EngineImpl::shutdown() {
