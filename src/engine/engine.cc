@@ -20,7 +20,6 @@
 // through a speculative round per row (kv::KvCache::rollback_round).
 
 #include <algorithm>
-#include <array>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -36,6 +35,7 @@
 #include "engine/request_state.h"
 #include "engine/setup.h"
 #include "engine/stats.h"
+#include "engine/step_runner.h"
 #include "engine/verify.h"
 #include "tokenizer/tokenizer.h"
 
@@ -98,17 +98,15 @@ class EngineImpl final : public Engine {
   bool make_room(const kv::OutOfBlocks& e);
   void finish(RequestState& r, FinishReason reason, std::string error = {});
   int draft_limit(const RequestState& r) const;
-  int64_t step_tokens() const { return opt_.token_budget + (drafter_ ? opt_.draft_tokens : 0); }
-  void publish(RequestState& r);
+  int64_t step_tokens() const { return opt_.token_budget + (runner_->drafter() ? opt_.draft_tokens : 0); }
   void update_gauges();
 
   EngineOptions opt_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
   std::optional<Tokenizer> tokenizer_;
-  std::unique_ptr<kv::KvCache> cache_;
-  std::unique_ptr<Drafter> drafter_;  // speculative decoding, when on
   Stats stats_;
+  std::optional<StepRunner> runner_;
   std::optional<Output> output_;
 
   // Submissions cross threads through this queue; everything below it is
@@ -135,8 +133,8 @@ EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> ba
 
   kv::CacheOptions copt = cache_options(opt_, *model_);
   stats_.update([&](EngineStats& s) { s.kv_capacity_bytes = copt.capacity_bytes; });  // the draft's share included
-  drafter_ = make_drafter(opt_, std::move(draft_model), *model_, copt);
-  cache_ = std::make_unique<kv::KvCache>(copt);
+  std::unique_ptr<Drafter> drafter = make_drafter(opt_, std::move(draft_model), *model_, copt);
+  runner_.emplace(*model_, std::make_unique<kv::KvCache>(copt), std::move(drafter), opt_.prefix_cache);
   output_.emplace(model_->info(), tokenizer_ ? &*tokenizer_ : nullptr, stats_);
   if (opt_.background) thread_ = std::thread([this] { loop(); });
 }
@@ -189,12 +187,7 @@ void EngineImpl::take_submissions() {
 // Releases the request's KV (publishing what it computed), then completes
 // its result and handle. The caller removes it from the schedule.
 void EngineImpl::finish(RequestState& r, FinishReason reason, std::string error) {
-  if (r.row >= 0) {
-    publish(r);
-    cache_->retire(r.row);
-    r.row = -1;
-    if (drafter_) drafter_->detach(r);
-  }
+  runner_->release(r);
   output_->finish(r, reason, std::move(error));
 }
 
@@ -224,22 +217,19 @@ void EngineImpl::admit() {
     const int64_t limit = model_->info().max_position > 0 ? model_->info().max_position : INT64_MAX;
     const int64_t max_new = r.request.sampling.max_tokens ? *r.request.sampling.max_tokens : limit;
     const int64_t target = std::min<int64_t>(limit, r.prompt_length + max_new);
-    const int64_t reusable = opt_.prefix_cache ? cache_->match_prefix(seq, int64_t(seq.size()) - 1) : 0;
+    const KvAccounting& store = runner_->accounting();
+    const int64_t reusable = opt_.prefix_cache ? store.match_prefix(seq, int64_t(seq.size()) - 1) : 0;
     // A request admitted into an empty batch always runs (it fails only if
     // it cannot fit alone); otherwise it waits until the rows admitted before
     // it leave room (kv_room.h), in the draft's cache too.
     if (!running_.empty()) {
       std::vector<std::pair<kv::RowId, int64_t>> held;
       for (const auto& other : running_) held.emplace_back(other->row, other->sequence_length());
-      const CacheAccounting store(*cache_);
       if (admission_need(store, target, reusable, step_tokens()) > admission_room(store, held, step_tokens()))
         break;
-      if (drafter_ && !drafter_->has_room(r, target)) break;
+      if (runner_->drafter() && !runner_->drafter()->has_room(r, target)) break;
     }
-    r.row = cache_->create_row();
-    if (opt_.prefix_cache) cache_->retain_for_publish(r.row);
-    r.computed = opt_.prefix_cache ? cache_->attach_prefix(r.row, seq, int64_t(seq.size()) - 1) : 0;
-    if (drafter_) drafter_->attach(r);
+    runner_->attach(r);
     output_->admitted(r);
     r.admit_order = ++admit_counter_;
     running_.push_back(std::move(waiting_.front()));
@@ -248,16 +238,8 @@ void EngineImpl::admit() {
 }
 
 void EngineImpl::preempt(RequestState& r) {
-  cache_->retire(r.row);
-  r.row = -1;
-  if (drafter_) drafter_->detach(r);
-  r.computed = 0;
+  runner_->evict(r);
   output_->preempted(r);
-}
-
-void EngineImpl::publish(RequestState& r) {
-  if (!opt_.prefix_cache || r.row < 0) return;
-  cache_->publish(r.row, std::span(r.tokens).first(std::size_t(r.computed)));
 }
 
 // Drafts a decoding row may take: at most γ, and no more than it can still
@@ -309,7 +291,7 @@ bool EngineImpl::step_locked_out() {
     int64_t budget = opt_.token_budget;
     for (const auto& r : running_) budget -= one_left(*r);
     std::vector<DraftJob> jobs;  // one per running row, in running_ order
-    if (drafter_) {
+    if (runner_->drafter()) {
       // A sampled row's draft length depends on nothing but the request
       // (which positions were drafted is part of what decides a sampled
       // output); a greedy row's output does not depend on it, so greedy rows
@@ -326,7 +308,7 @@ bool EngineImpl::step_locked_out() {
         budget -= job.max_tokens;
       }
       try {
-        drafter_->propose(jobs);
+        runner_->propose(jobs);
       } catch (const kv::OutOfBlocks& e) {
         if (!make_room(e)) return true;
         continue;
@@ -334,81 +316,49 @@ bool EngineImpl::step_locked_out() {
       for (const DraftJob& job : jobs) budget += job.max_tokens - int64_t(job.tokens.size());
     }
 
-    ForwardBatch batch;
-    struct Fed {
-      RequestState* r;
-      int64_t n;                  // tokens fed
-      int64_t first_logit = -1;   // its first logits row, if any
-      const DraftJob* job = nullptr;  // with drafts to verify
-    };
-    std::vector<Fed> fed;
-    std::vector<kv::RowId> round;  // rows feeding drafts
-    auto feed = [&](RequestState& r, int64_t n) {
-      Fed& f = fed.emplace_back(Fed{&r, n});
-      for (int64_t p = r.computed; p < r.computed + n; ++p) {
-        const bool last = p + 1 == r.sequence_length();
-        if (last) f.first_logit = int64_t(batch.logit_rows.size());
-        batch.add(r.row, p, r.tokens[std::size_t(p)], last);
-      }
-    };
-    std::size_t index = 0;
+    StepPlan plan;
+    int index = 0;
     for (auto& r : running_) {
-      const DraftJob* job = drafter_ ? &jobs[index++] : nullptr;
-      if (!one_left(*r)) continue;
-      feed(*r, 1);
-      if (!job || job->tokens.empty()) continue;
-      fed.back().job = job;
-      fed.back().n += int64_t(job->tokens.size());
-      for (std::size_t j = 0; j < job->tokens.size(); ++j)
-        batch.add(r->row, r->computed + 1 + int64_t(j), job->tokens[j], true);
-      round.push_back(r->row);
+      const DraftJob* job = jobs.empty() ? nullptr : &jobs[std::size_t(index)];
+      if (one_left(*r)) plan.feeds.push_back(Feed{r.get(), 1, job && !job->tokens.empty() ? index : -1});
+      ++index;
     }
     for (auto& r : running_) {
       const int64_t need = prefill_left(*r);
       if (!one_left(*r) && need > 0 && budget > 0) {
         const int64_t n = std::min(need, budget);
-        feed(*r, n);
+        plan.feeds.push_back(Feed{r.get(), n, -1});
         budget -= n;
       }
     }
 
-    // The forward pass. The drafted rows' KV appends happen inside a
-    // speculative round, rolled back to what verification keeps.
-    Tensor logits;
-    cache_->begin_round(round);
+    StepLogits out;
     try {
-      model_->forward(batch, *cache_, logits);
+      out = runner_->forward(plan, jobs);
     } catch (const kv::OutOfBlocks& e) {
-      cache_->rollback_round(round, std::vector<int64_t>(round.size(), 0));
-      if (drafter_) drafter_->discard(jobs);
       if (!make_room(e)) return true;
       continue;
     } catch (const std::exception& e) {
       // Not the requests' fault, but nothing else can be done with them.
-      cache_->rollback_round(round, std::vector<int64_t>(round.size(), 0));
-      if (drafter_) drafter_->discard(jobs);
       for (auto& r : running_) finish(*r, FinishReason::Error, e.what());
       running_.clear();
       return true;
     }
     stats_.update([](EngineStats& s) { ++s.steps; });
-    const int64_t vocab = logits.dim(1);
-    for (const Fed& f : fed) {
-      RequestState& r = *f.r;
-      const float* row_logits = f.first_logit >= 0 ? logits.data<float>() + f.first_logit * vocab : nullptr;
-      if (f.job) {
-        // The KV keeps the fed tokens that were emitted.
-        Verdict v = verify(*output_, r, *f.job, row_logits);
-        cache_->rollback_round(std::span(&r.row, 1), std::array<int64_t, 1>{v.emitted});
-        r.computed += v.emitted;
-        drafter_->resolve(*f.job, v.accepted);
+    for (std::size_t i = 0; i < plan.feeds.size(); ++i) {
+      const Feed& f = plan.feeds[i];
+      RequestState& r = *f.request;
+      const float* logits = out.row(i);
+      if (f.job >= 0) {
+        const DraftJob& job = jobs[std::size_t(f.job)];
+        Verdict v = verify(*output_, r, job, logits);
+        runner_->settle_round(r, job, v.emitted, v.accepted);
         if (v.end) finish(r, *v.end, std::move(v.error));
         continue;
       }
-      r.computed += f.n;
-      if (!row_logits) continue;
+      if (!logits) continue;
       try {
-        if (const auto end = output_->sample(r, row_logits)) finish(r, *end);
+        if (const auto end = output_->sample(r, logits)) finish(r, *end);
       } catch (const std::exception& e) {
         if (!r.handle->done()) finish(r, FinishReason::Error, e.what());
       }
@@ -417,8 +367,7 @@ bool EngineImpl::step_locked_out() {
       if ((*it)->handle->done()) {
         it = running_.erase(it);
       } else {
-        publish(**it);
-        if (drafter_) drafter_->after_step(**it);
+        runner_->end_step(**it);
         ++it;
       }
     }
@@ -455,8 +404,7 @@ void EngineImpl::loop() {
 }
 
 void EngineImpl::update_gauges() {
-  const std::size_t used = cache_->used_bytes() + (drafter_ ? drafter_->used_bytes() : 0);
-  const std::size_t cached = cache_->prefix_cache_bytes() + (drafter_ ? drafter_->prefix_cache_bytes() : 0);
+  const std::size_t used = runner_->used_bytes(), cached = runner_->prefix_cache_bytes();
   stats_.update([&](EngineStats& s) {
     s.running = int64_t(running_.size());
     s.waiting = int64_t(waiting_.size());
