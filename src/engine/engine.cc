@@ -1,5 +1,17 @@
 // The engine: a scheduler thread (or the caller, in manual mode) running
-// iteration-level continuous batching over one paged KV cache.
+// iteration-level continuous batching over one paged KV cache. This file is
+// the facade: the submission queue crossing threads, the thread and its
+// wake-up signal, handles, and each step's wiring of the units that do the
+// work:
+//
+//   scheduler.h    admission, the token budget, draft lengths, preemption:
+//                  plans as data, over KV accounting (kv_room.h)
+//   step_runner.h  carries a plan out on the model, the KV cache and the
+//                  drafter: rows attached and released, the forward pass,
+//                  speculative rounds
+//   output.h       emitting tokens (sampling, text, stops), finishing
+//                  requests, counters (stats.h); verify.h checks drafts
+//   setup.h        from EngineOptions to the cache's options and the drafter
 //
 // Each step: drop cancelled requests; admit waiting ones (FIFO) while the
 // pool can hold their projected bytes, reusing cached prompt prefixes; then
@@ -19,20 +31,18 @@
 // rejection scheme when sampling). The target's KV keeps what was accepted
 // through a speculative round per row (kv::KvCache::rollback_round).
 
-#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
-#include <list>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "core/error.h"
-#include "engine/drafter.h"
-#include "engine/kv_room.h"
 #include "engine/output.h"
 #include "engine/request_handle.h"
 #include "engine/request_state.h"
+#include "engine/scheduler.h"
 #include "engine/setup.h"
 #include "engine/stats.h"
 #include "engine/step_runner.h"
@@ -92,13 +102,10 @@ class EngineImpl final : public Engine {
   void loop();
   bool step_locked_out();  // one scheduler step; the scheduler's own state needs no lock
   void take_submissions();
-  void drop_cancelled();
-  void admit();
-  void preempt(RequestState& r);
-  bool make_room(const kv::OutOfBlocks& e);
   void finish(RequestState& r, FinishReason reason, std::string error = {});
-  int draft_limit(const RequestState& r) const;
-  int64_t step_tokens() const { return opt_.token_budget + (runner_->drafter() ? opt_.draft_tokens : 0); }
+  bool make_room(const kv::OutOfBlocks& e);
+  void fail_running(const std::string& error);
+  void apply_logits(const StepPlan& plan, std::span<DraftJob> jobs, const StepLogits& out);
   void update_gauges();
 
   EngineOptions opt_;
@@ -106,21 +113,18 @@ class EngineImpl final : public Engine {
   std::unique_ptr<Model> model_;
   std::optional<Tokenizer> tokenizer_;
   Stats stats_;
+  // The units, built in the constructor; the scheduler thread's own.
   std::optional<StepRunner> runner_;
+  std::optional<Scheduler> scheduler_;
   std::optional<Output> output_;
 
-  // Submissions cross threads through this queue; everything below it is
-  // the scheduler's own.
+  // Submissions cross threads through this queue.
   mutable std::mutex submit_mu_;
   std::deque<std::unique_ptr<RequestState>> incoming_;
   bool closed_ = false;
   std::shared_ptr<Signal> signal_ = std::make_shared<Signal>();
   std::thread thread_;
   std::atomic<uint64_t> next_id_{1};
-
-  std::deque<std::unique_ptr<RequestState>> waiting_;
-  std::list<std::unique_ptr<RequestState>> running_;  // in admission order
-  uint64_t admit_counter_ = 0;
 };
 
 EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> backend,
@@ -130,12 +134,22 @@ EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> ba
   std::unique_ptr<Model> draft_model = load_draft_model(opt_, *backend_, model_->info());
   if (!opt_.model_dir.empty() && std::filesystem::exists(std::filesystem::path(opt_.model_dir) / "tokenizer.json"))
     tokenizer_.emplace(Tokenizer::load(opt_.model_dir));
+  const ModelInfo& info = model_->info();
 
   kv::CacheOptions copt = cache_options(opt_, *model_);
   stats_.update([&](EngineStats& s) { s.kv_capacity_bytes = copt.capacity_bytes; });  // the draft's share included
   std::unique_ptr<Drafter> drafter = make_drafter(opt_, std::move(draft_model), *model_, copt);
+  const bool speculating = drafter != nullptr;
   runner_.emplace(*model_, std::make_unique<kv::KvCache>(copt), std::move(drafter), opt_.prefix_cache);
-  output_.emplace(model_->info(), tokenizer_ ? &*tokenizer_ : nullptr, stats_);
+
+  SchedulerOptions sopt;
+  sopt.max_running = opt_.max_running;
+  sopt.token_budget = opt_.token_budget;
+  sopt.draft_tokens = speculating ? opt_.draft_tokens : 0;
+  sopt.context = info.max_position;
+  sopt.prefix_cache = opt_.prefix_cache;
+  scheduler_.emplace(sopt, runner_->accounting(), runner_->drafter());
+  output_.emplace(info, tokenizer_ ? &*tokenizer_ : nullptr, stats_);
   if (opt_.background) thread_ = std::thread([this] { loop(); });
 }
 
@@ -179,7 +193,7 @@ std::shared_ptr<RequestHandle> EngineImpl::submit(Request request,
 void EngineImpl::take_submissions() {
   std::lock_guard lock(submit_mu_);
   while (!incoming_.empty()) {
-    waiting_.push_back(std::move(incoming_.front()));
+    scheduler_->enqueue(std::move(incoming_.front()));
     incoming_.pop_front();
   }
 }
@@ -191,147 +205,51 @@ void EngineImpl::finish(RequestState& r, FinishReason reason, std::string error)
   output_->finish(r, reason, std::move(error));
 }
 
-void EngineImpl::drop_cancelled() {
-  for (auto it = waiting_.begin(); it != waiting_.end();) {
-    if ((*it)->handle->cancel_requested()) {
-      finish(**it, FinishReason::Cancelled);
-      it = waiting_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  for (auto it = running_.begin(); it != running_.end();) {
-    if ((*it)->handle->cancel_requested()) {
-      finish(**it, FinishReason::Cancelled);
-      it = running_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
-
-void EngineImpl::admit() {
-  while (!waiting_.empty() && int(running_.size()) < opt_.max_running) {
-    RequestState& r = *waiting_.front();
-    const std::vector<int32_t>& seq = r.tokens;
-    const int64_t limit = model_->info().max_position > 0 ? model_->info().max_position : INT64_MAX;
-    const int64_t max_new = r.request.sampling.max_tokens ? *r.request.sampling.max_tokens : limit;
-    const int64_t target = std::min<int64_t>(limit, r.prompt_length + max_new);
-    const KvAccounting& store = runner_->accounting();
-    const int64_t reusable = opt_.prefix_cache ? store.match_prefix(seq, int64_t(seq.size()) - 1) : 0;
-    // A request admitted into an empty batch always runs (it fails only if
-    // it cannot fit alone); otherwise it waits until the rows admitted before
-    // it leave room (kv_room.h), in the draft's cache too.
-    if (!running_.empty()) {
-      std::vector<std::pair<kv::RowId, int64_t>> held;
-      for (const auto& other : running_) held.emplace_back(other->row, other->sequence_length());
-      if (admission_need(store, target, reusable, step_tokens()) > admission_room(store, held, step_tokens()))
-        break;
-      if (runner_->drafter() && !runner_->drafter()->has_room(r, target)) break;
-    }
-    runner_->attach(r);
-    output_->admitted(r);
-    r.admit_order = ++admit_counter_;
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
-  }
-}
-
-void EngineImpl::preempt(RequestState& r) {
-  runner_->evict(r);
-  output_->preempted(r);
-}
-
-// Drafts a decoding row may take: at most γ, and no more than it can still
-// emit (its max_tokens, the context) with the token that follows them.
-int EngineImpl::draft_limit(const RequestState& r) const {
-  int64_t n = opt_.draft_tokens;
-  if (const auto& max_tokens = r.request.sampling.max_tokens) n = std::min<int64_t>(n, *max_tokens - r.generated_count() - 1);
-  if (const int64_t limit = model_->info().max_position; limit > 0) n = std::min(n, limit - r.sequence_length() - 1);
-  return int(std::max<int64_t>(0, n));
-}
-
 // Out of KV blocks: preempts the most recently admitted row so the step can
 // be planned again. A row alone that cannot fit fails; false then.
 bool EngineImpl::make_room(const kv::OutOfBlocks& e) {
-  auto victim = std::max_element(running_.begin(), running_.end(),
-                                 [](const auto& a, const auto& b) { return a->admit_order < b->admit_order; });
-  if (running_.size() == 1) {
-    finish(**victim, FinishReason::Error, std::string("the KV cache cannot hold this request: ") + e.what());
-    running_.erase(victim);
+  const Preemption p = scheduler_->preemption();
+  if (p.alone) {
+    finish(*p.request, FinishReason::Error, std::string("the KV cache cannot hold this request: ") + e.what());
+    scheduler_->remove_finished();
     return false;
   }
-  preempt(**victim);
-  waiting_.push_front(std::move(*victim));
-  running_.erase(victim);
+  runner_->evict(*p.request);
+  output_->preempted(*p.request);
+  scheduler_->requeue(*p.request);
   return true;
+}
+
+// A forward pass failed for a reason other than room: not the requests'
+// fault, but nothing else can be done with them.
+void EngineImpl::fail_running(const std::string& error) {
+  for (const auto& r : scheduler_->running()) finish(*r, FinishReason::Error, error);
+  scheduler_->remove_finished();
 }
 
 bool EngineImpl::step_locked_out() {
   take_submissions();
-  drop_cancelled();
-  admit();
+  for (const auto& r : scheduler_->take_cancelled()) finish(*r, FinishReason::Cancelled);
+  scheduler_->admit([this](RequestState& r) {
+    runner_->attach(r);
+    output_->admitted(r);
+  });
   update_gauges();
-  if (running_.empty()) return !waiting_.empty();
+  if (scheduler_->running().empty()) return !scheduler_->waiting().empty();
 
   for (;;) {
-    // Plan: every decoding row feeds its last sampled token, and with a
-    // drafter up to γ drafts after it; prefill chunks take what the token
-    // budget leaves, in admission order. A row resumed after preemption
-    // recomputes up to that last token and then decodes it like any other
-    // row: with sampling, which positions are drafted decides what is
-    // emitted, so it must depend on the request alone, never on the
-    // schedule. A row with one prompt token left feeds it like a decode
-    // step, undrafted.
-    auto one_left = [](const RequestState& r) { return r.sequence_length() - r.computed == 1; };
-    auto decoding = [&](const RequestState& r) { return one_left(r) && r.generated_count() > 0; };
-    auto prefill_left = [](const RequestState& r) {
-      return r.sequence_length() - (r.generated_count() > 0 ? 1 : 0) - r.computed;
-    };
-    int64_t budget = opt_.token_budget;
-    for (const auto& r : running_) budget -= one_left(*r);
-    std::vector<DraftJob> jobs;  // one per running row, in running_ order
-    if (runner_->drafter()) {
-      // A sampled row's draft length depends on nothing but the request
-      // (which positions were drafted is part of what decides a sampled
-      // output); a greedy row's output does not depend on it, so greedy rows
-      // take what the budget leaves.
-      for (const auto& r : running_) {
-        DraftJob& job = jobs.emplace_back();
-        job.request = r.get();
-        if (decoding(*r) && !r->sampler.params().greedy()) job.max_tokens = draft_limit(*r);
-        budget -= job.max_tokens;
-      }
-      for (DraftJob& job : jobs) {
-        if (!decoding(*job.request) || !job.request->sampler.params().greedy()) continue;
-        job.max_tokens = int(std::clamp<int64_t>(budget, 0, draft_limit(*job.request)));
-        budget -= job.max_tokens;
-      }
+    // Plan (scheduler.h), draft, plan the feeds the drafts leave room for,
+    // forward; out of KV blocks, preempt and plan again.
+    std::vector<DraftJob> jobs = scheduler_->draft_jobs();
+    if (!jobs.empty()) {
       try {
         runner_->propose(jobs);
       } catch (const kv::OutOfBlocks& e) {
         if (!make_room(e)) return true;
         continue;
       }
-      for (const DraftJob& job : jobs) budget += job.max_tokens - int64_t(job.tokens.size());
     }
-
-    StepPlan plan;
-    int index = 0;
-    for (auto& r : running_) {
-      const DraftJob* job = jobs.empty() ? nullptr : &jobs[std::size_t(index)];
-      if (one_left(*r)) plan.feeds.push_back(Feed{r.get(), 1, job && !job->tokens.empty() ? index : -1});
-      ++index;
-    }
-    for (auto& r : running_) {
-      const int64_t need = prefill_left(*r);
-      if (!one_left(*r) && need > 0 && budget > 0) {
-        const int64_t n = std::min(need, budget);
-        plan.feeds.push_back(Feed{r.get(), n, -1});
-        budget -= n;
-      }
-    }
-
+    const StepPlan plan = scheduler_->plan(jobs);
     StepLogits out;
     try {
       out = runner_->forward(plan, jobs);
@@ -339,40 +257,39 @@ bool EngineImpl::step_locked_out() {
       if (!make_room(e)) return true;
       continue;
     } catch (const std::exception& e) {
-      // Not the requests' fault, but nothing else can be done with them.
-      for (auto& r : running_) finish(*r, FinishReason::Error, e.what());
-      running_.clear();
+      fail_running(e.what());
       return true;
     }
     stats_.update([](EngineStats& s) { ++s.steps; });
-    for (std::size_t i = 0; i < plan.feeds.size(); ++i) {
-      const Feed& f = plan.feeds[i];
-      RequestState& r = *f.request;
-      const float* logits = out.row(i);
-      if (f.job >= 0) {
-        const DraftJob& job = jobs[std::size_t(f.job)];
-        Verdict v = verify(*output_, r, job, logits);
-        runner_->settle_round(r, job, v.emitted, v.accepted);
-        if (v.end) finish(r, *v.end, std::move(v.error));
-        continue;
-      }
-      if (!logits) continue;
-      try {
-        if (const auto end = output_->sample(r, logits)) finish(r, *end);
-      } catch (const std::exception& e) {
-        if (!r.handle->done()) finish(r, FinishReason::Error, e.what());
-      }
-    }
-    for (auto it = running_.begin(); it != running_.end();) {
-      if ((*it)->handle->done()) {
-        it = running_.erase(it);
-      } else {
-        runner_->end_step(**it);
-        ++it;
-      }
-    }
+    apply_logits(plan, jobs, out);
+    scheduler_->remove_finished();
+    for (const auto& r : scheduler_->running()) runner_->end_step(*r);
     update_gauges();
     return true;
+  }
+}
+
+// The step's logits to its rows: a drafting row's drafts are verified and
+// its round settled; any other row whose logits were computed samples its
+// next token. Rows whose token ends them finish.
+void EngineImpl::apply_logits(const StepPlan& plan, std::span<DraftJob> jobs, const StepLogits& out) {
+  for (std::size_t i = 0; i < plan.feeds.size(); ++i) {
+    const Feed& f = plan.feeds[i];
+    RequestState& r = *f.request;
+    const float* logits = out.row(i);
+    if (f.job >= 0) {
+      const DraftJob& job = jobs[std::size_t(f.job)];
+      Verdict v = verify(*output_, r, job, logits);
+      runner_->settle_round(r, job, v.emitted, v.accepted);
+      if (v.end) finish(r, *v.end, std::move(v.error));
+      continue;
+    }
+    if (!logits) continue;
+    try {
+      if (const auto end = output_->sample(r, logits)) finish(r, *end);
+    } catch (const std::exception& e) {
+      if (!r.handle->done()) finish(r, FinishReason::Error, e.what());
+    }
   }
 }
 
@@ -404,10 +321,12 @@ void EngineImpl::loop() {
 }
 
 void EngineImpl::update_gauges() {
+  const int64_t running = int64_t(scheduler_->running().size());
+  const int64_t waiting = int64_t(scheduler_->waiting().size());
   const std::size_t used = runner_->used_bytes(), cached = runner_->prefix_cache_bytes();
   stats_.update([&](EngineStats& s) {
-    s.running = int64_t(running_.size());
-    s.waiting = int64_t(waiting_.size());
+    s.running = running;
+    s.waiting = waiting;
     s.kv_used_bytes = used;
     s.prefix_cache_bytes = cached;
   });
@@ -416,20 +335,18 @@ void EngineImpl::update_gauges() {
 void EngineImpl::shutdown() {
   {
     std::lock_guard lock(submit_mu_);
-    if (closed_ && !thread_.joinable() && incoming_.empty() && waiting_.empty() && running_.empty()) return;
+    if (closed_ && !thread_.joinable() && incoming_.empty() && scheduler_->waiting().empty() &&
+        scheduler_->running().empty())
+      return;
     closed_ = true;
   }
   signal_->notify();
   if (thread_.joinable()) thread_.join();
   take_submissions();
-  for (auto& r : waiting_) finish(*r, FinishReason::Cancelled);
-  for (auto& r : running_) finish(*r, FinishReason::Cancelled);
-  waiting_.clear();
-  running_.clear();
+  for (const auto& r : scheduler_->take_all()) finish(*r, FinishReason::Cancelled);
 }
 
 }  // namespace
-
 }  // namespace engine
 
 std::unique_ptr<Engine> Engine::create(const EngineOptions& options) {
