@@ -11,6 +11,7 @@
 //                  speculative rounds
 //   output.h       emitting tokens (sampling, text, stops), finishing
 //                  requests, counters (stats.h); verify.h checks drafts
+//   validate_request.h  what a request must satisfy to be queued
 //   setup.h        from EngineOptions to the cache's options and the drafter
 //
 // Each step: drop cancelled requests; admit waiting ones (FIFO) while the
@@ -46,6 +47,7 @@
 #include "engine/setup.h"
 #include "engine/stats.h"
 #include "engine/step_runner.h"
+#include "engine/validate_request.h"
 #include "engine/verify.h"
 #include "tokenizer/tokenizer.h"
 
@@ -112,6 +114,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
   std::optional<Tokenizer> tokenizer_;
+  RequestLimits limits_;
   Stats stats_;
   // The units, built in the constructor; the scheduler thread's own.
   std::optional<StepRunner> runner_;
@@ -135,6 +138,7 @@ EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> ba
   if (!opt_.model_dir.empty() && std::filesystem::exists(std::filesystem::path(opt_.model_dir) / "tokenizer.json"))
     tokenizer_.emplace(Tokenizer::load(opt_.model_dir));
   const ModelInfo& info = model_->info();
+  limits_ = RequestLimits{info.vocab_size, info.max_position, tokenizer_ ? &*tokenizer_ : nullptr};
 
   kv::CacheOptions copt = cache_options(opt_, *model_);
   stats_.update([&](EngineStats& s) { s.kv_capacity_bytes = copt.capacity_bytes; });  // the draft's share included
@@ -149,36 +153,20 @@ EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> ba
   sopt.context = info.max_position;
   sopt.prefix_cache = opt_.prefix_cache;
   scheduler_.emplace(sopt, runner_->accounting(), runner_->drafter());
-  output_.emplace(info, tokenizer_ ? &*tokenizer_ : nullptr, stats_);
+  output_.emplace(info, limits_.tokenizer, stats_);
   if (opt_.background) thread_ = std::thread([this] { loop(); });
 }
 
 std::shared_ptr<RequestHandle> EngineImpl::submit(Request request,
                                                   std::function<void(const TokenEvent&)> on_token) {
-  const ModelInfo& info = model_->info();
-  if (request.prompt_ids.empty() && !tokenizer_)
-    throw Error("request: " + opt_.model_dir + " has no tokenizer.json; give the prompt as token ids");
-  if (!tokenizer_ && !request.sampling.stop.empty())
-    throw Error("request: stop strings need a tokenizer, and " + opt_.model_dir + " has none");
-  std::vector<int32_t> prompt = request.prompt_ids.empty()
-                                    ? tokenizer_->encode(request.prompt, request.add_special_tokens)
-                                    : request.prompt_ids;
-  if (prompt.empty()) throw Error("request: the prompt is empty");
-  for (int32_t id : prompt)
-    if (id < 0 || id >= info.vocab_size)
-      throw Error("request: prompt token id " + std::to_string(id) + " is outside the vocabulary (size " +
-                  std::to_string(info.vocab_size) + ")");
-  if (info.max_position > 0 && int64_t(prompt.size()) >= info.max_position)
-    throw Error("request: the prompt has " + std::to_string(prompt.size()) +
-                " tokens; the model's context is " + std::to_string(info.max_position));
-  request.sampling.validate(info.vocab_size);
+  std::vector<int32_t> prompt = validate_request(request, limits_);
   const uint64_t id = next_id_++;
   std::weak_ptr<Signal> weak = signal_;
   auto handle = std::make_shared<HandleImpl>(id, [weak] {
     if (auto s = weak.lock()) s->notify();
   });
-  auto state = std::make_unique<RequestState>(id, std::move(request), std::move(prompt), info.vocab_size,
-                                              tokenizer_ ? &*tokenizer_ : nullptr, handle, std::move(on_token));
+  auto state = std::make_unique<RequestState>(id, std::move(request), std::move(prompt), limits_.vocab_size,
+                                              limits_.tokenizer, handle, std::move(on_token));
   {
     std::lock_guard lock(submit_mu_);
     if (closed_) throw Error("engine: shut down");
