@@ -32,11 +32,13 @@
 // rejection scheme when sampling). The target's KV keeps what was accepted
 // through a speculative round per row (kv::KvCache::rollback_round).
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 
 #include "core/error.h"

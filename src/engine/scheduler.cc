@@ -1,7 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
-#include <climits>
+#include <cstdint>
 #include <utility>
 
 #include "core/error.h"
