@@ -13,7 +13,9 @@
 //
 // Failure atomicity: attach(), propose() and forward() either succeed or
 // throw leaving every row as it was (KV lengths and blocks, the drafter's
-// rows, each request's `computed`). kv::OutOfBlocks from propose() or
+// rows, each request's `computed`); for propose() and forward() that rests
+// on the drafter's and the model's own promises (drafter.h; a failed
+// forward aborts its cache step). kv::OutOfBlocks from propose() or
 // forward() means the step does not fit: the scheduler preempts a row and
 // the step is planned again.
 //
