@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -139,6 +140,18 @@ class QueueFull : public Error {
   using Error::Error;
 };
 
+// A request this engine's model cannot run. field() names the Request field
+// at fault ("prompt", "max_tokens", or a sampling parameter such as
+// "temperature" or "stop[1]"); what() begins with it or quotes it.
+class InvalidRequest : public Error {
+ public:
+  InvalidRequest(std::string field, const std::string& message) : Error(message), field_(std::move(field)) {}
+  const std::string& field() const { return field_; }
+
+ private:
+  std::string field_;
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -153,8 +166,12 @@ class Engine {
 
   // Queues a request; thread-safe. `on_token`, if given, is called from the
   // scheduler thread for every event (keep it short); next() works either way.
-  // Throws rowlm::Error for an invalid request (empty prompt, bad sampling
-  // parameters, prompt longer than the context) and QueueFull past max_waiting.
+  // Throws InvalidRequest for a request the model cannot run (an empty
+  // prompt, ids outside the vocabulary, a prompt that leaves no room in the
+  // context for a generated token, bad sampling parameters, stop strings
+  // without a tokenizer: engine/validate_request.h) and QueueFull past
+  // max_waiting. A request whose max_tokens would run past the context is
+  // accepted, and finishes with Length at the context's end.
   virtual std::shared_ptr<RequestHandle> submit(Request request,
                                                 std::function<void(const TokenEvent&)> on_token = {}) = 0;
 

@@ -1,5 +1,18 @@
 // The engine: a scheduler thread (or the caller, in manual mode) running
-// iteration-level continuous batching over one paged KV cache.
+// iteration-level continuous batching over one paged KV cache. This file is
+// the facade: the submission queue crossing threads, the thread and its
+// wake-up signal, handles, and each step's wiring of the units that do the
+// work:
+//
+//   scheduler.h    admission, the token budget, draft lengths, preemption:
+//                  plans as data, over KV accounting (kv_room.h)
+//   step_runner.h  carries a plan out on the model, the KV cache and the
+//                  drafter: rows attached and released, the forward pass,
+//                  speculative rounds
+//   output.h       emitting tokens (sampling, text, stops), finishing
+//                  requests, counters (stats.h); verify.h checks drafts
+//   validate_request.h  what a request must satisfy to be queued
+//   setup.h        from EngineOptions to the cache's options and the drafter
 //
 // Each step: drop cancelled requests; admit waiting ones (FIFO) while the
 // pool can hold their projected bytes, reusing cached prompt prefixes; then
@@ -19,24 +32,26 @@
 // rejection scheme when sampling). The target's KV keeps what was accepted
 // through a speculative round per row (kv::KvCache::rollback_round).
 
-#include <algorithm>
-#include <array>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
-#include <fstream>
-#include <list>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <thread>
 
 #include "backend/factory/make_backend.h"
 #include "core/error.h"
-#include "engine/drafter.h"
-#include "engine/kv_room.h"
+#include "engine/output.h"
 #include "engine/request_handle.h"
 #include "engine/request_state.h"
-#include "kvcodec/codec.h"
-#include "sampling/speculative.h"
+#include "engine/scheduler.h"
+#include "engine/setup.h"
+#include "engine/stats.h"
+#include "engine/step_runner.h"
+#include "engine/validate_request.h"
+#include "engine/verify.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rowlm {
@@ -53,21 +68,6 @@ const char* finish_reason_name(FinishReason r) {
 
 namespace engine {
 namespace {
-
-constexpr int kMaxDraftTokens = 64;
-
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-// MemAvailable from /proc/meminfo, or 0 if unknown.
-std::size_t available_memory() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  std::size_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
 
 // Wakes the scheduler thread; shared with handles so a late cancel() after
 // the engine is gone touches nothing freed.
@@ -100,164 +100,76 @@ class EngineImpl final : public Engine {
     if (!tokenizer_) throw Error("engine: " + opt_.model_dir + " has no tokenizer.json");
     return *tokenizer_;
   }
-  EngineStats stats() const override;
+  EngineStats stats() const override { return stats_.snapshot(); }
   void shutdown() override;
 
  private:
   void loop();
   bool step_locked_out();  // one scheduler step; the scheduler's own state needs no lock
   void take_submissions();
-  void drop_cancelled();
-  void admit();
-  void preempt(RequestState& r);
-  bool make_room(const kv::OutOfBlocks& e);
   void finish(RequestState& r, FinishReason reason, std::string error = {});
-  void on_logits(RequestState& r, const float* logits);
-  void verify(RequestState& r, const DraftJob& job, const float* logits);
-  std::optional<FinishReason> emit(RequestState& r, const sampling::SampledToken& s);
-  bool stop_condition(RequestState& r, int32_t token);
-  int draft_limit(const RequestState& r) const;
-  int64_t step_tokens() const { return opt_.token_budget + (drafter_ ? opt_.draft_tokens : 0); }
-  void publish(RequestState& r);
+  bool make_room(const kv::OutOfBlocks& e);
+  void fail_running(const std::string& error);
+  void apply_logits(const StepPlan& plan, std::span<DraftJob> jobs, const StepLogits& out);
   void update_gauges();
 
   EngineOptions opt_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
   std::optional<Tokenizer> tokenizer_;
-  std::unique_ptr<kv::KvCache> cache_;
-  std::unique_ptr<Drafter> drafter_;  // speculative decoding, when on
-  std::vector<int32_t> eos_;
+  RequestLimits limits_;
+  Stats stats_;
+  // The units, built in the constructor; the scheduler thread's own.
+  std::optional<StepRunner> runner_;
+  std::optional<Scheduler> scheduler_;
+  std::optional<Output> output_;
 
-  // Submissions cross threads through this queue; everything below it is
-  // the scheduler's own.
+  // Submissions cross threads through this queue.
   mutable std::mutex submit_mu_;
   std::deque<std::unique_ptr<RequestState>> incoming_;
   bool closed_ = false;
   std::shared_ptr<Signal> signal_ = std::make_shared<Signal>();
   std::thread thread_;
   std::atomic<uint64_t> next_id_{1};
-
-  std::deque<std::unique_ptr<RequestState>> waiting_;
-  std::list<std::unique_ptr<RequestState>> running_;  // in admission order
-  uint64_t admit_counter_ = 0;
-
-  mutable std::mutex stats_mu_;
-  EngineStats stats_;
 };
-
-
-// The draft model of `dir`, which must share the target's vocabulary.
-std::unique_ptr<Model> load_draft_model(const std::string& dir, Backend& backend, const ModelInfo& target) {
-  if (!std::filesystem::is_directory(dir))
-    throw Error("engine: draft '" + dir + "' is neither \"ngram\" nor a model directory");
-  std::unique_ptr<Model> draft;
-  try {
-    draft = load_model(dir, backend);
-  } catch (const std::exception& e) {
-    throw Error("engine: cannot load the draft model " + dir + ": " + e.what());
-  }
-  if (draft->info().vocab_size != target.vocab_size)
-    throw Error("engine: the draft model " + dir + " has a vocabulary of " + std::to_string(draft->info().vocab_size) +
-                " tokens, the model " + target.directory + " one of " + std::to_string(target.vocab_size) +
-                "; a draft must share the model's vocabulary");
-  return draft;
-}
-
-// The draft cache's codec: the default (first) entry of --kv-codec; layer
-// overrides name the target's layers, not the draft's.
-kv::CodecSpec draft_codec(const std::string& kv_codec) {
-  const std::string first = kv_codec.substr(0, kv_codec.find(','));
-  return first.find('=') == std::string::npos ? kv::parse_codec(first) : kv::CodecSpec{};
-}
-
-// Bytes one row of `tokens` positions holds in these layers (a window layer
-// holds its window and one step).
-std::size_t context_bytes(const std::vector<kv::LayerSpec>& layers, int64_t tokens, int64_t step_tokens) {
-  std::size_t total = 0;
-  for (const kv::LayerSpec& l : layers)
-    total += kv::token_record_bytes(l) *
-             std::size_t(l.window ? std::min<int64_t>(tokens, l.window - 1 + step_tokens) : tokens);
-  return total;
-}
 
 EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> backend,
                        std::unique_ptr<Model> model)
     : opt_(options), backend_(std::move(backend)), model_(std::move(model)) {
-  if (opt_.max_running < 1) throw Error("engine: max_running must be at least 1");
-  if (opt_.token_budget < 1) throw Error("engine: token_budget must be at least 1");
-  if (opt_.max_waiting < 0) throw Error("engine: max_waiting must not be negative");
-  if (!opt_.draft.empty() && (opt_.draft_tokens < 1 || opt_.draft_tokens > kMaxDraftTokens))
-    throw Error("engine: draft_tokens must be 1.." + std::to_string(kMaxDraftTokens) + ", got " +
-                std::to_string(opt_.draft_tokens));
-  std::unique_ptr<Model> draft_model;
-  if (!opt_.draft.empty() && opt_.draft != "ngram") draft_model = load_draft_model(opt_.draft, *backend_, model_->info());
+  check_options(opt_);
+  std::unique_ptr<Model> draft_model = load_draft_model(opt_, *backend_, model_->info());
   if (!opt_.model_dir.empty() && std::filesystem::exists(std::filesystem::path(opt_.model_dir) / "tokenizer.json"))
     tokenizer_.emplace(Tokenizer::load(opt_.model_dir));
-  eos_ = model_->info().eos_token_ids;
+  const ModelInfo& info = model_->info();
+  limits_ = RequestLimits{info.vocab_size, info.max_position, tokenizer_ ? &*tokenizer_ : nullptr};
 
-  kv::CacheOptions copt;
-  copt.layers = model_->kv_layers(kv::CodecSpec{});
-  const auto codecs = kv::parse_codec_map(opt_.kv_codec, int(copt.layers.size()));
-  for (std::size_t i = 0; i < copt.layers.size(); ++i) copt.layers[i].codec = codecs[i];
-  copt.capacity_bytes = opt_.kv_budget_bytes;
-  if (copt.capacity_bytes == 0) {
-    // Half of the memory available now, at most 16 GiB: room for the model's
-    // pages and the rest of the system.
-    const std::size_t avail = available_memory();
-    copt.capacity_bytes = avail ? std::min(avail / 2, std::size_t(16) << 30) : std::size_t(2) << 30;
-  }
-  copt.prefix_cache_bytes = opt_.prefix_cache ? (opt_.prefix_cache_bytes ? opt_.prefix_cache_bytes
-                                                                          : copt.capacity_bytes / 4)
-                                              : 0;
-  stats_.kv_capacity_bytes = copt.capacity_bytes;
-  if (draft_model) {
-    // The draft's cache takes its share of the budget: what one row of the
-    // full context costs each model.
-    kv::CacheOptions dopt;
-    dopt.layers = draft_model->kv_layers(draft_codec(opt_.kv_codec));
-    const int64_t context = model_->info().max_position > 0 ? model_->info().max_position : 4096;
-    const double t = double(context_bytes(copt.layers, context, step_tokens()));
-    const double d = double(context_bytes(dopt.layers, context, step_tokens()));
-    const double share = d / (t + d);
-    dopt.capacity_bytes = std::size_t(double(copt.capacity_bytes) * share);
-    dopt.prefix_cache_bytes = std::size_t(double(copt.prefix_cache_bytes) * share);
-    copt.capacity_bytes -= dopt.capacity_bytes;
-    copt.prefix_cache_bytes -= dopt.prefix_cache_bytes;
-    drafter_ = make_model_drafter(std::move(draft_model), *backend_, std::move(dopt), opt_.prefix_cache, step_tokens());
-  } else if (opt_.draft == "ngram") {
-    drafter_ = make_ngram_drafter();
-  }
-  cache_ = std::make_unique<kv::KvCache>(copt, *backend_);
+  kv::CacheOptions copt = cache_options(opt_, *model_);
+  stats_.update([&](EngineStats& s) { s.kv_capacity_bytes = copt.capacity_bytes; });  // the draft's share included
+  std::unique_ptr<Drafter> drafter = make_drafter(opt_, std::move(draft_model), *backend_, *model_, copt);
+  const bool speculating = drafter != nullptr;
+  runner_.emplace(*model_, std::make_unique<kv::KvCache>(copt, *backend_), std::move(drafter), opt_.prefix_cache);
+
+  SchedulerOptions sopt;
+  sopt.max_running = opt_.max_running;
+  sopt.token_budget = opt_.token_budget;
+  sopt.draft_tokens = speculating ? opt_.draft_tokens : 0;
+  sopt.context = info.max_position;
+  sopt.prefix_cache = opt_.prefix_cache;
+  scheduler_.emplace(sopt, runner_->accounting(), runner_->drafter());
+  output_.emplace(info, limits_.tokenizer, stats_);
   if (opt_.background) thread_ = std::thread([this] { loop(); });
 }
 
 std::shared_ptr<RequestHandle> EngineImpl::submit(Request request,
                                                   std::function<void(const TokenEvent&)> on_token) {
-  const ModelInfo& info = model_->info();
-  if (request.prompt_ids.empty() && !tokenizer_)
-    throw Error("request: " + opt_.model_dir + " has no tokenizer.json; give the prompt as token ids");
-  if (!tokenizer_ && !request.sampling.stop.empty())
-    throw Error("request: stop strings need a tokenizer, and " + opt_.model_dir + " has none");
-  std::vector<int32_t> prompt = request.prompt_ids.empty()
-                                    ? tokenizer_->encode(request.prompt, request.add_special_tokens)
-                                    : request.prompt_ids;
-  if (prompt.empty()) throw Error("request: the prompt is empty");
-  for (int32_t id : prompt)
-    if (id < 0 || id >= info.vocab_size)
-      throw Error("request: prompt token id " + std::to_string(id) + " is outside the vocabulary (size " +
-                  std::to_string(info.vocab_size) + ")");
-  if (info.max_position > 0 && int64_t(prompt.size()) >= info.max_position)
-    throw Error("request: the prompt has " + std::to_string(prompt.size()) +
-                " tokens; the model's context is " + std::to_string(info.max_position));
-  request.sampling.validate(info.vocab_size);
+  std::vector<int32_t> prompt = validate_request(request, limits_);
   const uint64_t id = next_id_++;
   std::weak_ptr<Signal> weak = signal_;
   auto handle = std::make_shared<HandleImpl>(id, [weak] {
     if (auto s = weak.lock()) s->notify();
   });
-  auto state = std::make_unique<RequestState>(id, std::move(request), std::move(prompt), info.vocab_size,
-                                              tokenizer_ ? &*tokenizer_ : nullptr, handle, std::move(on_token));
+  auto state = std::make_unique<RequestState>(id, std::move(request), std::move(prompt), limits_.vocab_size,
+                                              limits_.tokenizer, handle, std::move(on_token));
   {
     std::lock_guard lock(submit_mu_);
     if (closed_) throw Error("engine: shut down");
@@ -272,388 +184,103 @@ std::shared_ptr<RequestHandle> EngineImpl::submit(Request request,
 void EngineImpl::take_submissions() {
   std::lock_guard lock(submit_mu_);
   while (!incoming_.empty()) {
-    waiting_.push_back(std::move(incoming_.front()));
+    scheduler_->enqueue(std::move(incoming_.front()));
     incoming_.pop_front();
   }
 }
 
+// Releases the request's KV (publishing what it computed), then completes
+// its result and handle. The caller removes it from the schedule.
 void EngineImpl::finish(RequestState& r, FinishReason reason, std::string error) {
-  if (r.row >= 0) {
-    publish(r);
-    cache_->retire(r.row);
-    r.row = -1;
-    if (drafter_) drafter_->detach(r);
-  }
-  // Text still held back (a possible stop-string prefix, an open UTF-8
-  // sequence) belongs to the output unless a stop string ended it.
-  if (!r.stops.stopped() && r.decoder) {
-    std::string tail = r.stops.feed(r.decoder->finish()).text;
-    if (!r.stops.stopped()) tail += r.stops.flush();
-    if (!tail.empty() && reason != FinishReason::Cancelled && reason != FinishReason::Error) {
-      r.result.text += tail;
-      TokenEvent ev;
-      ev.text = tail;
-      if (r.on_token) r.on_token(ev);
-      r.handle->push(ev);
-    }
-  }
-  r.finished = Clock::now();
-  RequestResult& res = r.result;
-  res.token_ids.assign(r.generated().begin(), r.generated().end());
-  res.finish = reason;
-  res.error = std::move(error);
-  res.usage.prompt_tokens = r.prompt_length;
-  res.usage.completion_tokens = r.generated_count();
-  res.timings.total_s = seconds(r.finished - r.submitted);
-  if (r.generated_count() > 0) {
-    res.timings.time_to_first_token_s = seconds(r.first_token - r.submitted);
-    const double decode_s = seconds(r.finished - r.first_token);
-    if (r.generated_count() > 1 && decode_s > 0)
-      res.timings.decode_tokens_per_s = double(r.generated_count() - 1) / decode_s;
-  }
-  {
-    std::lock_guard lock(stats_mu_);
-    if (reason == FinishReason::Cancelled) ++stats_.requests_cancelled;
-    else if (reason == FinishReason::Error) ++stats_.requests_failed;
-    else ++stats_.requests_finished;
-  }
-  r.handle->finish(res);
-}
-
-void EngineImpl::drop_cancelled() {
-  for (auto it = waiting_.begin(); it != waiting_.end();) {
-    if ((*it)->handle->cancel_requested()) {
-      finish(**it, FinishReason::Cancelled);
-      it = waiting_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  for (auto it = running_.begin(); it != running_.end();) {
-    if ((*it)->handle->cancel_requested()) {
-      finish(**it, FinishReason::Cancelled);
-      it = running_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
-
-void EngineImpl::admit() {
-  while (!waiting_.empty() && int(running_.size()) < opt_.max_running) {
-    RequestState& r = *waiting_.front();
-    const std::vector<int32_t>& seq = r.tokens;
-    const int64_t limit = model_->info().max_position > 0 ? model_->info().max_position : INT64_MAX;
-    const int64_t max_new = r.request.sampling.max_tokens ? *r.request.sampling.max_tokens : limit;
-    const int64_t target = std::min<int64_t>(limit, r.prompt_length + max_new);
-    const int64_t reusable = opt_.prefix_cache ? cache_->match_prefix(seq, int64_t(seq.size()) - 1) : 0;
-    // A request admitted into an empty batch always runs (it fails only if
-    // it cannot fit alone); otherwise it waits until the rows admitted before
-    // it leave room (kv_room.h), in the draft's cache too.
-    if (!running_.empty()) {
-      std::vector<std::pair<kv::RowId, int64_t>> held;
-      for (const auto& other : running_) held.emplace_back(other->row, other->sequence_length());
-      if (admission_need(*cache_, target, reusable, step_tokens()) > admission_room(*cache_, held, step_tokens()))
-        break;
-      if (drafter_ && !drafter_->has_room(r, target)) break;
-    }
-    r.row = cache_->create_row();
-    if (opt_.prefix_cache) cache_->retain_for_publish(r.row);
-    r.computed = opt_.prefix_cache ? cache_->attach_prefix(r.row, seq, int64_t(seq.size()) - 1) : 0;
-    if (drafter_) drafter_->attach(r);
-    if (!r.ever_admitted) {
-      r.admitted = Clock::now();
-      r.result.timings.queue_s = seconds(r.admitted - r.submitted);
-      r.result.usage.cached_prompt_tokens = std::min<int64_t>(r.computed, r.prompt_length);
-      r.ever_admitted = true;
-      std::lock_guard lock(stats_mu_);
-      stats_.cached_prompt_tokens += r.result.usage.cached_prompt_tokens;
-      stats_.prompt_tokens += r.prompt_length;
-    }
-    r.admit_order = ++admit_counter_;
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
-  }
-}
-
-void EngineImpl::preempt(RequestState& r) {
-  cache_->retire(r.row);
-  r.row = -1;
-  if (drafter_) drafter_->detach(r);
-  r.computed = 0;
-  ++r.result.preemptions;
-  {
-    std::lock_guard lock(stats_mu_);
-    ++stats_.preemptions;
-  }
-}
-
-void EngineImpl::publish(RequestState& r) {
-  if (!opt_.prefix_cache || r.row < 0) return;
-  cache_->publish(r.row, std::span(r.tokens).first(std::size_t(r.computed)));
-}
-
-bool EngineImpl::stop_condition(RequestState& r, int32_t token) {
-  const auto& p = r.request.sampling;
-  if (!r.request.ignore_eos && std::find(eos_.begin(), eos_.end(), token) != eos_.end()) {
-    r.result.stop = tokenizer_ ? std::string(tokenizer_->id_to_token(token).value_or("")) : std::to_string(token);
-    return true;
-  }
-  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end()) {
-    r.result.stop = tokenizer_ ? std::string(tokenizer_->id_to_token(token).value_or("")) : std::to_string(token);
-    return true;
-  }
-  return false;
-}
-
-// A logits row for the token after the row's computed sequence: sample,
-// stream, and finish the request if that token ends it.
-void EngineImpl::on_logits(RequestState& r, const float* logits) {
-  const std::span<const float> row(logits, std::size_t(model_->info().vocab_size));
-  if (const auto end = emit(r, r.sampler.sample(row))) finish(r, *end);
-}
-
-// Records a generated token (sampler, sequence, logprobs, stats) and streams
-// its text. Returns how the request ends if this token ends it.
-std::optional<FinishReason> EngineImpl::emit(RequestState& r, const sampling::SampledToken& s) {
-  r.sampler.accept(s.token);
-  r.tokens.push_back(s.token);
-  if (r.generated_count() == 1) r.first_token = Clock::now();
-  if (s.logprobs) r.result.logprobs.push_back(*s.logprobs);
-  {
-    std::lock_guard lock(stats_mu_);
-    ++stats_.generated_tokens;
-  }
-
-  const bool stop_token = stop_condition(r, s.token);
-  TokenEvent ev;
-  ev.token = s.token;
-  ev.logprobs = s.logprobs;
-  bool stop_string = false;
-  if (!stop_token && r.decoder) {
-    const auto out = r.stops.feed(r.decoder->push(s.token));
-    ev.text = out.text;
-    if (out.stop) {
-      stop_string = true;
-      r.result.stop = r.request.sampling.stop[*out.stop];
-    }
-  }
-  r.result.text += ev.text;
-  if (r.on_token) r.on_token(ev);
-  r.handle->push(ev);
-
-  const int64_t limit = model_->info().max_position;
-  const auto& max_tokens = r.request.sampling.max_tokens;
-  if (stop_token || stop_string) return FinishReason::Stop;
-  if ((max_tokens && r.generated_count() >= *max_tokens) || (limit > 0 && r.sequence_length() >= limit))
-    return FinishReason::Length;
-  return std::nullopt;
-}
-
-// Drafts a decoding row may take: at most γ, and no more than it can still
-// emit (its max_tokens, the context) with the token that follows them.
-int EngineImpl::draft_limit(const RequestState& r) const {
-  int64_t n = opt_.draft_tokens;
-  if (const auto& max_tokens = r.request.sampling.max_tokens) n = std::min<int64_t>(n, *max_tokens - r.generated_count() - 1);
-  if (const int64_t limit = model_->info().max_position; limit > 0) n = std::min(n, limit - r.sequence_length() - 1);
-  return int(std::max<int64_t>(0, n));
-}
-
-// The row fed its last token and job.tokens; logits holds 1 + g rows. The
-// documented loop of sampling/speculative.h, ending early where the request
-// ends; the KV keeps the fed tokens that were emitted.
-void EngineImpl::verify(RequestState& r, const DraftJob& job, const float* logits) {
-  const int g = int(job.tokens.size());
-  const std::size_t vocab = std::size_t(model_->info().vocab_size);
-  const int64_t start = r.computed;
-  int emitted = 0, accepted = 0;
-  std::optional<FinishReason> end;
-  std::string error;
-  try {
-    while (emitted < g && !end) {
-      const std::span<const float> row(logits + std::size_t(emitted) * vocab, vocab);
-      const std::span<const float> q = job.probs.empty() ? std::span<const float>() : job.probs[std::size_t(emitted)];
-      const sampling::DraftVerdict v = sampling::verify_draft_token(r.sampler, row, q, job.tokens[std::size_t(emitted)]);
-      end = emit(r, v.token);
-      ++emitted;
-      if (!v.accepted) break;
-      ++accepted;
-    }
-    if (!end && accepted == g) {
-      const std::span<const float> row(logits + std::size_t(g) * vocab, vocab);
-      end = emit(r, r.sampler.sample(row));
-      ++emitted;
-    }
-  } catch (const std::exception& e) {
-    end = FinishReason::Error;
-    error = e.what();
-  }
-  cache_->rollback_round(std::span(&r.row, 1), std::array<int64_t, 1>{emitted});
-  r.computed = start + emitted;
-  drafter_->resolve(job, accepted);
-  r.result.draft_proposed += g;
-  r.result.draft_accepted += accepted;
-  {
-    std::lock_guard lock(stats_mu_);
-    stats_.draft_proposed += g;
-    stats_.draft_accepted += accepted;
-  }
-  if (end) finish(r, *end, std::move(error));
+  runner_->release(r);
+  output_->finish(r, reason, std::move(error));
 }
 
 // Out of KV blocks: preempts the most recently admitted row so the step can
 // be planned again. A row alone that cannot fit fails; false then.
 bool EngineImpl::make_room(const kv::OutOfBlocks& e) {
-  auto victim = std::max_element(running_.begin(), running_.end(),
-                                 [](const auto& a, const auto& b) { return a->admit_order < b->admit_order; });
-  if (running_.size() == 1) {
-    finish(**victim, FinishReason::Error, std::string("the KV cache cannot hold this request: ") + e.what());
-    running_.erase(victim);
+  const Preemption p = scheduler_->preemption();
+  if (p.alone) {
+    finish(*p.request, FinishReason::Error, std::string("the KV cache cannot hold this request: ") + e.what());
+    scheduler_->remove_finished();
     return false;
   }
-  preempt(**victim);
-  waiting_.push_front(std::move(*victim));
-  running_.erase(victim);
+  runner_->evict(*p.request);
+  output_->preempted(*p.request);
+  scheduler_->requeue(*p.request);
   return true;
+}
+
+// A forward pass failed for a reason other than room: not the requests'
+// fault, but nothing else can be done with them.
+void EngineImpl::fail_running(const std::string& error) {
+  for (const auto& r : scheduler_->running()) finish(*r, FinishReason::Error, error);
+  scheduler_->remove_finished();
 }
 
 bool EngineImpl::step_locked_out() {
   take_submissions();
-  drop_cancelled();
-  admit();
+  for (const auto& r : scheduler_->take_cancelled()) finish(*r, FinishReason::Cancelled);
+  scheduler_->admit([this](RequestState& r) {
+    runner_->attach(r);
+    output_->admitted(r);
+  });
   update_gauges();
-  if (running_.empty()) return !waiting_.empty();
+  if (scheduler_->running().empty()) return !scheduler_->waiting().empty();
 
   for (;;) {
-    // Plan: every decoding row feeds its last sampled token, and with a
-    // drafter up to γ drafts after it; prefill chunks take what the token
-    // budget leaves, in admission order. A row resumed after preemption
-    // recomputes up to that last token and then decodes it like any other
-    // row: with sampling, which positions are drafted decides what is
-    // emitted, so it must depend on the request alone, never on the
-    // schedule. A row with one prompt token left feeds it like a decode
-    // step, undrafted.
-    auto one_left = [](const RequestState& r) { return r.sequence_length() - r.computed == 1; };
-    auto decoding = [&](const RequestState& r) { return one_left(r) && r.generated_count() > 0; };
-    auto prefill_left = [](const RequestState& r) {
-      return r.sequence_length() - (r.generated_count() > 0 ? 1 : 0) - r.computed;
-    };
-    int64_t budget = opt_.token_budget;
-    for (const auto& r : running_) budget -= one_left(*r);
-    std::vector<DraftJob> jobs;  // one per running row, in running_ order
-    if (drafter_) {
-      // A sampled row's draft length depends on nothing but the request
-      // (which positions were drafted is part of what decides a sampled
-      // output); a greedy row's output does not depend on it, so greedy rows
-      // take what the budget leaves.
-      for (const auto& r : running_) {
-        DraftJob& job = jobs.emplace_back();
-        job.request = r.get();
-        if (decoding(*r) && !r->sampler.params().greedy()) job.max_tokens = draft_limit(*r);
-        budget -= job.max_tokens;
-      }
-      for (DraftJob& job : jobs) {
-        if (!decoding(*job.request) || !job.request->sampler.params().greedy()) continue;
-        job.max_tokens = int(std::clamp<int64_t>(budget, 0, draft_limit(*job.request)));
-        budget -= job.max_tokens;
-      }
+    // Plan (scheduler.h), draft, plan the feeds the drafts leave room for,
+    // forward; out of KV blocks, preempt and plan again.
+    std::vector<DraftJob> jobs = scheduler_->draft_jobs();
+    if (!jobs.empty()) {
       try {
-        drafter_->propose(jobs);
+        runner_->propose(jobs);
       } catch (const kv::OutOfBlocks& e) {
         if (!make_room(e)) return true;
         continue;
       }
-      for (const DraftJob& job : jobs) budget += job.max_tokens - int64_t(job.tokens.size());
     }
-
-    ForwardBatch batch;
-    struct Fed {
-      RequestState* r;
-      int64_t n;                  // tokens fed
-      int64_t first_logit = -1;   // its first logits row, if any
-      const DraftJob* job = nullptr;  // with drafts to verify
-    };
-    std::vector<Fed> fed;
-    std::vector<kv::RowId> round;  // rows feeding drafts
-    auto feed = [&](RequestState& r, int64_t n) {
-      Fed& f = fed.emplace_back(Fed{&r, n});
-      for (int64_t p = r.computed; p < r.computed + n; ++p) {
-        const bool last = p + 1 == r.sequence_length();
-        if (last) f.first_logit = int64_t(batch.logit_rows.size());
-        batch.add(r.row, p, r.tokens[std::size_t(p)], last);
-      }
-    };
-    std::size_t index = 0;
-    for (auto& r : running_) {
-      const DraftJob* job = drafter_ ? &jobs[index++] : nullptr;
-      if (!one_left(*r)) continue;
-      feed(*r, 1);
-      if (!job || job->tokens.empty()) continue;
-      fed.back().job = job;
-      fed.back().n += int64_t(job->tokens.size());
-      for (std::size_t j = 0; j < job->tokens.size(); ++j)
-        batch.add(r->row, r->computed + 1 + int64_t(j), job->tokens[j], true);
-      round.push_back(r->row);
-    }
-    for (auto& r : running_) {
-      const int64_t need = prefill_left(*r);
-      if (!one_left(*r) && need > 0 && budget > 0) {
-        const int64_t n = std::min(need, budget);
-        feed(*r, n);
-        budget -= n;
-      }
-    }
-
-    // The forward pass. The drafted rows' KV appends happen inside a
-    // speculative round, rolled back to what verification keeps.
-    Tensor logits;
-    cache_->begin_round(round);
+    const StepPlan plan = scheduler_->plan(jobs);
+    StepLogits out;
     try {
-      model_->forward(batch, *cache_, logits);
+      out = runner_->forward(plan, jobs);
     } catch (const kv::OutOfBlocks& e) {
-      cache_->rollback_round(round, std::vector<int64_t>(round.size(), 0));
-      if (drafter_) drafter_->discard(jobs);
       if (!make_room(e)) return true;
       continue;
     } catch (const std::exception& e) {
-      // Not the requests' fault, but nothing else can be done with them.
-      cache_->rollback_round(round, std::vector<int64_t>(round.size(), 0));
-      if (drafter_) drafter_->discard(jobs);
-      for (auto& r : running_) finish(*r, FinishReason::Error, e.what());
-      running_.clear();
+      fail_running(e.what());
       return true;
     }
-    {
-      std::lock_guard lock(stats_mu_);
-      ++stats_.steps;
-    }
-    const int64_t vocab = logits.dim(1);
-    for (const Fed& f : fed) {
-      RequestState& r = *f.r;
-      const float* row_logits = f.first_logit >= 0 ? logits.data<float>() + f.first_logit * vocab : nullptr;
-      if (f.job) {
-        verify(r, *f.job, row_logits);
-        continue;
-      }
-      r.computed += f.n;
-      if (!row_logits) continue;
-      try {
-        on_logits(r, row_logits);
-      } catch (const std::exception& e) {
-        if (!r.handle->done()) finish(r, FinishReason::Error, e.what());
-      }
-    }
-    for (auto it = running_.begin(); it != running_.end();) {
-      if ((*it)->handle->done()) {
-        it = running_.erase(it);
-      } else {
-        publish(**it);
-        if (drafter_) drafter_->after_step(**it);
-        ++it;
-      }
-    }
+    stats_.update([](EngineStats& s) { ++s.steps; });
+    apply_logits(plan, jobs, out);
+    scheduler_->remove_finished();
+    for (const auto& r : scheduler_->running()) runner_->end_step(*r);
     update_gauges();
     return true;
+  }
+}
+
+// The step's logits to its rows: a drafting row's drafts are verified and
+// its round settled; any other row whose logits were computed samples its
+// next token. Rows whose token ends them finish.
+void EngineImpl::apply_logits(const StepPlan& plan, std::span<DraftJob> jobs, const StepLogits& out) {
+  for (std::size_t i = 0; i < plan.feeds.size(); ++i) {
+    const Feed& f = plan.feeds[i];
+    RequestState& r = *f.request;
+    const float* logits = out.row(i);
+    if (f.job >= 0) {
+      const DraftJob& job = jobs[std::size_t(f.job)];
+      Verdict v = verify(*output_, r, job, logits);
+      runner_->settle_round(r, job, v.emitted, v.accepted);
+      if (v.end) finish(r, *v.end, std::move(v.error));
+      continue;
+    }
+    if (!logits) continue;
+    try {
+      if (const auto end = output_->sample(r, logits)) finish(r, *end);
+    } catch (const std::exception& e) {
+      if (!r.handle->done()) finish(r, FinishReason::Error, e.what());
+    }
   }
 }
 
@@ -685,36 +312,32 @@ void EngineImpl::loop() {
 }
 
 void EngineImpl::update_gauges() {
-  std::lock_guard lock(stats_mu_);
-  stats_.running = int64_t(running_.size());
-  stats_.waiting = int64_t(waiting_.size());
-  stats_.kv_used_bytes = cache_->used_bytes() + (drafter_ ? drafter_->used_bytes() : 0);
-  stats_.prefix_cache_bytes = cache_->prefix_cache_bytes() + (drafter_ ? drafter_->prefix_cache_bytes() : 0);
-}
-
-EngineStats EngineImpl::stats() const {
-  std::lock_guard lock(stats_mu_);
-  EngineStats s = stats_;
-  return s;
+  const int64_t running = int64_t(scheduler_->running().size());
+  const int64_t waiting = int64_t(scheduler_->waiting().size());
+  const std::size_t used = runner_->used_bytes(), cached = runner_->prefix_cache_bytes();
+  stats_.update([&](EngineStats& s) {
+    s.running = running;
+    s.waiting = waiting;
+    s.kv_used_bytes = used;
+    s.prefix_cache_bytes = cached;
+  });
 }
 
 void EngineImpl::shutdown() {
   {
     std::lock_guard lock(submit_mu_);
-    if (closed_ && !thread_.joinable() && incoming_.empty() && waiting_.empty() && running_.empty()) return;
+    if (closed_ && !thread_.joinable() && incoming_.empty() && scheduler_->waiting().empty() &&
+        scheduler_->running().empty())
+      return;
     closed_ = true;
   }
   signal_->notify();
   if (thread_.joinable()) thread_.join();
   take_submissions();
-  for (auto& r : waiting_) finish(*r, FinishReason::Cancelled);
-  for (auto& r : running_) finish(*r, FinishReason::Cancelled);
-  waiting_.clear();
-  running_.clear();
+  for (const auto& r : scheduler_->take_all()) finish(*r, FinishReason::Cancelled);
 }
 
 }  // namespace
-
 }  // namespace engine
 
 std::unique_ptr<Engine> Engine::create(const EngineOptions& options) {

@@ -173,6 +173,39 @@ TEST(Engine, RejectsBadRequests) {
   EXPECT_THROW(engine->submit(make_request({"c", 0.0f, 1, 2, 0, {}})), QueueFull);
 }
 
+// The library's request rules (engine/validate_request.h): a refusal names
+// the field at fault; max_tokens past the context is no refusal, the
+// request ends with Length where the context does.
+TEST(Engine, InvalidRequestsNameTheirFieldAndLongMaxTokensEndAtTheContext) {
+  auto engine = Engine::create(manual());
+  auto refused_field = [&](const Request& r) -> std::string {
+    try {
+      engine->submit(r);
+    } catch (const InvalidRequest& e) {
+      return e.field();
+    }
+    return "(accepted)";
+  };
+  Request empty;
+  empty.add_special_tokens = false;
+  EXPECT_EQ(refused_field(empty), "prompt");
+  Request bad = make_request({"hi", 0.5f, 1, 4, 0, {}});
+  bad.sampling.top_p = 2.0f;
+  EXPECT_EQ(refused_field(bad), "top_p");
+
+  const int64_t context = engine->model_info().max_position;
+  Request near_end;
+  near_end.prompt_ids.assign(std::size_t(context) - 3, 5);
+  near_end.sampling.temperature = 0;
+  near_end.sampling.max_tokens = 100;
+  near_end.ignore_eos = true;
+  auto h = engine->submit(near_end);
+  engine->run_until_idle();
+  const RequestResult r = h->result();
+  EXPECT_EQ(r.finish, FinishReason::Length);
+  EXPECT_EQ(r.usage.completion_tokens, 3);
+}
+
 TEST(Engine, BackgroundThreadServesManySubmitters) {
   std::mt19937 rng(7);
   auto specs = random_specs(rng, 8);

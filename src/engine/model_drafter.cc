@@ -47,7 +47,8 @@ class ModelDrafter final : public Drafter {
         prefix_cache_ ? cache_.match_prefix(r.tokens, std::max<int64_t>(0, r.sequence_length() - 1)) : 0;
     std::vector<std::pair<kv::RowId, int64_t>> held;
     for (const auto& [id, row] : rows_) held.emplace_back(row.kv_row, row.request->sequence_length());
-    return admission_need(cache_, tokens, reusable, step_tokens_) <= admission_room(cache_, held, step_tokens_);
+    const CacheAccounting store(cache_);
+    return admission_need(store, tokens, reusable, step_tokens_) <= admission_room(store, held, step_tokens_);
   }
 
   void attach(RequestState& r) override {

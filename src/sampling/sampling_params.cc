@@ -11,7 +11,7 @@ namespace rowlm::sampling {
 namespace {
 
 [[noreturn]] void bad(const std::string& field, const std::string& why) {
-  throw Error("sampling parameter '" + field + "' " + why);
+  throw InvalidParameter(field, "sampling parameter '" + field + "' " + why);
 }
 
 std::string num(double v) {

@@ -7,13 +7,27 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "core/error.h"
 
 namespace rowlm::sampling {
 
 // The most alternatives a request may ask for per position (OpenAI's
 // top_logprobs limit, and vLLM's default max_logprobs).
 inline constexpr int32_t kMaxTopLogprobs = 20;
+
+// A parameter out of range: field() names it ("temperature", "stop[1]");
+// what() says why.
+class InvalidParameter : public Error {
+ public:
+  InvalidParameter(std::string field, const std::string& message) : Error(message), field_(std::move(field)) {}
+  const std::string& field() const { return field_; }
+
+ private:
+  std::string field_;
+};
 
 struct SamplingParams {
   // Softmax temperature; 0 means greedy (argmax, ties to the lowest id).
@@ -50,7 +64,7 @@ struct SamplingParams {
 
   bool greedy() const { return temperature == 0.0f; }
 
-  // Throws rowlm::Error naming the first field out of range. vocab_size is
+  // Throws InvalidParameter for the first field out of range. vocab_size is
   // the model's; ids in logit_bias and stop_token_ids must lie below it.
   void validate(int64_t vocab_size) const;
 };

@@ -1,27 +1,9 @@
 #include "server/prepare.h"
 
+#include "engine/validate_request.h"
 #include "server/api_error.h"
 
 namespace rowlm::server {
-
-namespace {
-
-void check_length(std::size_t prompt_tokens, const GenerationRequest& r, const ServedModel& m,
-                  const std::string& what) {
-  if (prompt_tokens == 0) throw_bad_field(what, "is empty (no tokens)");
-  if (m.context_length <= 0) return;
-  const std::size_t ctx = std::size_t(m.context_length);
-  if (prompt_tokens >= ctx)
-    throw_bad_field(what, "is " + std::to_string(prompt_tokens) + " tokens; the model's context is " +
-                              std::to_string(ctx) + " tokens, which must also hold at least one generated token");
-  if (r.sampling.max_tokens && prompt_tokens + std::size_t(*r.sampling.max_tokens) > ctx)
-    throw_bad_field("max_tokens", "is " + std::to_string(*r.sampling.max_tokens) + ", but the prompt is " +
-                                      std::to_string(prompt_tokens) + " tokens and the model's context " +
-                                      std::to_string(ctx) + " tokens, leaving room for " +
-                                      std::to_string(ctx - prompt_tokens));
-}
-
-}  // namespace
 
 PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedModel& m) {
   if (r.model != m.name)
@@ -38,6 +20,7 @@ PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedMo
 
   sampling::SamplingParams sampling = r.sampling;
   std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> prompt_fields;  // how errors name each prompt
   if (r.chat) {
     ChatPrompt chat;
     try {
@@ -48,7 +31,7 @@ PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedMo
       throw_bad_field("messages", e.what());
     }
     prompts.push_back(m.tokenizer->encode(chat.text, /*add_special_tokens=*/false));
-    check_length(prompts.back().size(), r, m, "messages");
+    prompt_fields.push_back("messages");
     // The format's end-of-turn tokens end a reply even where config.json's
     // end-of-sequence ids do not list them.
     std::vector<std::string> stops = m.chat_format->stop_tokens();
@@ -62,28 +45,33 @@ PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedMo
       const PromptInput& p = r.prompts[i];
       const std::string what = r.prompts.size() == 1 ? "prompt" : "prompt[" + std::to_string(i) + "]";
       prompts.push_back(p.ids.empty() ? m.tokenizer->encode(p.text, /*add_special_tokens=*/true) : p.ids);
-      check_length(prompts.back().size(), r, m, what);
+      prompt_fields.push_back(what);
       if (r.echo) rc.echo.push_back(p.ids.empty() ? p.text : m.tokenizer->decode(p.ids));
     }
   }
-  try {
-    sampling.validate(m.vocab_size);
-  } catch (const Error& e) {
-    throw ApiError(400, e.what());
-  }
-  for (const auto& ids : prompts) {
-    rc.prompt_tokens.push_back(int64_t(ids.size()));
+  // Every request is checked before any is submitted, by the engine's own
+  // check with this API's rules: a bad prompt refuses the whole request,
+  // naming the API's field for it.
+  const engine::RequestLimits limits{m.vocab_size, m.context_length, m.tokenizer};
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    rc.prompt_tokens.push_back(int64_t(prompts[i].size()));
+    Request req;
+    req.prompt_ids = prompts[i];
+    req.add_special_tokens = false;
+    req.sampling = sampling;
+    req.ignore_eos = r.ignore_eos;
+    // Tool calls are parsed from the text; Gemma 4 writes their markup
+    // with special tokens.
+    req.skip_special_tokens = !rc.tool_syntax.has_value();
+    try {
+      engine::validate_request(req, limits, {.max_tokens_within_context = true, .prompt_field = prompt_fields[i]});
+    } catch (const InvalidRequest& e) {
+      throw ApiError(400, e.what(), e.field());
+    }
+    // Choice j of a seeded request gets seed + j: choices differ but repeat.
     for (int j = 0; j < r.n; ++j) {
-      Request req;
-      req.prompt_ids = ids;
-      req.add_special_tokens = false;
-      req.sampling = sampling;
-      if (sampling.seed) req.sampling.seed = *sampling.seed + uint64_t(j);
-      req.ignore_eos = r.ignore_eos;
-      // Tool calls are parsed from the text; Gemma 4 writes their markup
-      // with special tokens.
-      req.skip_special_tokens = !rc.tool_syntax.has_value();
-      out.requests.push_back(std::move(req));
+      out.requests.push_back(req);
+      if (sampling.seed) out.requests.back().sampling.seed = *sampling.seed + uint64_t(j);
     }
   }
   return out;

@@ -29,7 +29,10 @@ struct PreparedGeneration {
 };
 
 // Throws ApiError: 404 for another model's name, 400 for a conversation the
-// chat format rejects, an empty or too long prompt, or invalid sampling.
+// chat format rejects, or a request the engine's check refuses
+// (engine/validate_request.h, with this API's rule that prompt + max_tokens
+// fit the context), naming the API's field: "messages", "prompt",
+// "prompt[i]", "max_tokens", or the sampling parameter.
 PreparedGeneration prepare_generation(const GenerationRequest& request, const ServedModel& model);
 
 }  // namespace rowlm::server

@@ -362,7 +362,9 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
     send_error(res, dialect, e);
     metrics.count_request(name, outcome_of_status(e.status()));
   } catch (const Error& e) {
-    // The engine refused the request (it checks what this server cannot).
+    // The engine refused the request. Its request check already ran in
+    // prepare_generation (engine/validate_request.h), so this is what only
+    // the engine knows, such as having shut down.
     send_error(res, dialect, ApiError(400, e.what()));
     metrics.count_request(name, Outcome::kClientError);
   }

@@ -1,0 +1,112 @@
+#include "engine/setup.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/error.h"
+#include "kvcodec/codec.h"
+
+namespace rowlm::engine {
+
+namespace {
+
+// MemAvailable from /proc/meminfo, or 0 if unknown.
+std::size_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::size_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+// The draft cache's codec: the default (first) entry of --kv-codec; layer
+// overrides name the target's layers, not the draft's.
+kv::CodecSpec draft_codec(const std::string& kv_codec) {
+  const std::string first = kv_codec.substr(0, kv_codec.find(','));
+  return first.find('=') == std::string::npos ? kv::parse_codec(first) : kv::CodecSpec{};
+}
+
+// Bytes one row of `tokens` positions holds in these layers (a window layer
+// holds its window and one step).
+std::size_t context_bytes(const std::vector<kv::LayerSpec>& layers, int64_t tokens, int64_t step_tokens) {
+  std::size_t total = 0;
+  for (const kv::LayerSpec& l : layers)
+    total += kv::token_record_bytes(l) *
+             std::size_t(l.window ? std::min<int64_t>(tokens, l.window - 1 + step_tokens) : tokens);
+  return total;
+}
+
+}  // namespace
+
+void check_options(const EngineOptions& opt) {
+  if (opt.max_running < 1) throw Error("engine: max_running must be at least 1");
+  if (opt.token_budget < 1) throw Error("engine: token_budget must be at least 1");
+  if (opt.max_waiting < 0) throw Error("engine: max_waiting must not be negative");
+  if (!opt.draft.empty() && (opt.draft_tokens < 1 || opt.draft_tokens > kMaxDraftTokens))
+    throw Error("engine: draft_tokens must be 1.." + std::to_string(kMaxDraftTokens) + ", got " +
+                std::to_string(opt.draft_tokens));
+}
+
+std::unique_ptr<Model> load_draft_model(const EngineOptions& options, Backend& backend, const ModelInfo& target) {
+  const std::string& dir = options.draft;
+  if (dir.empty() || dir == "ngram") return nullptr;
+  if (!std::filesystem::is_directory(dir))
+    throw Error("engine: draft '" + dir + "' is neither \"ngram\" nor a model directory");
+  std::unique_ptr<Model> draft;
+  try {
+    draft = load_model(dir, backend);
+  } catch (const std::exception& e) {
+    throw Error("engine: cannot load the draft model " + dir + ": " + e.what());
+  }
+  if (draft->info().vocab_size != target.vocab_size)
+    throw Error("engine: the draft model " + dir + " has a vocabulary of " + std::to_string(draft->info().vocab_size) +
+                " tokens, the model " + target.directory + " one of " + std::to_string(target.vocab_size) +
+                "; a draft must share the model's vocabulary");
+  return draft;
+}
+
+kv::CacheOptions cache_options(const EngineOptions& options, const Model& model) {
+  kv::CacheOptions copt;
+  copt.layers = model.kv_layers(kv::CodecSpec{});
+  const auto codecs = kv::parse_codec_map(options.kv_codec, int(copt.layers.size()));
+  for (std::size_t i = 0; i < copt.layers.size(); ++i) copt.layers[i].codec = codecs[i];
+  copt.capacity_bytes = options.kv_budget_bytes;
+  if (copt.capacity_bytes == 0) {
+    // Half of the memory available now, at most 16 GiB: room for the model's
+    // pages and the rest of the system.
+    const std::size_t avail = available_memory();
+    copt.capacity_bytes = avail ? std::min(avail / 2, std::size_t(16) << 30) : std::size_t(2) << 30;
+  }
+  copt.prefix_cache_bytes = options.prefix_cache ? (options.prefix_cache_bytes ? options.prefix_cache_bytes
+                                                                               : copt.capacity_bytes / 4)
+                                                 : 0;
+  return copt;
+}
+
+std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, std::unique_ptr<Model> draft_model,
+                                      Backend& backend, const Model& target_model, kv::CacheOptions& target) {
+  if (!draft_model) return options.draft == "ngram" ? make_ngram_drafter() : nullptr;
+  // The draft cache's step tokens are the token budget alone (γ is not
+  // added), for its share here and its admission: the values the engine
+  // has always used.
+  const int64_t step_tokens = options.token_budget;
+  // The draft's cache takes its share of the budget: what one row of the
+  // full context costs each model.
+  kv::CacheOptions dopt;
+  dopt.layers = draft_model->kv_layers(draft_codec(options.kv_codec));
+  const int64_t context = target_model.info().max_position > 0 ? target_model.info().max_position : 4096;
+  const double t = double(context_bytes(target.layers, context, step_tokens));
+  const double d = double(context_bytes(dopt.layers, context, step_tokens));
+  const double share = d / (t + d);
+  dopt.capacity_bytes = std::size_t(double(target.capacity_bytes) * share);
+  dopt.prefix_cache_bytes = std::size_t(double(target.prefix_cache_bytes) * share);
+  target.capacity_bytes -= dopt.capacity_bytes;
+  target.prefix_cache_bytes -= dopt.prefix_cache_bytes;
+  return make_model_drafter(std::move(draft_model), backend, std::move(dopt), options.prefix_cache, step_tokens);
+}
+
+}  // namespace rowlm::engine

@@ -1,0 +1,41 @@
+#pragma once
+// From EngineOptions to the parts an engine is built of: the checks on the
+// options, the target model's KV cache options (the pool's size, the prefix
+// cache's share), and the drafter for speculative decoding, whose draft
+// model's cache takes its share of the same budget.
+
+#include <cstdint>
+#include <memory>
+
+#include "backend/backend.h"
+#include "engine/drafter.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "rowlm/engine.h"
+
+namespace rowlm::engine {
+
+inline constexpr int kMaxDraftTokens = 64;
+
+// Throws rowlm::Error naming the first option out of range.
+void check_options(const EngineOptions& options);
+
+// The draft model options.draft names when it is a directory (null for ""
+// and "ngram"), loaded on `backend`. Throws rowlm::Error if it cannot be
+// loaded or its vocabulary is not the target's.
+std::unique_ptr<Model> load_draft_model(const EngineOptions& options, Backend& backend, const ModelInfo& target);
+
+// The target cache's options: the model's layers with options.kv_codec,
+// options.kv_budget_bytes (default: half of the memory available now, at
+// most 16 GiB) and the prefix cache's bytes (default: a quarter of that).
+kv::CacheOptions cache_options(const EngineOptions& options, const Model& model);
+
+// The drafter options.draft asks for, or null. A draft model runs on
+// `backend` (the target's). With a draft model, its
+// cache takes the share of `target`'s capacity and prefix-cache bytes that
+// one full-context row costs it beside the target, and `target` keeps the
+// rest.
+std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, std::unique_ptr<Model> draft_model,
+                                      Backend& backend, const Model& target_model, kv::CacheOptions& target);
+
+}  // namespace rowlm::engine

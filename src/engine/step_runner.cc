@@ -1,0 +1,110 @@
+#include "engine/step_runner.h"
+
+#include <array>
+
+#include "core/error.h"
+
+namespace rowlm::engine {
+
+StepRunner::StepRunner(Model& model, std::unique_ptr<kv::KvCache> cache, std::unique_ptr<Drafter> drafter,
+                       bool prefix_cache)
+    : model_(model), cache_(std::move(cache)), accounting_(*cache_), drafter_(std::move(drafter)),
+      prefix_cache_(prefix_cache) {}
+
+void StepRunner::attach(RequestState& r) {
+  ROWLM_CHECK(r.row < 0, "a request attached twice");
+  const std::vector<int32_t>& seq = r.tokens;
+  const kv::RowId row = cache_->create_row();
+  try {
+    if (prefix_cache_) cache_->retain_for_publish(row);
+    r.row = row;
+    r.computed = prefix_cache_ ? cache_->attach_prefix(row, seq, int64_t(seq.size()) - 1) : 0;
+    if (drafter_) drafter_->attach(r);
+  } catch (...) {
+    cache_->retire(row);
+    r.row = -1;
+    r.computed = 0;
+    throw;
+  }
+}
+
+void StepRunner::release(RequestState& r) {
+  if (r.row < 0) return;
+  publish(r);
+  cache_->retire(r.row);
+  r.row = -1;
+  if (drafter_) drafter_->detach(r);
+}
+
+void StepRunner::evict(RequestState& r) {
+  cache_->retire(r.row);
+  r.row = -1;
+  if (drafter_) drafter_->detach(r);
+  r.computed = 0;
+}
+
+void StepRunner::propose(std::span<DraftJob> jobs) {
+  ROWLM_CHECK(drafter_, "propose() without a drafter");
+  drafter_->propose(jobs);
+}
+
+StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
+  ForwardBatch batch;
+  StepLogits out;
+  out.first_row.assign(plan.feeds.size(), -1);
+  std::vector<kv::RowId> round;  // rows feeding drafts
+  for (std::size_t i = 0; i < plan.feeds.size(); ++i) {
+    const Feed& f = plan.feeds[i];
+    const RequestState& r = *f.request;
+    for (int64_t p = r.computed; p < r.computed + f.tokens; ++p) {
+      const bool last = p + 1 == r.sequence_length();
+      if (last) out.first_row[i] = int64_t(batch.logit_rows.size());
+      batch.add(r.row, p, r.tokens[std::size_t(p)], last);
+    }
+    if (f.job < 0) continue;
+    const DraftJob& job = jobs[std::size_t(f.job)];
+    for (std::size_t j = 0; j < job.tokens.size(); ++j)
+      batch.add(r.row, r.computed + 1 + int64_t(j), job.tokens[j], true);
+    round.push_back(r.row);
+  }
+
+  // The drafted rows' KV appends happen inside a speculative round, rolled
+  // back to what verification keeps.
+  cache_->begin_round(round);
+  try {
+    model_.forward(batch, *cache_, out.logits);
+  } catch (...) {
+    cache_->rollback_round(round, std::vector<int64_t>(round.size(), 0));
+    if (drafter_) drafter_->discard(jobs);
+    throw;
+  }
+  for (const Feed& f : plan.feeds)
+    if (f.job < 0) f.request->computed += f.tokens;
+  return out;
+}
+
+void StepRunner::settle_round(RequestState& r, const DraftJob& job, int emitted, int accepted) {
+  cache_->rollback_round(std::span(&r.row, 1), std::array<int64_t, 1>{emitted});
+  r.computed += emitted;
+  drafter_->resolve(job, accepted);
+}
+
+void StepRunner::end_step(RequestState& r) {
+  publish(r);
+  if (drafter_) drafter_->after_step(r);
+}
+
+void StepRunner::publish(RequestState& r) {
+  if (!prefix_cache_ || r.row < 0) return;
+  cache_->publish(r.row, std::span(r.tokens).first(std::size_t(r.computed)));
+}
+
+std::size_t StepRunner::used_bytes() const {
+  return cache_->used_bytes() + (drafter_ ? drafter_->used_bytes() : 0);
+}
+
+std::size_t StepRunner::prefix_cache_bytes() const {
+  return cache_->prefix_cache_bytes() + (drafter_ ? drafter_->prefix_cache_bytes() : 0);
+}
+
+}  // namespace rowlm::engine

@@ -1,0 +1,108 @@
+#pragma once
+// The step runner: carries out the scheduler's decisions on the model and
+// its paged KV cache (and the drafter's own storage). Every call the engine
+// makes to Model::forward, to kv::KvCache's row operations and to the
+// drafter is made here.
+//
+// A step: propose() (when speculating) fills the step's DraftJobs; the
+// scheduler plans the feeds; forward() feeds them all in one forward pass,
+// the drafting rows' appends inside a speculative round of the cache, and
+// returns each feed's logits rows; the caller samples or verifies them, then
+// settle_round() keeps what verification emitted of each drafting row, and
+// end_step() publishes every row still running to the prefix cache.
+//
+// Failure atomicity: attach(), propose() and forward() either succeed or
+// throw leaving every row as it was (KV lengths and blocks, the drafter's
+// rows, each request's `computed`); for propose() and forward() that rests
+// on the drafter's and the model's own promises (drafter.h; a failed
+// forward aborts its cache step). kv::OutOfBlocks from propose() or
+// forward() means the step does not fit: the scheduler preempts a row and
+// the step is planned again.
+//
+// Threads: the scheduler thread's (or the caller's, in manual mode) only.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/tensor.h"
+#include "engine/drafter.h"
+#include "engine/kv_room.h"
+#include "engine/request_state.h"
+#include "engine/step_plan.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+
+namespace rowlm::engine {
+
+// A forward pass's logits, by feed.
+struct StepLogits {
+  Tensor logits;  // [rows wanted, vocab], in feed order
+  // Per feed: its first logits row (a drafting feed has 1 + drafts rows
+  // from there), or -1 for a prefill chunk short of the sequence's end.
+  std::vector<int64_t> first_row;
+
+  const float* row(std::size_t feed) const {
+    return first_row[feed] < 0 ? nullptr : logits.data<float>() + first_row[feed] * logits.dim(1);
+  }
+};
+
+class StepRunner {
+ public:
+  // `model` outlives the runner. `drafter` is null when not speculating.
+  // With `prefix_cache`, rows reuse cached prefixes and publish theirs.
+  StepRunner(Model& model, std::unique_ptr<kv::KvCache> cache, std::unique_ptr<Drafter> drafter, bool prefix_cache);
+
+  // What admission asks of the target cache, and of the drafter's storage.
+  const KvAccounting& accounting() const { return accounting_; }
+  const Drafter* drafter() const { return drafter_.get(); }
+
+  // --- Admission and retirement ------------------------------------------
+  // Gives the admitted request a KV row holding the longest cached prefix of
+  // its tokens (short of its last token, which must be computed), sets
+  // r.row and r.computed to it, and gives it a draft row.
+  void attach(RequestState& r);
+  // The request leaves for good (finished, cancelled, failed): its computed
+  // tokens are published to the prefix cache, its KV and draft rows
+  // released. Nothing for a request without a row.
+  void release(RequestState& r);
+  // The request is preempted: its KV and draft rows are released without
+  // publishing (what it computed was published at the end of the last
+  // step), and r.computed = 0: its tokens are kept and recomputed on resume.
+  void evict(RequestState& r);
+
+  // --- One step ------------------------------------------------------------
+  // Speculating: fills each job's proposal (Drafter::propose).
+  void propose(std::span<DraftJob> jobs);
+  // Feeds the plan: for each feed its tokens from request->computed (logits
+  // for the sequence's last token), then its job's drafts with logits for
+  // each. On success each feed without drafts has request->computed
+  // advanced by its tokens; a drafting feed's is left for settle_round().
+  // On any failure the drafting rows' round is rolled back and `jobs`'
+  // proposals discarded before the exception propagates.
+  StepLogits forward(const StepPlan& plan, std::span<DraftJob> jobs);
+  // After verification of a drafting feed: the row's KV keeps `emitted` of
+  // the tokens it fed, r.computed advances by as many, and the drafter keeps
+  // `accepted` of its proposal.
+  void settle_round(RequestState& r, const DraftJob& job, int emitted, int accepted);
+  // End of a step, for a row still running: publishes what it computed.
+  void end_step(RequestState& r);
+
+  // --- Gauges ----------------------------------------------------------------
+  // Both caches' bytes in use, and held only by their prefix caches.
+  std::size_t used_bytes() const;
+  std::size_t prefix_cache_bytes() const;
+
+ private:
+  void publish(RequestState& r);
+
+  Model& model_;
+  std::unique_ptr<kv::KvCache> cache_;
+  CacheAccounting accounting_;
+  std::unique_ptr<Drafter> drafter_;
+  const bool prefix_cache_;
+};
+
+}  // namespace rowlm::engine
