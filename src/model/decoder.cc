@@ -170,10 +170,14 @@ void DecoderModel::prepare() {
 
 void DecoderModel::validate(const ForwardBatch& batch, const kv::KvCache& cache) const {
   const std::size_t n = batch.tokens.size();
-  for (int32_t id : batch.tokens)
+  for (int32_t id : batch.tokens) {
     if (id < 0 || id >= cfg_.vocab_size)
       throw Error("token id " + std::to_string(id) + " is outside the vocabulary (size " +
                   std::to_string(cfg_.vocab_size) + ")");
+    if (cfg_.per_layer_input > 0 && id >= cfg_.per_layer_vocab)
+      throw Error("token id " + std::to_string(id) + " has no per-layer embedding (the table holds " +
+                  std::to_string(cfg_.per_layer_vocab) + " ids)");
+  }
   std::unordered_set<kv::RowId> seen;
   std::size_t counted = 0;
   for (const kv::TokenRun& run : batch.runs) {

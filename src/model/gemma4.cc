@@ -51,7 +51,16 @@ decoder::DecoderConfig decoder_config(const Config& c) {
   d.tie_word_embeddings = c.tie_word_embeddings;
   d.per_layer_input = c.hidden_size_per_layer_input;
   d.per_layer_vocab = c.vocab_size_per_layer_input;
-  d.ropes = {rope_frequencies(c.rope_sliding, c.head_dim), rope_frequencies(c.rope_full, c.global_head_dim)};
+  // One RoPE table per (layer type, head_dim): per_layer_config may give
+  // layers of one type different head sizes.
+  std::vector<std::pair<LayerType, int>> rope_keys;
+  auto rope_index = [&](LayerType type, int head_dim) {
+    for (std::size_t i = 0; i < rope_keys.size(); ++i)
+      if (rope_keys[i] == std::pair{type, head_dim}) return int(i);
+    rope_keys.emplace_back(type, head_dim);
+    d.ropes.push_back(rope_frequencies(type == LayerType::Full ? c.rope_full : c.rope_sliding, head_dim));
+    return int(rope_keys.size() - 1);
+  };
   for (const LayerConfig& l : c.layers) {
     decoder::LayerConfig dl;
     decoder::AttentionConfig& a = dl.attention;
@@ -59,7 +68,7 @@ decoder::DecoderConfig decoder_config(const Config& c) {
     a.kv_heads = l.kv_heads;
     a.head_dim = l.head_dim;
     a.window = l.window;
-    a.rope = l.type == LayerType::Full ? 1 : 0;
+    a.rope = rope_index(l.type, l.head_dim);
     a.kv_source = l.kv_source;
     a.k_eq_v = l.k_eq_v;
     a.qk_norm = true;

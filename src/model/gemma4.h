@@ -1,5 +1,5 @@
 #pragma once
-// Gemma 4 text decoder (docs/design/gemma4.md) on the shared decoder: per-type
+// Gemma 4 text decoder (docs/design/families.md) on the shared decoder: per-type
 // head sizes and KV-head counts, proportional RoPE, attention_k_eq_v, KV
 // sharing, per-layer embeddings, double-wide MLP, layer_scalar, MoE, final
 // softcap.

@@ -16,7 +16,7 @@ namespace {
 using json = nlohmann::json;
 constexpr LayerType S = LayerType::Sliding, F = LayerType::Full;
 
-// The tiny configurations of gemma4-spec.md §7, as Gemma4TextConfig fields.
+// The tiny configurations of tools/oracle/make_gemma4_fixtures.py, as Gemma4TextConfig fields.
 // Full-layer geometry is added by one of the serialisations below.
 struct TinyConfig {
   std::string name;

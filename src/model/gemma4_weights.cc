@@ -43,6 +43,8 @@ void bind_experts(Source& b, const std::string& p, const Config& c, LayerWeights
     }
   } else {  // transformers: one [E, 2·I_e, H] stack, gate rows first
     const Weight gate_up = Weight::dense(
+        // The MLX name is never bound here (its branch is above); it is listed so
+        // that a checkpoint with neither layout gets an error naming both.
         b.first_of({pre + p + "experts.gate_up_proj", pre + p + "experts.gate_up_proj.weight",
                     pre + p + "experts.switch_glu.gate_proj.weight"},
                    {E, 2 * Ie, H})

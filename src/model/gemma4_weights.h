@@ -3,7 +3,7 @@
 // the shared DecoderWeights and checked against the config. Matrices are
 // views into the mmapped safetensors files (f32, bf16 or f16, [out, in]);
 // norm weights and scalars are converted to owned f32. Tensors a layer lacks
-// stay empty. Spec: docs/design/gemma4.md.
+// stay empty. Design note: docs/design/families.md (Gemma 4, checkpoint layouts).
 
 #include <string>
 

@@ -21,7 +21,7 @@ using LayerWeights = decoder::LayerWeights;
 
 using json = nlohmann::json;
 
-// gemma4-spec.md §7 "everything": PLE, KV sharing, double-wide MLP, k_eq_v
+// The "everything" fixture of tools/oracle/make_gemma4_fixtures.py: PLE, KV sharing, double-wide MLP, k_eq_v
 // with one global KV head, MoE.
 json everything_config() {
   return {{"model_type", "gemma4_text"},
@@ -69,7 +69,7 @@ struct Expected {
   std::function<float(const Weights&)> scalar = nullptr;
 };
 
-// The checkpoint layout of gemma4-spec.md §3.1, written out from the
+// The checkpoint layout of docs/design/families.md (Gemma 4), written out from the
 // config's resolved geometry.
 std::vector<Expected> expected_tensors(const Config& c) {
   const int64_t H = c.hidden_size, V = c.vocab_size, nH = c.num_heads, P = c.hidden_size_per_layer_input;

@@ -14,23 +14,23 @@ namespace {
 using config::Fields;
 using config::json;
 
-// The RoPE base: rope_parameters {rope_type: default, rope_theta} as
-// transformers 5 writes it (possibly keyed by layer type), or the older
-// top-level rope_theta with rope_scaling null.
-double parse_rope_theta(const Fields& f, const std::string& source) {
-  const json* rp = f.find("rope_parameters");
-  if (!rp || rp->is_null()) rp = f.find("rope_scaling");
+// The RoPE base of one layer type: rope_parameters {rope_type: default,
+// rope_theta} as transformers 5 writes it (flat, or keyed by layer type), or
+// the older top-level rope_theta with rope_scaling null.
+double parse_rope_theta(const Fields& f, const std::string& source, const char* layer_type) {
+  std::string key = "rope_parameters";
+  const json* rp = f.find(key);
+  if (!rp || rp->is_null()) rp = f.find(key = "rope_scaling");
   double theta = f.number("rope_theta", 10000.0);
   if (rp && !rp->is_null()) {
-    if (!rp->is_object()) f.fail("rope_parameters", "must be an object");
+    if (!rp->is_object()) f.fail(key, "must be an object");
     const json* entry = rp;
-    std::string path = "rope_parameters.";
-    for (const char* type : {"full_attention", "sliding_attention"})
-      if (rp->contains(type)) {
-        entry = &(*rp)[type];
-        path += std::string(type) + ".";
-        break;
-      }
+    std::string path = key + ".";
+    if (rp->contains("full_attention") || rp->contains("sliding_attention")) {
+      if (!rp->contains(layer_type)) f.fail(key, std::string("has no entry for ") + layer_type + " layers");
+      entry = &(*rp)[layer_type];
+      path += std::string(layer_type) + ".";
+    }
     if (!entry->is_object()) f.fail(path, "must be an object");
     const Fields r(*entry, f.path(path), source);
     const std::string type = r.string("rope_type", r.string("type", "default"));
@@ -63,7 +63,8 @@ Config parse_config(const std::string& json_text, const std::string& source) {
   c.intermediate_size = f.integer("intermediate_size", 22016);
   c.num_layers = f.integer("num_hidden_layers", 32);
   c.num_heads = f.integer("num_attention_heads", 32);
-  c.num_kv_heads = f.nullable_integer("num_key_value_heads", c.num_heads, c.num_heads, 1);
+  // Absent: the class default 32; null: one KV head per query head.
+  c.num_kv_heads = f.nullable_integer("num_key_value_heads", 32, c.num_heads, 1);
   c.head_dim = f.integer("head_dim", 128);
   c.max_position_embeddings = f.integer("max_position_embeddings", 32768);
   c.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
@@ -77,7 +78,7 @@ Config parse_config(const std::string& json_text, const std::string& source) {
                                       std::to_string(c.num_kv_heads) + ")");
   if (c.head_dim % 2 != 0) f.fail("head_dim", "is odd (" + std::to_string(c.head_dim) + "); RoPE needs pairs");
   config::check_product_fits(f, "head_dim", c.num_heads, c.head_dim);
-  c.rope_theta = parse_rope_theta(f, source);
+  c.rope_theta = parse_rope_theta(f, source, "full_attention");
 
   // Sliding layers: layer_types if given, else (use_sliding_window) the
   // layers from max_window_layers on.
@@ -98,13 +99,14 @@ Config parse_config(const std::string& json_text, const std::string& source) {
     const int from = f.integer("max_window_layers", 28, 0);
     for (int l = from; l < c.num_layers; ++l) c.sliding[std::size_t(l)] = true;
   }
-  // transformers applies the window only when use_sliding_window is on.
-  if (!use_sliding) c.sliding.assign(std::size_t(c.num_layers), false);
+  // transformers applies the window only when use_sliding_window is on and
+  // sliding_window is set.
+  if (!use_sliding || window == 0) c.sliding.assign(std::size_t(c.num_layers), false);
   bool any = false;
   for (bool s : c.sliding) any = any || s;
   if (any) {
-    if (window <= 0) f.fail("sliding_window", "must be positive when layers slide");
     c.sliding_window = window;
+    c.rope_theta_sliding = parse_rope_theta(f, source, "sliding_attention");
   }
 
   c.bos_token_id = [&] {
@@ -134,6 +136,7 @@ decoder::DecoderConfig decoder_config(const Config& c) {
   d.embed_scale = 1.0f;
   d.tie_word_embeddings = c.tie_word_embeddings;
   d.ropes = {decoder::default_rope(c.head_dim, c.rope_theta)};
+  if (c.sliding_window > 0) d.ropes.push_back(decoder::default_rope(c.head_dim, c.rope_theta_sliding));
   for (int l = 0; l < c.num_layers; ++l) {
     decoder::LayerConfig dl;
     decoder::AttentionConfig& a = dl.attention;
@@ -141,7 +144,7 @@ decoder::DecoderConfig decoder_config(const Config& c) {
     a.kv_heads = c.num_kv_heads;
     a.head_dim = c.head_dim;
     a.window = c.sliding[std::size_t(l)] ? c.sliding_window : 0;
-    a.rope = 0;
+    a.rope = c.sliding[std::size_t(l)] ? 1 : 0;
     a.kv_source = l;
     a.qk_norm = true;
     a.qkv_bias = c.attention_bias;

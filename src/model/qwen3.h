@@ -26,7 +26,8 @@ struct Config {
   int num_kv_heads = 0;
   int head_dim = 0;
   double rms_norm_eps = 1e-6;
-  double rope_theta = 10000.0;
+  double rope_theta = 10000.0;          // full layers
+  double rope_theta_sliding = 10000.0;  // sliding layers (the same unless rope_parameters is keyed by type)
   bool tie_word_embeddings = false;
   bool attention_bias = false;
   int max_position_embeddings = 0;

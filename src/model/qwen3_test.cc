@@ -62,9 +62,11 @@ TEST(Qwen3Config, OlderSerialisationsAndDefaults) {
   j.erase("rope_parameters");
   j["rope_theta"] = 1e6;
   j["rope_scaling"] = nullptr;
-  j.erase("num_key_value_heads");
   EXPECT_EQ(parse_config(j.dump(), "c").rope_theta, 1e6);
-  EXPECT_EQ(parse_config(j.dump(), "c").num_kv_heads, 4);  // none given: one per query head
+  j.erase("num_key_value_heads");
+  EXPECT_NE(error_of(j).find("num_attention_heads"), std::string::npos);  // absent: transformers' 32
+  j["num_key_value_heads"] = nullptr;
+  EXPECT_EQ(parse_config(j.dump(), "c").num_kv_heads, 4);  // null: one per query head
   j.erase("rope_theta");
   EXPECT_EQ(parse_config(j.dump(), "c").rope_theta, 10000.0);
   j.erase("tie_word_embeddings");
@@ -80,6 +82,19 @@ TEST(Qwen3Config, OlderSerialisationsAndDefaults) {
   EXPECT_EQ(parse_config(j.dump(), "c").sliding, (std::vector<bool>{true, false}));
   j["use_sliding_window"] = false;  // transformers ignores the window then
   EXPECT_EQ(parse_config(j.dump(), "c").sliding, (std::vector<bool>{false, false}));
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = nullptr;  // and when it is null
+  EXPECT_EQ(parse_config(j.dump(), "c").sliding, (std::vector<bool>{false, false}));
+  // rope_parameters keyed by layer type: each type its own base.
+  j["sliding_window"] = 7;
+  j["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1e6}}},
+                          {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 1e4}}}};
+  const Config keyed = parse_config(j.dump(), "c");
+  EXPECT_EQ(keyed.rope_theta, 1e6);
+  EXPECT_EQ(keyed.rope_theta_sliding, 1e4);
+  const decoder::DecoderConfig dk = decoder_config(keyed);
+  EXPECT_NE(dk.ropes[std::size_t(dk.layers[0].attention.rope)].inv_freq[1],
+            dk.ropes[std::size_t(dk.layers[1].attention.rope)].inv_freq[1]);
 }
 
 TEST(Qwen3Config, BadFieldsAreNamed) {

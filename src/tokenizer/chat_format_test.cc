@@ -20,7 +20,7 @@ ChatMessage user(std::string c) { return {"user", std::move(c)}; }
 ChatMessage bot(std::string c) { return {"assistant", std::move(c)}; }
 
 // Each family's documented prompt shape, written out by hand from its
-// model card / docs (Gemma 4: docs/gemma4-spec.md section 4).
+// model card / docs (Gemma 4: docs/design/families.md, chat formats).
 TEST(ChatFormat, RendersEachFamilysDocumentedFormat) {
   const Messages conv = {sys("You are a helpful assistant."), user("Hello"), bot("Hi there!"), user("How are you?")};
   EXPECT_EQ(ChatFormat::by_name("gemma4").render(conv, true),

@@ -46,7 +46,7 @@ COMMON = dict(
 )
 MOE = dict(enable_moe_block=True, num_experts=8, top_k_experts=2, moe_intermediate_size=16)
 
-# gemma4-spec.md section 7, plus the corners of the config semantics.
+# The fixtures of make_gemma4_fixtures.py, plus the corners of the config semantics.
 CASES = {
     "e_series": dict(num_hidden_layers=6, layer_types=[S, S, F, S, S, F], hidden_size_per_layer_input=8,
                      num_kv_shared_layers=3, use_double_wide_mlp=True,

@@ -26,7 +26,7 @@ SPECIAL = {0: "<pad>", 1: "<eos>", 2: "<bos>", 3: "<unk>", 4: "<mask>",
            50: "<|tool_response>", 51: "<tool_response|>", 52: '<|"|>', 98: "<|think|>",
            100: "<|channel>", 101: "<channel|>", 105: "<|turn>", 106: "<turn|>"}
 NEWLINE_ID = 107
-# Gemma 4's plain-text turn format (gemma4-spec.md §4), without tools or thinking.
+# Gemma 4's plain-text turn format (docs/design/families.md, chat formats), without tools or thinking.
 CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|turn>"
                  "{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
                  "{{ m['content'] | trim }}<turn|>\n{% endfor %}"
