@@ -26,6 +26,7 @@ import platform
 import numpy as np
 import torch
 import transformers
+from fixture_common import greedy, logits_of
 from transformers import Gemma4ForCausalLM, Gemma4TextConfig
 
 COMMON = dict(
@@ -86,23 +87,6 @@ def randomize(model, gen):
         for name, b in model.named_buffers():
             if name.endswith("layer_scalar"):
                 uniform(b, 0.5, 1.5)
-
-
-@torch.no_grad()
-def logits_of(model, ids):
-    out = model(input_ids=torch.tensor([ids]), use_cache=False)
-    return out.logits[0].float().numpy()
-
-
-@torch.no_grad()
-def greedy(model, prompt, n):
-    ids, margins = list(prompt), []
-    for _ in range(n):
-        last = logits_of(model, ids)[-1]
-        top2 = np.sort(last)[-2:]
-        margins.append(float(top2[1] - top2[0]))
-        ids.append(int(np.argmax(last)))
-    return ids[len(prompt):], min(margins)
 
 
 def main():

@@ -28,6 +28,7 @@ import platform
 import numpy as np
 import torch
 import transformers
+from fixture_common import greedy, logits_of
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 COMMON = dict(
@@ -63,23 +64,6 @@ def randomize(model, gen):
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.3 + 1.0)
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.08)
-
-
-@torch.no_grad()
-def logits_of(model, ids):
-    out = model(input_ids=torch.tensor([ids]), use_cache=False)
-    return out.logits[0].float().numpy()
-
-
-@torch.no_grad()
-def greedy(model, prompt, n):
-    ids, margins = list(prompt), []
-    for _ in range(n):
-        last = logits_of(model, ids)[-1]
-        top2 = np.sort(last)[-2:]
-        margins.append(float(top2[1] - top2[0]))
-        ids.append(int(np.argmax(last)))
-    return ids[len(prompt):], min(margins)
 
 
 def byte_level_char(b):

@@ -335,11 +335,11 @@ void rope_head(float* x, const float* cos, const float* sin, int64_t half) {
   }
 }
 
-// exp(y) for y in [0, 20]: y = n·ln2 + r with |r| <= ln2/2, a degree-7
+// exp(y) by range reduction: y = n·ln2 + r with |r| <= ln2/2, a degree-7
 // Taylor polynomial for exp(r) (truncation < 1e-8 relative), then an exact
-// scaling by 2^n.
+// scaling by 2^n. Callers keep y where 2^n stays normal (|n| < 127).
 template <class V>
-inline typename V::R exp_0_20(typename V::R y) {
+inline typename V::R exp_reduced(typename V::R y) {
   const auto n = V::round_even(V::mul(y, V::set1(1.44269504088896341f)));
   auto r = V::fma(n, V::set1(-0.693145751953125f), y);  // ln2 high part: n·hi is exact
   r = V::fma(n, V::set1(-1.42860682030941723212e-6f), r);
@@ -352,6 +352,12 @@ inline typename V::R exp_0_20(typename V::R y) {
   p = V::fma(p, r, V::set1(1.0f));
   p = V::fma(p, r, V::set1(1.0f));
   return V::ldexp(p, n);
+}
+
+// exp(y) for y in [0, 20].
+template <class V>
+inline typename V::R exp_0_20(typename V::R y) {
+  return exp_reduced<V>(y);
 }
 
 // tanh in f32, within a few ulp of the exact value. |x| < 0.5: odd Taylor
@@ -401,23 +407,10 @@ void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
-// exp(y) for y in [-87, 0] (clamped there): the same reduction and
-// polynomial as exp_0_20; 2^n stays in the normal range.
+// exp(y) for y in [-87, 0] (clamped there, where 2^n is still normal).
 template <class V>
 inline typename V::R exp_neg(typename V::R y) {
-  const auto c = V::select(V::less(y, V::set1(-87.0f)), V::set1(-87.0f), y);
-  const auto n = V::round_even(V::mul(c, V::set1(1.44269504088896341f)));
-  auto r = V::fma(n, V::set1(-0.693145751953125f), c);
-  r = V::fma(n, V::set1(-1.42860682030941723212e-6f), r);
-  auto p = V::set1(1.0f / 5040.0f);
-  p = V::fma(p, r, V::set1(1.0f / 720.0f));
-  p = V::fma(p, r, V::set1(1.0f / 120.0f));
-  p = V::fma(p, r, V::set1(1.0f / 24.0f));
-  p = V::fma(p, r, V::set1(1.0f / 6.0f));
-  p = V::fma(p, r, V::set1(0.5f));
-  p = V::fma(p, r, V::set1(1.0f));
-  p = V::fma(p, r, V::set1(1.0f));
-  return V::ldexp(p, n);
+  return exp_reduced<V>(V::select(V::less(y, V::set1(-87.0f)), V::set1(-87.0f), y));
 }
 
 // silu(x)·up with silu(x) = x · sigmoid(x) and sigmoid from e = exp(-|x|):
