@@ -46,6 +46,17 @@ enum class Activation {
 };
 std::string_view activation_name(Activation a);
 
+// A layer type's RoPE frequencies, prepared by a backend. reserve(n) makes
+// positions [0, n) usable; the model calls it once per step, before the
+// layers, with one past the step's largest position (a backend that
+// tabulates cos and sin grows its table there, never inside a step).
+class RopeTable {
+ public:
+  virtual ~RopeTable() = default;
+  virtual int head_dim() const = 0;
+  virtual void reserve(int64_t positions) = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -75,6 +86,9 @@ class Backend {
   // validates it and, as the backend needs, uploads or repacks it. The
   // result is what the model keeps; the source may then be dropped.
   virtual Weight prepare_weight(const Weight& source) = 0;
+  // RoPE frequencies (head_dim / 2 entries; an entry 0 leaves its pair
+  // unchanged: proportional RoPE) in the form rope() needs on this device.
+  virtual std::unique_ptr<RopeTable> make_rope_table(std::span<const float> inv_freq) = 0;
   // Storage for one KV layer's blocks (kv_storage.h).
   virtual std::unique_ptr<KvArena> make_kv_arena(const kv::LayerSpec& spec, int block_size) = 0;
 
@@ -91,10 +105,10 @@ class Backend {
   // entries (f32; ignored for NoScale). y may be x.
   virtual void rms_norm(const Tensor& x, const Tensor* w, float eps, NormKind kind, Tensor& y) = 0;
   // In-place rotate-half RoPE of x viewed as [T, heads, head_dim]: pair k
-  // rotates dims (k, k + head_dim/2) by positions[t] · inv_freq[k].
-  // positions: [T] i32 (non-negative); inv_freq: [head_dim / 2] f32 (an
-  // entry 0 leaves its pair unchanged: proportional RoPE).
-  virtual void rope(Tensor& x, const Tensor& positions, const Tensor& inv_freq) = 0;
+  // rotates dims (k, k + head_dim/2) by the angle positions[t] · inv_freq[k]
+  // (formed in f32, as transformers does; cos and sin in f32). positions:
+  // [T] i32, non-negative and below what the table reserved.
+  virtual void rope(Tensor& x, const Tensor& positions, RopeTable& table) = 0;
   // out = act(gate) ⊙ up, elementwise; all [M, I] f32. out may alias gate.
   virtual void gated_activation(const Tensor& gate, const Tensor& up, Activation act, Tensor& out) = 0;
   // dst = src (same dtype and element count; no overlap).

@@ -1,8 +1,8 @@
-#include "backend/cpu/kv_block_layout.h"
+#include "backend/kv_block_layout.h"
 
 #include <cstring>
 
-namespace rowlm::cpu {
+namespace rowlm {
 
 using kv::Codec;
 
@@ -81,4 +81,4 @@ void KvBlockLayout::load_token(const std::byte* block, int slot, std::byte* reco
                 block + k_bytes + std::size_t(h) * v_head_bytes + std::size_t(slot) * head.head_bytes, head.head_bytes);
 }
 
-}  // namespace rowlm::cpu
+}  // namespace rowlm

@@ -1,6 +1,7 @@
 #pragma once
-// How the CPU backend arranges one KV block: `block_size` token slots of one
-// storage layer, laid out for its attention kernel.
+// How rowlm's backends arrange one KV block: `block_size` token slots of one
+// storage layer, laid out for the attention kernels. The CPU and CUDA
+// backends share it, so a block holds the same bytes on both.
 //   K, per kv head h (at h * k_head_bytes): feature-major, so the kernel
 //     reads one vector of slots per feature:
 //       values: [head_dim][block_size] elements (f32 / bf16 / f16 / q8 code);
@@ -15,7 +16,7 @@
 
 #include "kvcodec/codec.h"
 
-namespace rowlm::cpu {
+namespace rowlm {
 
 struct KvBlockLayout {
   kv::HeadFormat head;
@@ -41,4 +42,4 @@ struct KvBlockLayout {
   void load_token(const std::byte* block, int slot, std::byte* record) const;
 };
 
-}  // namespace rowlm::cpu
+}  // namespace rowlm

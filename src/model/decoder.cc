@@ -1,5 +1,6 @@
 #include "model/decoder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <unordered_set>
@@ -128,7 +129,7 @@ class DecoderModel final : public Model {
   ModelInfo info_;
   std::vector<int> storage_of_;  // decoder layer -> KV storage layer
   int num_storage_ = 0;
-  std::vector<Tensor> inv_freq_;  // per rope table, on the device
+  std::vector<std::unique_ptr<RopeTable>> rope_tables_;  // per DecoderConfig::ropes entry
   Weight per_layer_table_;        // per_layer_embed viewed as [V_ple·L, P]
 };
 
@@ -156,11 +157,7 @@ void DecoderModel::prepare() {
                       &l.router_expert_scale, &l.expert_norm, &l.dense_post_norm, &l.expert_post_norm})
       vec(*t);
   }
-  for (const RopeFrequencies& r : cfg_.ropes) {
-    Tensor t(DType::F32, {int64_t(r.inv_freq.size())});
-    std::copy(r.inv_freq.begin(), r.inv_freq.end(), t.data<float>());
-    inv_freq_.push_back(be_.upload(t));
-  }
+  for (const RopeFrequencies& r : cfg_.ropes) rope_tables_.push_back(be_.make_rope_table(r.inv_freq));
   if (cfg_.per_layer_input > 0) {
     const int64_t L = int64_t(cfg_.layers.size()), P = cfg_.per_layer_input;
     // Row id·L + l of the table [V, L·P] viewed as [V·L, P] is token id's part for layer l.
@@ -227,6 +224,9 @@ void DecoderModel::forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor
       }
     step.tokens = ids_tensor(batch.tokens);
     step.positions = ids_tensor(positions);
+    int64_t end = 0;
+    for (const kv::TokenRun& run : batch.runs) end = std::max(end, run.position + run.count);
+    for (auto& table : rope_tables_) table->reserve(end);
 
     Tensor h = scratch({T, H});
     be_.embed(step.tokens, w_.embed, cfg_.embed_scale, h);
@@ -267,7 +267,7 @@ void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch,
   const LayerWeights& lw = w_.layers[std::size_t(l)];
   const int64_t T = step.T;
   const int nH = ac.num_heads, hd = ac.head_dim, kvh = ac.kv_heads;
-  const Tensor& inv_freq = inv_freq_[std::size_t(ac.rope)];
+  RopeTable& rope = *rope_tables_[std::size_t(ac.rope)];
 
   Tensor a = norm(h, lw.attn_norm);
   Tensor q = linear(a, lw.q_proj, lw.q_bias);  // [T, nH·hd]
@@ -275,7 +275,7 @@ void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch,
     Tensor q_heads = q.reshaped({T * nH, hd});
     norm_in_place(q_heads, lw.q_norm);
   }
-  be_.rope(q, step.positions, inv_freq);
+  be_.rope(q, step.positions, rope);
 
   const int storage = storage_of_[std::size_t(l)];
   if (lc.owns_kv(l)) {
@@ -291,7 +291,7 @@ void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch,
       Tensor k_heads = k.reshaped({T * kvh, hd});
       norm_in_place(k_heads, lw.k_norm);
     }
-    be_.rope(k, step.positions, inv_freq);
+    be_.rope(k, step.positions, rope);
     if (ac.v_norm) {
       Tensor v_heads = v.reshaped({T * kvh, hd});
       be_.rms_norm(v_heads, nullptr, eps(), NormKind::NoScale, v_heads);

@@ -18,7 +18,7 @@
 
 #include "backend/cpu/attention_kernel_types.h"
 #include "backend/cpu/kernels.h"
-#include "backend/cpu/kv_block_layout.h"
+#include "backend/kv_block_layout.h"
 #include "backend/kv_storage.h"
 #include "core/thread_pool.h"
 

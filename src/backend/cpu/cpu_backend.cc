@@ -12,6 +12,8 @@
 #include "backend/cpu/cpu_kv_arena.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
+#include "backend/moe_routing.h"
+#include "backend/rope_angles.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 
@@ -65,6 +67,15 @@ const int32_t* indices(const Tensor& t, int64_t count, int64_t bound, const char
                                                  " is outside " + of + "'s " + std::to_string(bound) + " rows");
   return p;
 }
+
+// The CPU computes cos and sin per token as it goes: a table would only
+// cost memory here.
+struct CpuRopeTable final : RopeTable {
+  explicit CpuRopeTable(std::vector<float> f) : inv_freq(std::move(f)) {}
+  int head_dim() const override { return int(2 * inv_freq.size()); }
+  void reserve(int64_t) override {}
+  std::vector<float> inv_freq;
+};
 
 // The CPU arena behind a KvArena handed to this backend.
 cpu::CpuKvArena& own(KvArena& arena, const char* op) {
@@ -215,10 +226,15 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void rope(Tensor& x, const Tensor& positions, const Tensor& inv_freq) override {
-    ROWLM_REQUIRE(inv_freq.dtype() == DType::F32 && inv_freq.rank() == 1 && inv_freq.numel() > 0 && inv_freq.on_host(),
-                  "rope: inv_freq must be f32 [head_dim / 2], got " + describe(inv_freq));
-    const int64_t half = inv_freq.numel(), hd = 2 * half, T = positions.numel();
+  std::unique_ptr<RopeTable> make_rope_table(std::span<const float> inv_freq) override {
+    ROWLM_REQUIRE(!inv_freq.empty(), "make_rope_table: no frequencies");
+    return std::make_unique<CpuRopeTable>(std::vector<float>(inv_freq.begin(), inv_freq.end()));
+  }
+
+  void rope(Tensor& x, const Tensor& positions, RopeTable& rope_table) override {
+    auto* table = dynamic_cast<CpuRopeTable*>(&rope_table);
+    ROWLM_REQUIRE(table != nullptr, "rope: the table belongs to another backend");
+    const int64_t half = int64_t(table->inv_freq.size()), hd = 2 * half, T = positions.numel();
     ROWLM_REQUIRE(positions.dtype() == DType::I32 && positions.rank() == 1 && positions.on_host(),
                   "rope: positions must be i32 [T], got " + describe(positions));
     const bool shape_ok = x.rank() == 3 ? x.dim(2) == hd : x.rank() == 2 && x.dim(1) % hd == 0;
@@ -231,19 +247,13 @@ class CpuBackend final : public Backend {
                                      " is negative");
     const int64_t heads = T == 0 ? 0 : x.numel() / (T * hd);
     float* xs = x.data<float>();
-    const float* freq = inv_freq.data<float>();
+    const float* freq = table->inv_freq.data();
     pool_.parallel_for(T, rows_grain(heads * hd), [&](int64_t t0, int64_t t1) {
       std::vector<float> cs(std::size_t(2 * half));
       float* cos = cs.data();
       float* sin = cs.data() + half;
       for (int64_t t = t0; t < t1; ++t) {
-        // As HF: angle = float(position) · inv_freq in f32, then cos and sin in f32.
-        const float p = float(pos[t]);
-        for (int64_t i = 0; i < half; ++i) {
-          const float angle = p * freq[i];
-          cos[i] = std::cos(angle);
-          sin[i] = std::sin(angle);
-        }
+        rope_angles(freq, half, pos[t], cos, sin);
         for (int64_t h = 0; h < heads; ++h) kernels_.rope_head(xs + (t * heads + h) * hd, cos, sin, half);
       }
     });
@@ -359,7 +369,7 @@ class CpuBackend final : public Backend {
     pool_.parallel_for(T, std::max<int64_t>(1, kElementGrain / E), [&](int64_t t0, int64_t t1) {
       std::vector<float> probs(static_cast<std::size_t>(E));
       for (int64_t t = t0; t < t1; ++t)
-        route_row(l + t * E, E, top_k, renormalize, scale, probs.data(), ex + t * top_k, wt + t * top_k);
+        route_token(l + t * E, E, top_k, renormalize, scale, probs.data(), ex + t * top_k, wt + t * top_k);
     });
   }
 
@@ -426,7 +436,7 @@ class CpuBackend final : public Backend {
                     "kv_write: K and V must be f32 [" + std::to_string(T) + ", " + std::to_string(width) + "], got " +
                         describe(*t));
     check_slots(a, slots, "kv_write");
-    const cpu::KvBlockLayout& bl = a.layout();
+    const KvBlockLayout& bl = a.layout();
     const int bs = bl.block_size, kvh = bl.kv_heads, hd = bl.head.head_dim;
     const std::size_t hb = bl.head.head_bytes;
     const float* ks = k.data<float>();
@@ -534,38 +544,6 @@ class CpuBackend final : public Backend {
     for (int64_t s : slots)
       ROWLM_REQUIRE(s >= 0 && s < end, std::string(op) + ": slot " + std::to_string(s) + " outside the arena's " +
                                            std::to_string(end) + " slots");
-  }
-
-  // Softmax over E in f32 (max-subtracted, summed in index order), the top_k
-  // by probability (ties to the lower index), optionally renormalised over
-  // the k in descending order, times the per-expert scale (HF
-  // Gemma4TextRouter; Qwen3MoeSparseMoeBlock with norm_topk_prob).
-  static void route_row(const float* logits, int64_t E, int top_k, bool renormalize, const float* scale, float* probs,
-                        int32_t* experts, float* weights) {
-    float max = logits[0];
-    for (int64_t e = 1; e < E; ++e) max = std::max(max, logits[e]);
-    float sum = 0.0f;
-    for (int64_t e = 0; e < E; ++e) {
-      probs[e] = std::exp(logits[e] - max);
-      sum += probs[e];
-    }
-    for (int64_t e = 0; e < E; ++e) probs[e] /= sum;
-    float chosen_sum = 0.0f;
-    for (int j = 0; j < top_k; ++j) {
-      int64_t best = -1;
-      for (int64_t e = 0; e < E; ++e) {
-        if (probs[e] < 0.0f) continue;  // already taken (marked below)
-        if (best < 0 || probs[e] > probs[best]) best = e;
-      }
-      experts[j] = int32_t(best);
-      weights[j] = probs[best];
-      chosen_sum += probs[best];
-      probs[best] = -1.0f;
-    }
-    for (int j = 0; j < top_k; ++j) {
-      if (renormalize) weights[j] /= chosen_sum;
-      if (scale != nullptr) weights[j] *= scale[experts[j]];
-    }
   }
 
   const cpu::Kernels& kernels_;

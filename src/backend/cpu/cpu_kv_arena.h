@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "backend/cpu/kv_block_layout.h"
+#include "backend/kv_block_layout.h"
 #include "backend/kv_storage.h"
 #include "core/buffer.h"
 

@@ -116,13 +116,14 @@ TEST(CpuOps, RopeMatchesRotateHalfInDouble) {
     std::vector<float> inv_freq;
     for (int64_t i = 0; i < half; ++i)  // proportional style: the upper pairs are identity
       inv_freq.push_back(i < half / 2 ? float(std::pow(10000.0, -2.0 * double(i) / double(hd))) : 0.0f);
-    const Tensor f = f32_tensor(inv_freq);
     const std::vector<int32_t> positions = {0, 1, 7, 4095, 131071};
     const int64_t T = int64_t(positions.size());
     const Tensor x = random_f32({T, heads, hd}, rng);
     const Tensor y = same_on_every_path(backends, [&](Backend& b) {
       Tensor out = copy_of(x);
-      b.rope(out, i32_tensor(positions), f);
+      const auto table = b.make_rope_table(inv_freq);
+      table->reserve(131072);
+      b.rope(out, i32_tensor(positions), *table);
       return out;
     });
     for (int64_t t = 0; t < T; ++t)
@@ -440,14 +441,12 @@ TEST(CpuOps, BadArgumentsGiveErrorsNamingTheOperation) {
   EXPECT_NE(error_of([&] { b->rms_norm(x, &other, 1e-6f, NormKind::Plain, out); }).find("rms_norm: weight"),
             std::string::npos);
   const Tensor positions = i32_tensor({0, 1});
-  EXPECT_NE(error_of([&] { b->rope(x, positions, Tensor(DType::BF16, {4})); }).find("rope: inv_freq"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { b->rope(x, positions, Tensor(DType::F32, {0})); }).find("rope: inv_freq"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { b->rope(x, i32_tensor({0, -1}), f32_tensor({1, 1, 1, 1})); }).find("negative"),
-            std::string::npos);
+  EXPECT_NE(error_of([&] { b->make_rope_table({}); }).find("make_rope_table"), std::string::npos);
+  const auto four = b->make_rope_table(std::vector<float>{1, 1, 1, 1});
+  EXPECT_NE(error_of([&] { b->rope(x, i32_tensor({0, -1}), *four); }).find("negative"), std::string::npos);
   Tensor heads(DType::F32, {2, 1, 8});  // head_dim 8, but freqs claim 4
-  EXPECT_NE(error_of([&] { b->rope(heads, positions, f32_tensor({1, 1})); }).find("rope: x"), std::string::npos);
+  const auto two_freqs = b->make_rope_table(std::vector<float>{1, 1});
+  EXPECT_NE(error_of([&] { b->rope(heads, positions, *two_freqs); }).find("rope: x"), std::string::npos);
   EXPECT_NE(error_of([&] { b->gated_activation(x, other, Activation::GeluTanh, out); }).find("gated_activation"),
             std::string::npos);
   EXPECT_NE(error_of([&] { b->add(x, other); }).find("add"), std::string::npos);

@@ -2,11 +2,801 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
+#include "backend/cuda/dense_kernels.h"
+#include "backend/cuda/kv_kernels.h"
+#include "backend/kv_block_layout.h"
+#include "backend/moe_routing.h"
+#include "backend/rope_angles.h"
 #include "core/error.h"
 
 namespace rowlm {
+namespace {
+
+using cuda::Storage;
+
+#define ROWLM_REQUIRE(ok, message) \
+  do {                             \
+    if (!(ok)) throw Error(message); \
+  } while (false)
+
+// A CUDA error as rowlm::Error naming what was being done; out of memory as
+// OutOfMemory, which callers that can free memory catch.
+void check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  cudaGetLastError();  // clear a sticky error the call left
+  const std::string message = std::string("CUDA: ") + what + ": " + cudaGetErrorString(e);
+  if (e == cudaErrorMemoryAllocation) throw OutOfMemory(message);
+  throw Error(message);
+}
+
+// Kernel launches report configuration errors through cudaGetLastError.
+void check_launch(const char* what) { check(cudaGetLastError(), what); }
+
+// Selects `device` for the calling thread for the guard's lifetime.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    cudaGetDevice(&previous_);
+    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+// Device memory owned by the returned pointer (freed on `device`).
+std::shared_ptr<void> device_alloc(int device, std::size_t bytes, const char* what) {
+  void* p = nullptr;
+  if (bytes > 0) check(cudaMalloc(&p, bytes), what);
+  return std::shared_ptr<void>(p, [device](void* q) {
+    if (q == nullptr) return;
+    int previous = 0;
+    cudaGetDevice(&previous);
+    cudaSetDevice(device);
+    cudaFree(q);
+    cudaSetDevice(previous);
+  });
+}
+
+std::string describe(const Tensor& t) {
+  return std::string(dtype_name(t.dtype())) + " " + shape_str(t.shape()) + " on " + t.device().name();
+}
+
+bool is_float_storage(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
+
+Storage storage_of(DType t) {
+  return t == DType::BF16 ? Storage::BF16 : t == DType::F16 ? Storage::F16 : Storage::F32;
+}
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  const auto* a0 = static_cast<const std::byte*>(a.raw());
+  const auto* b0 = static_cast<const std::byte*>(b.raw());
+  if (a0 == nullptr || b0 == nullptr || a.nbytes() == 0 || b.nbytes() == 0) return false;
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+// The RoPE cos/sin of positions [0, reserved), [position][cos half, sin half],
+// computed on the host by rope_angles (the CPU's arithmetic) and uploaded.
+class CudaRopeTable final : public RopeTable {
+ public:
+  CudaRopeTable(int device, cudaStream_t stream, std::vector<float> inv_freq)
+      : device_(device), stream_(stream), inv_freq_(std::move(inv_freq)) {}
+  int head_dim() const override { return int(2 * inv_freq_.size()); }
+  void reserve(int64_t positions) override {
+    if (positions <= reserved_) return;
+    const int64_t half = int64_t(inv_freq_.size());
+    int64_t capacity = std::max<int64_t>(capacity_, 1024);
+    while (capacity < positions) capacity *= 2;
+    DeviceGuard guard(device_);
+    if (capacity > capacity_) {
+      auto grown = device_alloc(device_, std::size_t(capacity * 2 * half) * sizeof(float), "RoPE table");
+      if (reserved_ > 0)
+        check(cudaMemcpyAsync(grown.get(), table_.get(), std::size_t(reserved_ * 2 * half) * sizeof(float),
+                              cudaMemcpyDeviceToDevice, stream_),
+              "RoPE table copy");
+      check(cudaStreamSynchronize(stream_), "RoPE table copy");
+      table_ = std::move(grown);
+      capacity_ = capacity;
+    }
+    std::vector<float> host(std::size_t((positions - reserved_) * 2 * half));
+    for (int64_t p = reserved_; p < positions; ++p) {
+      float* row = host.data() + (p - reserved_) * 2 * half;
+      rope_angles(inv_freq_.data(), half, p, row, row + half);
+    }
+    check(cudaMemcpy(static_cast<float*>(table_.get()) + reserved_ * 2 * half, host.data(),
+                     host.size() * sizeof(float), cudaMemcpyHostToDevice),
+          "RoPE table upload");
+    reserved_ = positions;
+  }
+  int64_t reserved() const { return reserved_; }
+  const float* table() const { return static_cast<const float*>(table_.get()); }
+
+ private:
+  int device_;
+  cudaStream_t stream_;
+  std::vector<float> inv_freq_;
+  std::shared_ptr<void> table_;
+  int64_t capacity_ = 0, reserved_ = 0;
+};
+
+// One storage layer's blocks in device memory, in chunks that never move;
+// a device array of the chunks' addresses lets kernels find block b.
+class CudaKvArena final : public KvArena {
+ public:
+  CudaKvArena(int device, const kv::LayerSpec& spec, int block_size)
+      : device_(device), spec_(spec), layout_(spec, block_size) {
+    chunk_blocks_ = std::clamp<int64_t>((int64_t(64) << 20) / int64_t(std::max<std::size_t>(layout_.block_bytes, 1)), 1, 256);
+  }
+  const kv::LayerSpec& spec() const override { return spec_; }
+  int block_size() const override { return layout_.block_size; }
+  std::size_t block_bytes() const override { return layout_.block_bytes; }
+  int64_t blocks() const override { return blocks_; }
+  void grow(int64_t count) override {
+    if (count <= blocks_) return;
+    DeviceGuard guard(device_);
+    std::vector<std::shared_ptr<void>> added;
+    while (int64_t(chunks_.size() + added.size()) * chunk_blocks_ < count)
+      added.push_back(device_alloc(device_, std::size_t(chunk_blocks_) * layout_.block_bytes, "KV arena"));
+    if (!added.empty()) {
+      std::vector<uint8_t*> addresses = addresses_;
+      for (auto& c : added) addresses.push_back(static_cast<uint8_t*>(c.get()));
+      auto table = device_alloc(device_, addresses.size() * sizeof(uint8_t*), "KV arena table");
+      check(cudaMemcpy(table.get(), addresses.data(), addresses.size() * sizeof(uint8_t*), cudaMemcpyHostToDevice),
+            "KV arena table");
+      for (auto& c : added) chunks_.push_back(std::move(c));
+      addresses_ = std::move(addresses);
+      table_ = std::move(table);
+    }
+    blocks_ = count;
+  }
+
+  cuda::KvBlocks device_blocks() const {
+    return {static_cast<uint8_t* const*>(table_.get()), chunk_blocks_, int64_t(layout_.block_bytes)};
+  }
+  cuda::KvLayout kernel_layout() const {
+    cuda::KvLayout k;
+    const kv::HeadFormat& h = layout_.head;
+    k.codec = int(h.codec);
+    k.head_dim = h.head_dim;
+    k.bits = h.bits;
+    k.group_size = h.group_size;
+    k.groups = h.groups;
+    k.elem_bytes = h.elem_bytes;
+    k.kv_heads = layout_.kv_heads;
+    k.block_size = layout_.block_size;
+    k.value_bytes = int64_t(h.value_bytes);
+    k.head_bytes = int64_t(h.head_bytes);
+    k.k_head_bytes = int64_t(layout_.k_head_bytes);
+    k.k_bytes = int64_t(layout_.k_bytes);
+    k.v_head_bytes = int64_t(layout_.v_head_bytes);
+    k.block_bytes = int64_t(layout_.block_bytes);
+    k.k_scales_offset = int64_t(layout_.k_scales_offset());
+    k.k_biases_offset = int64_t(layout_.k_biases_offset());
+    return k;
+  }
+
+ private:
+  int device_;
+  kv::LayerSpec spec_;
+  KvBlockLayout layout_;
+  int64_t chunk_blocks_ = 1;
+  int64_t blocks_ = 0;
+  std::vector<std::shared_ptr<void>> chunks_;
+  std::vector<uint8_t*> addresses_;
+  std::shared_ptr<void> table_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, const BackendOptions& options)
+      : device_(device),
+        precision_(options.matmul_precision),
+        workspace_(Device::cuda(device), [device](std::size_t bytes) {
+          auto p = device_alloc(device, bytes, "workspace");
+          return Workspace::Chunk{static_cast<std::byte*>(p.get()), p};
+        }) {
+    DeviceGuard guard(device_);
+    check(cudaGetDeviceProperties(&props_, device_), "cudaGetDeviceProperties");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    sink_ = device_alloc(device_, 64, "sink");
+    // A kernel runs only where the build carries code for this architecture:
+    // find out now, with a clear message, rather than at the first step.
+    cuda::add(static_cast<float*>(sink_.get()), static_cast<const float*>(sink_.get()), 1, stream_);
+    const cudaError_t e = cudaGetLastError();
+    if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction)
+      throw Error("device 'cuda:" + std::to_string(device_) + "' (" + props_.name + ", sm_" +
+                  std::to_string(props_.major) + std::to_string(props_.minor) +
+                  ") is not among the architectures this rowlm was built for (set CMAKE_CUDA_ARCHITECTURES)");
+    check(e, "probe kernel");
+    check(cudaStreamSynchronize(stream_), "probe kernel");
+  }
+  ~CudaBackend() override {
+    DeviceGuard guard(device_);
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override {
+    return "cuda:" + std::to_string(device_) + " (" + props_.name + ", sm_" + std::to_string(props_.major) +
+           std::to_string(props_.minor) + (precision_ == MatmulPrecision::Bf16 ? ", bf16 matmul" : "") + ")";
+  }
+  Device device() const override { return Device::cuda(device_); }
+  MatmulPrecision matmul_precision() const override { return precision_; }
+  int host_threads() const override { return 1; }
+
+  double measure_read_bandwidth(std::size_t bytes, int repeats) override {
+    DeviceGuard guard(device_);
+    bytes = std::max<std::size_t>(bytes, std::size_t(1) << 26) / 16 * 16;
+    auto buffer = device_alloc(device_, bytes, "bandwidth probe");
+    check(cudaMemsetAsync(buffer.get(), 0, bytes, stream_), "bandwidth probe");
+    double best = 0;
+    for (int r = 0; r < std::max(1, repeats) + 1; ++r) {
+      check(cudaStreamSynchronize(stream_), "bandwidth probe");
+      const auto t0 = std::chrono::steady_clock::now();
+      cuda::stream_read(buffer.get(), bytes, static_cast<float*>(sink_.get()), stream_);
+      check_launch("bandwidth probe");
+      check(cudaStreamSynchronize(stream_), "bandwidth probe");
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (r > 0) best = std::max(best, double(bytes) / s / 1e9);  // the first run warms up
+    }
+    return best;
+  }
+  double measure_matmul_peak(MatmulPrecision, int repeats) override {
+    DeviceGuard guard(device_);
+    double best = 0;
+    for (int r = 0; r < std::max(1, repeats) + 1; ++r) {
+      check(cudaStreamSynchronize(stream_), "FMA probe");
+      const auto t0 = std::chrono::steady_clock::now();
+      const double flops = cuda::fma_chains(int64_t(1) << 16, static_cast<float*>(sink_.get()),
+                                            props_.multiProcessorCount, stream_);
+      check_launch("FMA probe");
+      check(cudaStreamSynchronize(stream_), "FMA probe");
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (r > 0) best = std::max(best, flops / s / 1e9);
+    }
+    return best;
+  }
+
+  // --- Memory
+
+  Workspace& workspace() override { return workspace_; }
+
+  Tensor upload(const Tensor& host) override {
+    ROWLM_REQUIRE(host.on_host(), "upload: the source must be a host tensor, got " + describe(host));
+    DeviceGuard guard(device_);
+    auto p = device_alloc(device_, host.nbytes(), "upload");
+    if (host.nbytes()) check(cudaMemcpy(p.get(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice), "upload");
+    return Tensor::view(host.dtype(), host.shape(), p.get(), p, device());
+  }
+  void copy_from_host(const void* src, Tensor& dst) override {
+    ROWLM_REQUIRE(dst.device() == device(), "copy_from_host: dst must be on " + device().name() + ", got " + describe(dst));
+    DeviceGuard guard(device_);
+    // From pageable memory the copy has consumed `src` when the call returns.
+    if (dst.nbytes()) check(cudaMemcpyAsync(dst.raw(), src, dst.nbytes(), cudaMemcpyHostToDevice, stream_), "copy_from_host");
+  }
+  void copy_to_host(const Tensor& src, void* dst) override {
+    ROWLM_REQUIRE(src.device() == device(), "copy_to_host: src must be on " + device().name() + ", got " + describe(src));
+    DeviceGuard guard(device_);
+    if (src.nbytes()) {
+      check(cudaMemcpyAsync(dst, src.raw(), src.nbytes(), cudaMemcpyDeviceToHost, stream_), "copy_to_host");
+      check(cudaStreamSynchronize(stream_), "copy_to_host");
+    }
+  }
+
+  Weight prepare_weight(const Weight& w) override {
+    ROWLM_REQUIRE(w.format == WeightFormat::Dense,
+                  "prepare_weight: " + w.describe() + ": the CUDA backend does not run quantized weights yet");
+    ROWLM_REQUIRE(!w.values.empty() || w.rows * w.cols == 0, "prepare_weight: tensor has no data");
+    ROWLM_REQUIRE(is_float_storage(w.values.dtype()) && w.values.rank() == 2 && w.values.dim(0) == w.rows &&
+                      w.values.dim(1) == w.cols,
+                  "prepare_weight: weights must be f32, bf16 or f16 [rows, cols], got " + describe(w.values));
+    if (w.values.device() == device()) return w;
+    Weight out = w;
+    out.values = upload(w.values);
+    return out;
+  }
+
+  std::unique_ptr<KvArena> make_kv_arena(const kv::LayerSpec& spec, int block_size) override {
+    kv::check_layer_spec(spec, -1);
+    ROWLM_REQUIRE(block_size > 0, "make_kv_arena: block_size must be positive");
+    ROWLM_REQUIRE(spec.head_dim <= 512, "make_kv_arena: the CUDA attention kernel takes head_dim up to 512, not " +
+                                            std::to_string(spec.head_dim));
+    return std::make_unique<CudaKvArena>(device_, spec, block_size);
+  }
+
+  std::unique_ptr<RopeTable> make_rope_table(std::span<const float> inv_freq) override {
+    ROWLM_REQUIRE(!inv_freq.empty(), "make_rope_table: no frequencies");
+    return std::make_unique<CudaRopeTable>(device_, stream_, std::vector<float>(inv_freq.begin(), inv_freq.end()));
+  }
+
+  // --- Dense operations
+
+  void matmul(const Tensor& x, const Weight& w, Tensor& y) override {
+    require_here(x, "matmul: x");
+    require_here(y, "matmul: y");
+    ROWLM_REQUIRE(x.dtype() == DType::F32 && x.rank() == 2, "matmul: x must be f32 [M, K], got " + describe(x));
+    ROWLM_REQUIRE(w.format == WeightFormat::Dense && w.values.device() == device() &&
+                      is_float_storage(w.values.dtype()),
+                  "matmul: w must be a dense f32, bf16 or f16 weight of this backend, got " + w.describe());
+    const int64_t M = x.dim(0), K = x.dim(1), N = w.rows;
+    ROWLM_REQUIRE(w.cols == K, "matmul: w " + w.describe() + " does not match x " + describe(x) + " in K");
+    ROWLM_REQUIRE(y.dtype() == DType::F32 && y.rank() == 2 && y.dim(0) == M && y.dim(1) == N,
+                  "matmul: y must be f32 [" + std::to_string(M) + ", " + std::to_string(N) + "], got " + describe(y));
+    ROWLM_REQUIRE(!overlaps(y, x) && !overlaps(y, w.values), "matmul: y must not overlap x or w");
+    DeviceGuard guard(device_);
+    if (precision_ == MatmulPrecision::Bf16 && w.values.dtype() == DType::BF16) {
+      Tensor xb = workspace_.tensor(DType::BF16, {M, K});
+      cuda::round_to_bf16(x.data<float>(), xb.data<uint16_t>(), M * K, stream_);
+      cuda::matmul_bf16_pairs(xb.data<uint16_t>(), w.values.data<uint16_t>(), y.data<float>(), M, N, K, stream_);
+    } else {
+      cuda::matmul_f32(x.data<float>(), w.values.raw(), storage_of(w.values.dtype()), y.data<float>(), M, N, K,
+                       stream_);
+    }
+    check_launch("matmul");
+  }
+
+  void add_bias(Tensor& y, const Tensor& bias) override {
+    require_here(y, "add_bias: y");
+    require_here(bias, "add_bias: bias");
+    ROWLM_REQUIRE(y.dtype() == DType::F32 && y.rank() == 2, "add_bias: y must be f32 [M, N], got " + describe(y));
+    ROWLM_REQUIRE(bias.dtype() == DType::F32 && bias.numel() == y.dim(1),
+                  "add_bias: bias must be f32 [" + std::to_string(y.dim(1)) + "], got " + describe(bias));
+    DeviceGuard guard(device_);
+    cuda::add_bias(y.data<float>(), bias.data<float>(), y.dim(0), y.dim(1), stream_);
+    check_launch("add_bias");
+  }
+
+  void embed(const Tensor& ids, const Weight& table, float scale, Tensor& out) override {
+    ROWLM_REQUIRE(table.format == WeightFormat::Dense && table.values.device() == device() &&
+                      is_float_storage(table.values.dtype()),
+                  "embed: table must be a dense f32, bf16 or f16 [V, D] weight of this backend, got " +
+                      table.describe());
+    const int64_t V = table.rows, D = table.cols, T = ids.numel();
+    require_here(out, "embed: out");
+    ROWLM_REQUIRE(out.dtype() == DType::F32 && out.rank() == 2 && out.dim(0) == T && out.dim(1) == D,
+                  "embed: out must be f32 [" + std::to_string(T) + ", " + std::to_string(D) + "], got " + describe(out));
+    check_indices(ids, T, V, "embed", "token id", "the table");
+    DeviceGuard guard(device_);
+    cuda::embed(ids.data<int32_t>(), T, table.values.raw(), storage_of(table.values.dtype()), D, scale,
+                out.data<float>(), stream_);
+    check_launch("embed");
+  }
+
+  void rms_norm(const Tensor& x, const Tensor* w, float eps, NormKind kind, Tensor& y) override {
+    require_here(x, "rms_norm: x");
+    require_here(y, "rms_norm: y");
+    ROWLM_REQUIRE(x.dtype() == DType::F32 && x.rank() >= 1 && x.dim(-1) > 0,
+                  "rms_norm: x must be f32 [..., D] with D > 0, got " + describe(x));
+    ROWLM_REQUIRE(y.dtype() == DType::F32 && y.shape() == x.shape(),
+                  "rms_norm: y must be f32 " + shape_str(x.shape()) + ", got " + describe(y));
+    ROWLM_REQUIRE(y.raw() == x.raw() || !overlaps(x, y), "rms_norm: y must be x itself or not overlap it");
+    const int64_t D = x.dim(-1), rows = x.numel() / D;
+    const void* g = nullptr;
+    Storage gs = Storage::F32;
+    if (kind != NormKind::NoScale) {
+      ROWLM_REQUIRE(w != nullptr, "rms_norm: this norm kind needs a weight");
+      require_here(*w, "rms_norm: weight");
+      ROWLM_REQUIRE(w->numel() == D && is_float_storage(w->dtype()),
+                    "rms_norm: weight must be f32, bf16 or f16 with " + std::to_string(D) + " entries, got " +
+                        describe(*w));
+      g = w->raw();
+      gs = storage_of(w->dtype());
+    }
+    const int norm = kind == NormKind::Plain ? 0 : kind == NormKind::OnePlus ? 1 : 2;
+    DeviceGuard guard(device_);
+    cuda::rms_norm(x.data<float>(), g, gs, norm, eps, y.data<float>(), rows, D, stream_);
+    check_launch("rms_norm");
+  }
+
+  void rope(Tensor& x, const Tensor& positions, RopeTable& rope_table) override {
+    auto* table = dynamic_cast<CudaRopeTable*>(&rope_table);
+    ROWLM_REQUIRE(table != nullptr, "rope: the table belongs to another backend");
+    const int64_t hd = table->head_dim(), half = hd / 2, T = positions.numel();
+    require_here(x, "rope: x");
+    require_here(positions, "rope: positions");
+    ROWLM_REQUIRE(positions.dtype() == DType::I32 && positions.rank() == 1,
+                  "rope: positions must be i32 [T], got " + describe(positions));
+    const bool shape_ok = x.rank() == 3 ? x.dim(2) == hd : x.rank() == 2 && x.dim(1) % hd == 0;
+    ROWLM_REQUIRE(x.dtype() == DType::F32 && shape_ok && x.dim(0) == T,
+                  "rope: x must be f32 [" + std::to_string(T) + ", heads, " + std::to_string(hd) +
+                      "] (or [T, heads·head_dim]), got " + describe(x));
+    ROWLM_REQUIRE(T == 0 || table->reserved() > 0, "rope: the table reserved no positions");
+    const int64_t heads = T == 0 ? 0 : x.numel() / (T * hd);
+    DeviceGuard guard(device_);
+    cuda::rope(x.data<float>(), positions.data<int32_t>(), T, heads, half, table->table(), stream_);
+    check_launch("rope");
+  }
+
+  void gated_activation(const Tensor& gate, const Tensor& up, Activation act, Tensor& out) override {
+    require_here(gate, "gated_activation: gate");
+    require_here(up, "gated_activation: up");
+    require_here(out, "gated_activation: out");
+    ROWLM_REQUIRE(gate.dtype() == DType::F32 && up.dtype() == DType::F32 && out.dtype() == DType::F32 &&
+                      gate.shape() == up.shape() && out.shape() == gate.shape(),
+                  "gated_activation: gate, up and out must be f32 of one shape, got " + describe(gate) + ", " +
+                      describe(up) + ", " + describe(out));
+    ROWLM_REQUIRE((out.raw() == gate.raw() || !overlaps(out, gate)) && (out.raw() == up.raw() || !overlaps(out, up)),
+                  "gated_activation: out must be gate, up, or separate from both");
+    DeviceGuard guard(device_);
+    cuda::gated_activation(gate.data<float>(), up.data<float>(), act == Activation::Silu ? 1 : 0, out.data<float>(),
+                           out.numel(), stream_);
+    check_launch("gated_activation");
+  }
+
+  void copy(const Tensor& src, Tensor& dst) override {
+    require_here(src, "copy: src");
+    require_here(dst, "copy: dst");
+    ROWLM_REQUIRE(src.dtype() == dst.dtype() && src.numel() == dst.numel(),
+                  "copy: src and dst must have one dtype and size, got " + describe(src) + " and " + describe(dst));
+    ROWLM_REQUIRE(!overlaps(src, dst), "copy: src and dst must not overlap");
+    DeviceGuard guard(device_);
+    if (src.nbytes())
+      check(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_), "copy");
+  }
+
+  void add(Tensor& y, const Tensor& x) override {
+    require_here(y, "add: y");
+    require_here(x, "add: x");
+    ROWLM_REQUIRE(y.dtype() == DType::F32 && x.dtype() == DType::F32 && y.shape() == x.shape(),
+                  "add: y and x must be f32 of one shape, got " + describe(y) + " and " + describe(x));
+    ROWLM_REQUIRE(y.raw() == x.raw() || !overlaps(x, y), "add: x must be y itself or not overlap it");
+    DeviceGuard guard(device_);
+    cuda::add(y.data<float>(), x.data<float>(), y.numel(), stream_);
+    check_launch("add");
+  }
+
+  void scale(Tensor& y, float s) override {
+    require_here(y, "scale: y");
+    ROWLM_REQUIRE(y.dtype() == DType::F32, "scale: y must be f32, got " + describe(y));
+    DeviceGuard guard(device_);
+    cuda::scale(y.data<float>(), s, y.numel(), stream_);
+    check_launch("scale");
+  }
+
+  void softcap(Tensor& y, float cap) override {
+    require_here(y, "softcap: y");
+    ROWLM_REQUIRE(y.dtype() == DType::F32, "softcap: y must be f32, got " + describe(y));
+    ROWLM_REQUIRE(cap > 0.0f && std::isfinite(cap), "softcap: cap must be positive and finite, got " + std::to_string(cap));
+    DeviceGuard guard(device_);
+    cuda::softcap(y.data<float>(), cap, y.numel(), stream_);
+    check_launch("softcap");
+  }
+
+  void gather_rows(const Tensor& src, const Tensor& rows, Tensor& dst) override {
+    require_here(src, "gather_rows: src");
+    require_here(dst, "gather_rows: dst");
+    ROWLM_REQUIRE(src.rank() >= 1, "gather_rows: src must have at least one dimension");
+    const int64_t R = src.dim(0), n = rows.numel();
+    const int64_t row_elems = R == 0 ? 0 : src.numel() / R;
+    Shape want = src.shape();
+    want[0] = n;
+    ROWLM_REQUIRE(dst.dtype() == src.dtype() && dst.shape() == want,
+                  "gather_rows: dst must be " + std::string(dtype_name(src.dtype())) + " " + shape_str(want) +
+                      ", got " + describe(dst));
+    ROWLM_REQUIRE(!overlaps(dst, src), "gather_rows: dst must not overlap src");
+    check_indices(rows, n, R, "gather_rows", "row", "src");
+    DeviceGuard guard(device_);
+    cuda::gather_rows(src.raw(), rows.data<int32_t>(), n, row_elems * int64_t(dtype_size(src.dtype())), dst.raw(),
+                      stream_);
+    check_launch("gather_rows");
+  }
+
+  void scatter_add_rows(Tensor& dst, const Tensor& rows, const Tensor& weights, const Tensor& src) override {
+    require_here(dst, "scatter_add_rows: dst");
+    require_here(src, "scatter_add_rows: src");
+    require_here(weights, "scatter_add_rows: weights");
+    ROWLM_REQUIRE(dst.dtype() == DType::F32 && dst.rank() >= 1, "scatter_add_rows: dst must be f32, got " + describe(dst));
+    const int64_t R = dst.dim(0), n = rows.numel();
+    const int64_t D = R == 0 ? 0 : dst.numel() / R;
+    ROWLM_REQUIRE(weights.dtype() == DType::F32 && weights.numel() == n,
+                  "scatter_add_rows: " + std::to_string(n) + " rows but weights " + describe(weights));
+    Shape want = dst.shape();
+    want[0] = n;
+    ROWLM_REQUIRE(src.dtype() == DType::F32 && src.shape() == want,
+                  "scatter_add_rows: src must be f32 " + shape_str(want) + ", got " + describe(src));
+    ROWLM_REQUIRE(!overlaps(dst, src), "scatter_add_rows: src must not overlap dst");
+    check_indices(rows, n, R, "scatter_add_rows", "row", "dst");
+    DeviceGuard guard(device_);
+    cuda::scatter_add_rows(dst.data<float>(), rows.data<int32_t>(), weights.data<float>(), src.data<float>(), n, D,
+                           stream_);
+    check_launch("scatter_add_rows");
+  }
+
+  // --- Mixture of experts. Routing and the grouping of tokens by expert run
+  // on the host with the CPU's code (route_token), so both backends choose
+  // and order alike; the experts' arithmetic runs on the device.
+
+  void moe_route(const Tensor& logits, int top_k, bool renormalize, const Tensor* per_expert_scale, Tensor& experts,
+                 Tensor& weights) override {
+    require_here(logits, "moe_route: logits");
+    require_here(experts, "moe_route: experts");
+    require_here(weights, "moe_route: weights");
+    ROWLM_REQUIRE(logits.dtype() == DType::F32 && logits.rank() == 2 && logits.dim(1) > 0,
+                  "moe_route: logits must be f32 [T, E], got " + describe(logits));
+    const int64_t T = logits.dim(0), E = logits.dim(1);
+    ROWLM_REQUIRE(top_k >= 1 && top_k <= E, "moe_route: top_k " + std::to_string(top_k) + " must be in [1, " +
+                                                std::to_string(E) + "]");
+    ROWLM_REQUIRE(experts.dtype() == DType::I32 && experts.numel() == T * top_k && weights.dtype() == DType::F32 &&
+                      weights.numel() == T * top_k,
+                  "moe_route: experts (i32) and weights (f32) need T·top_k = " + std::to_string(T * top_k) +
+                      " entries, got " + describe(experts) + " and " + describe(weights));
+    std::vector<float> scale;
+    if (per_expert_scale != nullptr) {
+      require_here(*per_expert_scale, "moe_route: per_expert_scale");
+      ROWLM_REQUIRE(per_expert_scale->numel() == E && per_expert_scale->dtype() == DType::F32,
+                    "moe_route: per_expert_scale must be f32 with " + std::to_string(E) + " entries, got " +
+                        describe(*per_expert_scale));
+      scale = download<float>(*per_expert_scale);
+    }
+    const std::vector<float> l = download<float>(logits);
+    for (int64_t i = 0; i < T * E; ++i)
+      ROWLM_REQUIRE(!std::isnan(l[std::size_t(i)]), "moe_route: logits row " + std::to_string(i / E) + " contains NaN");
+    std::vector<int32_t> ex(std::size_t(T * top_k));
+    std::vector<float> wt(std::size_t(T * top_k)), probs(static_cast<std::size_t>(E));
+    for (int64_t t = 0; t < T; ++t)
+      route_token(l.data() + t * E, E, top_k, renormalize, scale.empty() ? nullptr : scale.data(), probs.data(),
+                  ex.data() + t * top_k, wt.data() + t * top_k);
+    copy_from_host(ex.data(), experts);
+    copy_from_host(wt.data(), weights);
+  }
+
+  void moe_experts(const Tensor& x, const Tensor& experts, const Tensor& weights, const ExpertBank& bank,
+                   Activation act, Tensor& out) override {
+    require_here(x, "moe_experts: x");
+    require_here(out, "moe_experts: out");
+    ROWLM_REQUIRE(x.dtype() == DType::F32 && x.rank() == 2, "moe_experts: x must be f32 [T, H], got " + describe(x));
+    const int64_t T = x.dim(0), H = x.dim(1);
+    ROWLM_REQUIRE(out.dtype() == DType::F32 && out.shape() == x.shape() && !overlaps(out, x),
+                  "moe_experts: out must be f32 " + shape_str(x.shape()) + " apart from x, got " + describe(out));
+    const int E = bank.size();
+    ROWLM_REQUIRE(E > 0 && int(bank.up.size()) == E && int(bank.down.size()) == E,
+                  "moe_experts: the bank needs gate, up and down for every expert");
+    ROWLM_REQUIRE(experts.dtype() == DType::I32 && experts.rank() == 2 && experts.dim(0) == T &&
+                      weights.dtype() == DType::F32 && weights.shape() == experts.shape(),
+                  "moe_experts: experts (i32) and weights (f32) must be [T, top_k], got " + describe(experts) +
+                      " and " + describe(weights));
+    const int64_t K = experts.dim(1);
+    const std::vector<int32_t> ex = download<int32_t>(experts);
+    const std::vector<float> wt = download<float>(weights);
+    for (int64_t i = 0; i < T * K; ++i)
+      ROWLM_REQUIRE(ex[std::size_t(i)] >= 0 && ex[std::size_t(i)] < E,
+                    "moe_experts: row " + std::to_string(ex[std::size_t(i)]) + " at index " + std::to_string(i) +
+                        " is outside the bank's " + std::to_string(E) + " rows");
+    DeviceGuard guard(device_);
+    check(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream_), "moe_experts");
+    int64_t I = 0;
+    for (const Weight& g : bank.gate) I = std::max(I, g.rows);
+    Tensor xe_all = workspace_.tensor(DType::F32, {T, H}), ye_all = workspace_.tensor(DType::F32, {T, H});
+    Tensor gate_all = workspace_.tensor(DType::F32, {T * I}), up_all = workspace_.tensor(DType::F32, {T * I});
+    std::vector<int32_t> tokens;
+    std::vector<float> token_weights;
+    for (int e = 0; e < E; ++e) {
+      tokens.clear();
+      token_weights.clear();
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < K; ++j)
+          if (ex[std::size_t(t * K + j)] == e) {
+            tokens.push_back(int32_t(t));
+            token_weights.push_back(wt[std::size_t(t * K + j)]);
+          }
+      if (tokens.empty()) continue;
+      const int64_t n = int64_t(tokens.size()), Ie = bank.gate[std::size_t(e)].rows;
+      Tensor rows = workspace_.tensor(DType::I32, {n}), row_weights = workspace_.tensor(DType::F32, {n});
+      copy_from_host(tokens.data(), rows);
+      copy_from_host(token_weights.data(), row_weights);
+      Tensor xt = xe_all.rows(0, n), yt = ye_all.rows(0, n);
+      Tensor gt = gate_all.rows(0, n * Ie).reshaped({n, Ie}), ut = up_all.rows(0, n * Ie).reshaped({n, Ie});
+      cuda::gather_rows(x.raw(), rows.data<int32_t>(), n, H * int64_t(sizeof(float)), xt.raw(), stream_);
+      matmul(xt, bank.gate[std::size_t(e)], gt);
+      matmul(xt, bank.up[std::size_t(e)], ut);
+      gated_activation(gt, ut, act, gt);
+      matmul(gt, bank.down[std::size_t(e)], yt);
+      cuda::scatter_add_rows(out.data<float>(), rows.data<int32_t>(), row_weights.data<float>(), yt.data<float>(), n,
+                             H, stream_);
+      check_launch("moe_experts");
+    }
+  }
+
+  // --- KV bytes
+
+  void kv_write(KvArena& arena, std::span<const int64_t> slots, const Tensor& k, const Tensor& v) override {
+    CudaKvArena& a = own(arena, "kv_write");
+    const kv::LayerSpec& spec = a.spec();
+    const int64_t T = int64_t(slots.size()), width = int64_t(spec.kv_heads) * spec.head_dim;
+    for (const Tensor* t : {&k, &v}) {
+      require_here(*t, "kv_write: K/V");
+      ROWLM_REQUIRE(t->dtype() == DType::F32 && t->numel() == T * width,
+                    "kv_write: K and V must be f32 [" + std::to_string(T) + ", " + std::to_string(width) + "], got " +
+                        describe(*t));
+    }
+    check_slots(a, slots, "kv_write");
+    if (T == 0) return;
+    DeviceGuard guard(device_);
+    const Tensor s = device_copy(slots);
+    cuda::kv_write(a.kernel_layout(), a.device_blocks(), s.data<int64_t>(), T, k.data<float>(), v.data<float>(),
+                   stream_);
+    check_launch("kv_write");
+  }
+
+  void kv_copy_blocks(KvArena& arena, std::span<const KvBlockCopy> copies) override {
+    CudaKvArena& a = own(arena, "kv_copy_blocks");
+    std::vector<int32_t> src, dst;
+    for (const KvBlockCopy& c : copies) {
+      ROWLM_REQUIRE(c.src >= 0 && c.src < a.blocks() && c.dst >= 0 && c.dst < a.blocks() && c.src != c.dst,
+                    "kv_copy_blocks: copy " + std::to_string(c.src) + " -> " + std::to_string(c.dst) +
+                        " outside the arena's " + std::to_string(a.blocks()) + " blocks");
+      src.push_back(c.src);
+      dst.push_back(c.dst);
+    }
+    if (copies.empty()) return;
+    DeviceGuard guard(device_);
+    const Tensor s = device_copy(std::span<const int32_t>(src)), d = device_copy(std::span<const int32_t>(dst));
+    cuda::kv_copy_blocks(a.kernel_layout(), a.device_blocks(), s.data<int32_t>(), d.data<int32_t>(),
+                         int64_t(copies.size()), stream_);
+    check_launch("kv_copy_blocks");
+  }
+
+  void kv_read(const KvArena& arena, std::span<const int64_t> slots, std::span<std::byte> records) override {
+    const CudaKvArena& a = own(arena, "kv_read");
+    const std::size_t rec = kv::token_record_bytes(a.spec());
+    ROWLM_REQUIRE(records.size() == slots.size() * rec, "kv_read: " + std::to_string(slots.size()) +
+                                                             " slots need " + std::to_string(slots.size() * rec) +
+                                                             " bytes, got " + std::to_string(records.size()));
+    check_slots(a, slots, "kv_read");
+    if (slots.empty()) return;
+    DeviceGuard guard(device_);
+    const Tensor s = device_copy(slots);
+    Tensor out = workspace_.tensor(DType::U8, {int64_t(records.size())});
+    cuda::kv_read(a.kernel_layout(), a.device_blocks(), s.data<int64_t>(), int64_t(slots.size()), out.data<uint8_t>(),
+                  stream_);
+    check_launch("kv_read");
+    copy_to_host(out, records.data());
+  }
+
+  void kv_store(KvArena& arena, std::span<const int64_t> slots, std::span<const std::byte> records) override {
+    CudaKvArena& a = own(arena, "kv_store");
+    const std::size_t rec = kv::token_record_bytes(a.spec());
+    ROWLM_REQUIRE(records.size() == slots.size() * rec, "kv_store: " + std::to_string(slots.size()) +
+                                                             " slots need " + std::to_string(slots.size() * rec) +
+                                                             " bytes, got " + std::to_string(records.size()));
+    check_slots(a, slots, "kv_store");
+    if (slots.empty()) return;
+    DeviceGuard guard(device_);
+    const Tensor s = device_copy(slots);
+    Tensor in = workspace_.tensor(DType::U8, {int64_t(records.size())});
+    copy_from_host(records.data(), in);
+    cuda::kv_store(a.kernel_layout(), a.device_blocks(), s.data<int64_t>(), int64_t(slots.size()), in.data<uint8_t>(),
+                   stream_);
+    check_launch("kv_store");
+  }
+
+  void attention(const Tensor& q, const KvArena& arena, const AttentionBatch& batch, const AttentionParams& params,
+                 Tensor& out) override {
+    const CudaKvArena& a = own(arena, "attention");
+    const kv::LayerSpec& spec = a.spec();
+    require_here(q, "attention: q");
+    require_here(out, "attention: out");
+    ROWLM_REQUIRE(params.num_heads > 0 && params.head_dim == spec.head_dim && params.num_heads % spec.kv_heads == 0,
+                  "attention: " + std::to_string(params.num_heads) + " heads of " + std::to_string(params.head_dim) +
+                      " do not fit a layer of " + std::to_string(spec.kv_heads) + " kv heads of " +
+                      std::to_string(spec.head_dim));
+    ROWLM_REQUIRE(params.softcap == 0.0f, "attention: the CUDA backend has no attention softcap yet");
+    const int64_t T = int64_t(batch.queries.size());
+    const int64_t expect = T * params.num_heads * params.head_dim;
+    ROWLM_REQUIRE(q.dtype() == DType::F32 && q.numel() == expect,
+                  "attention: q must be f32 [" + std::to_string(T) + ", " + std::to_string(params.num_heads) + ", " +
+                      std::to_string(params.head_dim) + "], got " + describe(q));
+    ROWLM_REQUIRE(out.dtype() == DType::F32 && out.numel() == expect && !overlaps(out, q),
+                  "attention: out must be f32 with q's shape and separate from q, got " + describe(out));
+    if (T == 0) return;
+    // Flatten the block tables; each query names its table's offset.
+    const int bs = a.block_size();
+    std::vector<int32_t> tables;
+    std::vector<int64_t> offsets_of_table, offsets, lo, hi;
+    for (const auto& table : batch.tables) {
+      offsets_of_table.push_back(int64_t(tables.size()));
+      tables.insert(tables.end(), table.begin(), table.end());
+    }
+    if (tables.empty()) tables.push_back(0);
+    for (const KvKeyRange& r : batch.queries) {
+      if (r.hi >= r.lo) {
+        ROWLM_REQUIRE(r.table >= 0 && std::size_t(r.table) < batch.tables.size() && r.lo >= 0,
+                      "attention: a query names a block table outside the batch");
+        const std::span<const int32_t> table = batch.tables[std::size_t(r.table)];
+        ROWLM_REQUIRE(r.hi / bs < int64_t(table.size()), "attention: a query reads past its block table");
+        for (int64_t b = r.lo / bs; b <= r.hi / bs; ++b)
+          ROWLM_REQUIRE(table[std::size_t(b)] >= 0 && table[std::size_t(b)] < a.blocks(),
+                        "attention: block table entry " + std::to_string(table[std::size_t(b)]) + " is not a block");
+        offsets.push_back(offsets_of_table[std::size_t(r.table)]);
+      } else {
+        offsets.push_back(0);
+      }
+      lo.push_back(r.lo);
+      hi.push_back(r.hi);
+    }
+    DeviceGuard guard(device_);
+    const Tensor dt = device_copy(std::span<const int32_t>(tables)), doff = device_copy(std::span<const int64_t>(offsets));
+    const Tensor dlo = device_copy(std::span<const int64_t>(lo)), dhi = device_copy(std::span<const int64_t>(hi));
+    cuda::AttentionArgs args;
+    args.q = q.data<float>();
+    args.out = out.data<float>();
+    args.tables = dt.data<int32_t>();
+    args.table_offset = doff.data<int64_t>();
+    args.lo = dlo.data<int64_t>();
+    args.hi = dhi.data<int64_t>();
+    args.T = T;
+    args.heads = params.num_heads;
+    args.scale = params.scale;
+    cuda::attention(a.kernel_layout(), a.device_blocks(), args, stream_);
+    check_launch("attention");
+  }
+
+ private:
+  void require_here(const Tensor& t, const char* what) const {
+    ROWLM_REQUIRE(t.device() == device(), std::string(what) + " must be on " + device().name() + ", got " + describe(t));
+  }
+
+  // Index tensors are checked on the host: a step's few ids cost one copy.
+  void check_indices(const Tensor& t, int64_t count, int64_t bound, const char* op, const char* what, const char* of) {
+    require_here(t, op);
+    ROWLM_REQUIRE(t.dtype() == DType::I32 && t.numel() == count,
+                  std::string(op) + ": indices must be i32 [" + std::to_string(count) + "], got " + describe(t));
+    const std::vector<int32_t> v = download<int32_t>(t);
+    for (int64_t i = 0; i < count; ++i)
+      ROWLM_REQUIRE(v[std::size_t(i)] >= 0 && v[std::size_t(i)] < bound,
+                    std::string(op) + ": " + what + " " + std::to_string(v[std::size_t(i)]) + " at index " +
+                        std::to_string(i) + " is outside " + of + "'s " + std::to_string(bound) + " rows");
+  }
+
+  template <class T>
+  std::vector<T> download(const Tensor& t) {
+    std::vector<T> out(std::size_t(t.numel()));
+    copy_to_host(t, out.data());
+    return out;
+  }
+
+  template <class T>
+  Tensor device_copy(std::span<const T> host) {
+    constexpr DType dt = sizeof(T) == 8 ? DType::I64 : DType::I32;
+    Tensor t = workspace_.tensor(dt, {int64_t(host.size())});
+    copy_from_host(host.data(), t);
+    return t;
+  }
+
+  static void check_slots(const CudaKvArena& a, std::span<const int64_t> slots, const char* op) {
+    const int64_t end = a.blocks() * a.block_size();
+    for (int64_t s : slots)
+      ROWLM_REQUIRE(s >= 0 && s < end, std::string(op) + ": slot " + std::to_string(s) + " outside the arena's " +
+                                           std::to_string(end) + " slots");
+  }
+
+  static CudaKvArena& own(KvArena& arena, const char* op) {
+    auto* a = dynamic_cast<CudaKvArena*>(&arena);
+    ROWLM_REQUIRE(a != nullptr, std::string(op) + ": the KV arena belongs to another backend");
+    return *a;
+  }
+  static const CudaKvArena& own(const KvArena& arena, const char* op) { return own(const_cast<KvArena&>(arena), op); }
+
+  int device_;
+  MatmulPrecision precision_;
+  cudaDeviceProp props_{};
+  cudaStream_t stream_ = nullptr;
+  Workspace workspace_;
+  std::shared_ptr<void> sink_;
+};
+
+}  // namespace
 
 int cuda_device_count() {
   int count = 0;
@@ -17,13 +807,15 @@ int cuda_device_count() {
   return count;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int index, const BackendOptions&) {
+std::unique_ptr<Backend> make_cuda_backend(int index, const BackendOptions& options) {
   const int count = cuda_device_count();
   if (index >= count)
     throw Error("device 'cuda:" + std::to_string(index) + "': " +
                 (count == 0 ? std::string("no CUDA device (or driver) is available")
                             : "only " + std::to_string(count) + " CUDA device(s) are present"));
-  throw Error("device 'cuda:" + std::to_string(index) + "': the CUDA backend's operations are not implemented yet");
+  return std::make_unique<CudaBackend>(index, options);
 }
 
 }  // namespace rowlm
+
+#undef ROWLM_REQUIRE

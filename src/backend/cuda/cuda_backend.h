@@ -1,10 +1,24 @@
 #pragma once
-// The CUDA backend (built with -DROWLM_CUDA=ON): backend.h on one NVIDIA
-// GPU, with activations, weights and the KV arenas in its memory.
+// The CUDA backend (built with -DROWLM_CUDA=ON): backend.h on one NVIDIA GPU,
+// with activations (a device workspace), weights (uploaded once) and the KV
+// arenas in its memory.
 //
-// Status: the seam only. The target compiles and links against the CUDA
-// runtime so that the backend's implementation is an addition; until it
-// lands, make_cuda_backend reports that it is not available.
+// Numerics: every kernel performs the CPU backend's sequence of IEEE
+// operations (the canonical 16-lane matmul and sum-of-squares order, the
+// bf16 pair step, the same exp/tanh polynomials, RoPE cos/sin from the
+// host's std::cos/std::sin, the attention kernel's block-by-block online
+// softmax), built with --fmad=false so that no multiply and add fuse unless
+// written as fmaf. A tensor computed here equals the CPU's bit for bit; in
+// particular a row's output does not depend on the batch, and KV blocks hold
+// the same bytes as on the CPU (the layout of backend/kv_block_layout.h).
+// MoE routing and grouping run on the host with the CPU's code.
+//
+// Status: correctness first. Kernels are simple (one half-warp per dot
+// product); host copies of step descriptions synchronise the stream. Speed
+// (tensor cores, CUDA graphs, no host synchronisation in a step) is the GPU
+// performance work's.
+//
+// Threads: one caller at a time; every call selects the backend's device.
 
 #include <memory>
 
@@ -15,7 +29,8 @@ namespace rowlm {
 // GPUs the CUDA runtime sees (0 without a driver or device).
 int cuda_device_count();
 
-// The backend on GPU `index`; an Error naming what is missing otherwise.
+// The backend on GPU `index`; an Error naming what is missing otherwise (no
+// device, an architecture this build has no code for).
 std::unique_ptr<Backend> make_cuda_backend(int index, const BackendOptions& options);
 
 }  // namespace rowlm

@@ -1,20 +1,346 @@
+// The CUDA backend against the CPU backend: every operation on random
+// inputs of odd sizes, every KV codec through the KV module, and whole
+// forward passes on the transformers fixtures, compared bit for bit (the
+// CUDA kernels perform the CPU's IEEE operations in the CPU's order). On a
+// machine without a GPU every test says so and skips.
+
 #include "backend/cuda/cuda_backend.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "kv/kv_cache.h"
+#include "kv/row_cache.h"
+#include "model/model.h"
 
 namespace rowlm {
 namespace {
 
-// Without a GPU this says so and skips; with one, it checks what the seam
-// promises: a device count, and a clear error (not a crash) for a device
-// index past it.
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+class CudaVsCpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device or driver on this machine: GPU tests skipped";
+    gpu = make_cuda_backend(0, BackendOptions{});
+    cpu = make_cpu_backend(2);
+  }
+
+  Tensor random(Shape shape, float scale = 1.0f, DType dtype = DType::F32) {
+    Tensor t(DType::F32, shape);
+    std::normal_distribution<float> dist(0.0f, scale);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
+    if (dtype == DType::F32) return t;
+    Tensor n(dtype, shape);
+    for (int64_t i = 0; i < t.numel(); ++i)
+      n.data<uint16_t>()[i] = dtype == DType::BF16 ? f32_to_bf16(t.data<float>()[i]) : f32_to_f16(t.data<float>()[i]);
+    return n;
+  }
+  static Tensor ints(const std::vector<int32_t>& v) {
+    Tensor t(DType::I32, {int64_t(v.size())});
+    std::copy(v.begin(), v.end(), t.data<int32_t>());
+    return t;
+  }
+  Tensor up(const Tensor& host) { return gpu->upload(host); }
+  Tensor down(const Tensor& device) {
+    Tensor t(device.dtype(), device.shape());
+    gpu->copy_to_host(device, t.raw());
+    return t;
+  }
+  Tensor gpu_zeros(Shape shape) { return up(Tensor(DType::F32, std::move(shape))); }
+
+  static void expect_bitwise(const Tensor& got, const Tensor& want, const std::string& what) {
+    ASSERT_EQ(got.shape(), want.shape()) << what;
+    ASSERT_EQ(got.dtype(), want.dtype()) << what;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < got.numel() && bad < 3; ++i) {
+      const float g = got.data<float>()[i], w = want.data<float>()[i];
+      if (bits(g) != bits(w)) {
+        ADD_FAILURE() << what << ": element " << i << " is " << g << " on the GPU, " << w << " on the CPU";
+        ++bad;
+      }
+    }
+  }
+
+  std::unique_ptr<Backend> gpu, cpu;
+  std::mt19937 rng{7};
+};
+
+TEST_F(CudaVsCpu, MatmulEqualsTheCpuForEveryWeightTypeAndSize) {
+  for (MatmulPrecision precision : {MatmulPrecision::F32, MatmulPrecision::Bf16}) {
+    auto g = make_cuda_backend(0, BackendOptions{"cuda", 0, precision});
+    auto c = make_cpu_backend(2, precision);
+    for (DType wt : {DType::F32, DType::BF16, DType::F16})
+      for (int64_t M : {1, 3, 17})
+        for (int64_t K : {1, 15, 16, 17, 100, 257})
+          for (int64_t N : {1, 5, 33}) {
+            const Tensor x = random({M, K}), w = random({N, K}, 0.5f, wt);
+            Tensor want(DType::F32, {M, N});
+            c->matmul(x, c->prepare_weight(Weight::dense(w)), want);
+            Tensor y = g->upload(Tensor(DType::F32, {M, N}));
+            g->matmul(g->upload(x), g->prepare_weight(Weight::dense(w)), y);
+            Tensor got(DType::F32, {M, N});
+            g->copy_to_host(y, got.raw());
+            expect_bitwise(got, want, std::string(dtype_name(wt)) + " " + std::string(matmul_precision_name(precision)) +
+                                          " M" + std::to_string(M) + " K" + std::to_string(K) + " N" + std::to_string(N));
+          }
+  }
+}
+
+TEST_F(CudaVsCpu, ElementwiseNormsRopeAndRowOpsEqualTheCpu) {
+  for (int64_t D : {1, 15, 64, 1000}) {
+    const Tensor x = random({7, D}, 3.0f), w = random({D}, 0.5f), b = random({D});
+    for (NormKind kind : {NormKind::Plain, NormKind::OnePlus, NormKind::NoScale}) {
+      Tensor want(DType::F32, x.shape());
+      cpu->rms_norm(x, &w, 1e-6f, kind, want);
+      Tensor y = gpu_zeros(x.shape());
+      const Tensor gw = up(w);
+      gpu->rms_norm(up(x), &gw, 1e-6f, kind, y);
+      expect_bitwise(down(y), want, "rms_norm D" + std::to_string(D));
+    }
+    for (Activation act : {Activation::GeluTanh, Activation::Silu}) {
+      Tensor gate = random({7, D}, 5.0f), upv = random({7, D});
+      Tensor want(DType::F32, x.shape());
+      cpu->gated_activation(gate, upv, act, want);
+      Tensor y = gpu_zeros(x.shape());
+      gpu->gated_activation(up(gate), up(upv), act, y);
+      expect_bitwise(down(y), want, std::string(activation_name(act)) + " D" + std::to_string(D));
+    }
+    {
+      Tensor want = random({7, D});
+      Tensor y = up(want);
+      cpu->add_bias(want, b);
+      gpu->add_bias(y, up(b));
+      expect_bitwise(down(y), want, "add_bias");
+      cpu->add(want, x);
+      gpu->add(y, up(x));
+      expect_bitwise(down(y), want, "add");
+      cpu->scale(want, 0.37f);
+      gpu->scale(y, 0.37f);
+      expect_bitwise(down(y), want, "scale");
+      cpu->softcap(want, 30.0f);
+      gpu->softcap(y, 30.0f);
+      expect_bitwise(down(y), want, "softcap");
+    }
+  }
+  for (int64_t hd : {8, 64, 256, 512}) {
+    std::vector<float> inv_freq;
+    for (int64_t i = 0; i < hd / 2; ++i)
+      inv_freq.push_back(i < hd / 4 ? float(std::pow(10000.0, -2.0 * double(i) / double(hd))) : 0.0f);
+    const std::vector<int32_t> positions = {0, 1, 7, 4095, 70000};
+    const Tensor x = random({5, 3, hd});
+    Tensor want(DType::F32, x.shape());
+    std::memcpy(want.raw(), x.raw(), x.nbytes());
+    auto ct = cpu->make_rope_table(inv_freq), gt = gpu->make_rope_table(inv_freq);
+    ct->reserve(70001);
+    gt->reserve(70001);
+    cpu->rope(want, ints(positions), *ct);
+    Tensor y = up(x);
+    gpu->rope(y, up(ints(positions)), *gt);
+    expect_bitwise(down(y), want, "rope hd" + std::to_string(hd));
+  }
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    const Tensor table = random({50, 37}, 1.0f, dt);
+    const std::vector<int32_t> ids = {3, 0, 49, 3};
+    Tensor want(DType::F32, {4, 37});
+    cpu->embed(ints(ids), Weight::dense(table), 39.25f, want);
+    Tensor y = gpu_zeros({4, 37});
+    gpu->embed(up(ints(ids)), gpu->prepare_weight(Weight::dense(table)), 39.25f, y);
+    expect_bitwise(down(y), want, std::string("embed ") + std::string(dtype_name(dt)));
+  }
+  {
+    const Tensor src = random({6, 1100}), base = random({6, 1100}), updates = random({5, 1100});
+    const std::vector<int32_t> rows = {5, 0, 5, 2, 0};
+    Tensor weights(DType::F32, {5});
+    for (int i = 0; i < 5; ++i) weights.data<float>()[i] = 0.3f * float(i) - 0.7f;
+    Tensor want(DType::F32, {5, 1100});
+    cpu->gather_rows(src, ints(rows), want);
+    Tensor y = gpu_zeros({5, 1100});
+    gpu->gather_rows(up(src), up(ints(rows)), y);
+    expect_bitwise(down(y), want, "gather_rows");
+    Tensor scattered(DType::F32, base.shape());
+    std::memcpy(scattered.raw(), base.raw(), base.nbytes());
+    cpu->scatter_add_rows(scattered, ints(rows), weights, updates);
+    Tensor d = up(base);
+    gpu->scatter_add_rows(d, up(ints(rows)), up(weights), up(updates));
+    expect_bitwise(down(d), scattered, "scatter_add_rows");
+  }
+}
+
+TEST_F(CudaVsCpu, MoeRoutingAndExpertsEqualTheCpu) {
+  const int64_t T = 9, H = 24, I = 16, E = 5, K = 2;
+  ExpertBank cb, gb;
+  for (int64_t e = 0; e < E; ++e) {
+    const Tensor g = random({I, H}, 0.3f, DType::BF16), u = random({I, H}, 0.3f, DType::BF16),
+                 dn = random({H, I}, 0.3f, DType::BF16);
+    cb.gate.push_back(Weight::dense(g));
+    cb.up.push_back(Weight::dense(u));
+    cb.down.push_back(Weight::dense(dn));
+    gb.gate.push_back(gpu->prepare_weight(Weight::dense(g)));
+    gb.up.push_back(gpu->prepare_weight(Weight::dense(u)));
+    gb.down.push_back(gpu->prepare_weight(Weight::dense(dn)));
+  }
+  const Tensor logits = random({T, E}, 2.0f), scale = random({E}, 0.2f), x = random({T, H});
+  Tensor ce(DType::I32, {T, K}), cw(DType::F32, {T, K});
+  cpu->moe_route(logits, K, true, &scale, ce, cw);
+  Tensor ge = up(Tensor(DType::I32, {T, K})), gw = gpu_zeros({T, K});
+  const Tensor gscale = up(scale);
+  gpu->moe_route(up(logits), K, true, &gscale, ge, gw);
+  const Tensor ge_host = down(ge);
+  EXPECT_EQ(0, std::memcmp(ge_host.raw(), ce.raw(), ce.nbytes()));
+  expect_bitwise(down(gw), cw, "moe_route weights");
+  Tensor want(DType::F32, {T, H});
+  cpu->moe_experts(x, ce, cw, cb, Activation::GeluTanh, want);
+  Tensor y = gpu_zeros({T, H});
+  gpu->moe_experts(up(x), ge, gw, gb, Activation::GeluTanh, y);
+  expect_bitwise(down(y), want, "moe_experts");
+}
+
+// The KV module on each backend, driven alike: the stored records and the
+// attention outputs are the same bytes, for every codec, block boundary and
+// window; a row extracted on the GPU restores on the CPU.
+TEST_F(CudaVsCpu, KvRecordsAndAttentionEqualTheCpuForEveryCodec) {
+  struct Case {
+    const char* codec;
+    int head_dim, window, block_size, heads, kv_heads;
+  };
+  const std::vector<Case> cases = {{"f32", 20, 0, 16, 4, 2},    {"bf16", 64, 0, 16, 8, 1},  {"f16", 48, 7, 5, 2, 2},
+                                   {"q8", 64, 0, 16, 4, 2},     {"q4:32", 64, 9, 16, 2, 1}, {"q4:64", 128, 0, 32, 4, 2},
+                                   {"q8:128", 128, 13, 8, 2, 2}, {"bf16", 256, 0, 16, 8, 1}, {"bf16", 512, 11, 16, 8, 1}};
+  for (const Case& c : cases) {
+    const std::string what = std::string(c.codec) + " hd" + std::to_string(c.head_dim) + " w" + std::to_string(c.window) +
+                             " B" + std::to_string(c.block_size);
+    kv::CacheOptions opt;
+    kv::LayerSpec spec;
+    spec.kv_heads = c.kv_heads;
+    spec.head_dim = c.head_dim;
+    spec.window = c.window;
+    spec.codec = kv::parse_codec(c.codec);
+    opt.layers = {spec};
+    opt.block_size = c.block_size;
+    kv::KvCache on_cpu(opt, *cpu), on_gpu(opt, *gpu);
+    const int64_t width = int64_t(c.kv_heads) * c.head_dim, qwidth = int64_t(c.heads) * c.head_dim;
+    std::vector<kv::RowId> rc, rg;
+    for (int r = 0; r < 3; ++r) {
+      rc.push_back(on_cpu.create_row());
+      rg.push_back(on_gpu.create_row());
+    }
+    // Steps of uneven chunks per row, then a decode step, attention each time.
+    const std::vector<std::vector<int32_t>> steps = {{17, 3, 1}, {1, 21, 5}, {9, 1, 1}, {1, 1, 1}};
+    for (const auto& counts : steps) {
+      std::vector<kv::TokenRun> runs_c, runs_g;
+      std::vector<kv::AttentionQuery> qc, qg;
+      int64_t T = 0;
+      for (int r = 0; r < 3; ++r) {
+        runs_c.push_back({rc[std::size_t(r)], on_cpu.length(rc[std::size_t(r)]), counts[std::size_t(r)]});
+        runs_g.push_back({rg[std::size_t(r)], on_gpu.length(rg[std::size_t(r)]), counts[std::size_t(r)]});
+        for (int i = 0; i < counts[std::size_t(r)]; ++i) {
+          qc.push_back({rc[std::size_t(r)], runs_c.back().position + i});
+          qg.push_back({rg[std::size_t(r)], runs_g.back().position + i});
+        }
+        T += counts[std::size_t(r)];
+      }
+      const Tensor k = random({T, width}, 2.0f), v = random({T, width}, 2.0f), q = random({T, qwidth});
+      on_cpu.begin_step(std::vector<kv::RowId>(rc), counts);
+      on_gpu.begin_step(std::vector<kv::RowId>(rg), counts);
+      on_cpu.write(0, runs_c, k, v);
+      on_gpu.write(0, runs_g, up(k), up(v));
+      AttentionParams p{c.heads, c.head_dim, c.window, 1.0f / std::sqrt(float(c.head_dim)), 0.0f};
+      Tensor want(DType::F32, {T, qwidth});
+      on_cpu.attend(0, qc, q, p, want);
+      Tensor out = gpu_zeros({T, qwidth});
+      on_gpu.attend(0, qg, up(q), p, out);
+      expect_bitwise(down(out), want, what + " attention");
+      on_cpu.end_step();
+      on_gpu.end_step();
+    }
+    for (int r = 0; r < 3; ++r) {
+      const kv::RowCache a = on_cpu.extract(rc[std::size_t(r)]), b = on_gpu.extract(rg[std::size_t(r)]);
+      ASSERT_EQ(a.data.size(), b.data.size());
+      EXPECT_EQ(a.data[0].first, b.data[0].first) << what;
+      EXPECT_TRUE(a.data[0].records == b.data[0].records) << what << ": the stored records differ";
+      // Saved on the GPU, restored on the CPU: the same row.
+      const kv::RowId back = on_cpu.restore(b);
+      EXPECT_TRUE(on_cpu.extract(back).data[0].records == a.data[0].records) << what;
+    }
+    // Copy-on-write on the GPU: a fork's write leaves the parent's bytes.
+    const kv::RowCache before = on_gpu.extract(rg[0]);
+    const kv::RowId child = on_gpu.fork(rg[0]);
+    const int32_t one = 1;
+    on_gpu.begin_step({&child, 1}, {&one, 1});
+    const kv::TokenRun run{child, on_gpu.length(child), 1};
+    on_gpu.write(0, {&run, 1}, up(random({1, width})), up(random({1, width})));
+    on_gpu.end_step();
+    EXPECT_TRUE(on_gpu.extract(rg[0]).data[0].records == before.data[0].records) << what << ": fork wrote through";
+  }
+}
+
+// Whole forward passes on the transformers fixtures: the GPU's logits are
+// the CPU's, bit for bit (so within 1e-4 of transformers, as the CPU is),
+// prefill and decode, several rows per step.
+TEST_F(CudaVsCpu, ForwardPassesOnTheFixturesEqualTheCpu) {
+  for (const char* name : {"gemma4/e_series", "gemma4/e2b_like_mqa", "gemma4/dense_keqv", "gemma4/moe_keqv",
+                           "gemma4/everything", "gemma4/bf16", "qwen3/gqa_tied", "qwen3/sliding_bias", "qwen3/bf16"}) {
+    const std::string dir = std::string(ROWLM_SOURCE_DIR) + "/tests/fixtures/" + name;
+    std::ifstream in(dir + "/reference.json");
+    const auto ref = nlohmann::json::parse(in);
+    const auto a = ref["ids_a"].get<std::vector<int32_t>>(), b = ref["ids_b"].get<std::vector<int32_t>>();
+    std::vector<Tensor> logits;
+    for (Backend* be : {cpu.get(), gpu.get()}) {
+      auto model = load_model(dir, *be);
+      kv::CacheOptions opt;
+      opt.layers = model->kv_layers(kv::parse_codec("bf16"));
+      opt.block_size = 4;
+      kv::KvCache cache(opt, *be);
+      const kv::RowId ra = cache.create_row(), rb = cache.create_row();
+      ForwardBatch first;
+      for (std::size_t i = 0; i < 7; ++i) first.add(ra, int64_t(i), a[i], true);
+      for (std::size_t i = 0; i < b.size(); ++i) first.add(rb, int64_t(i), b[i], i + 1 == b.size());
+      Tensor l1;
+      model->forward(first, cache, l1);
+      logits.push_back(l1);
+      for (std::size_t i = 7; i < a.size(); ++i) {
+        ForwardBatch step;
+        step.add(ra, int64_t(i), a[i], true);
+        Tensor l;
+        model->forward(step, cache, l);
+        logits.push_back(l);
+      }
+    }
+    const std::size_t half = logits.size() / 2;
+    for (std::size_t i = 0; i < half; ++i) expect_bitwise(logits[half + i], logits[i], std::string(name) + " step " + std::to_string(i));
+  }
+}
+
 TEST(CudaBackend, ReportsDevicesOrSkips) {
   const int count = cuda_device_count();
   EXPECT_THROW(make_cuda_backend(count + 3, BackendOptions{}), Error);
   if (count == 0) GTEST_SKIP() << "no CUDA device or driver on this machine: GPU tests skipped";
-  EXPECT_GT(count, 0);
+  auto b = make_cuda_backend(0, BackendOptions{});
+  EXPECT_EQ(b->device(), Device::cuda(0));
+  EXPECT_NE(b->name().find("cuda:0"), std::string::npos);
+  // A host tensor handed to a GPU operation is an error naming the device.
+  Tensor host(DType::F32, {2, 2});
+  try {
+    b->scale(host, 2.0f);
+    ADD_FAILURE() << "a host tensor was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

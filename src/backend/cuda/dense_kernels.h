@@ -1,0 +1,54 @@
+#pragma once
+// Launchers of the CUDA backend's dense kernels (dense_kernels.cu). Each
+// computes what the CPU backend's kernel of the same name computes, in the
+// same order of IEEE operations, so the two agree bit for bit (tested in
+// cuda_backend_test.cc). All pointers are device pointers; all launches are
+// asynchronous on `stream`. The callers (cuda_backend.cu) validate shapes.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace rowlm::cuda {
+
+// How a weight is stored: f32, bf16 or f16.
+enum class Storage : int { F32, BF16, F16 };
+
+// y[m, n] = Σ_k x[m, k] · w[n, k] in the CPU's canonical order: 16 lanes,
+// lane j FMA-accumulating k ≡ j (mod 16) in increasing k over K rounded up
+// to 16 (zeros beyond K), then the tree (j, j+8), (j, j+4), (j, j+2), (j, j+1).
+void matmul_f32(const float* x, const void* w, Storage ws, float* y, int64_t M, int64_t N, int64_t K,
+                cudaStream_t stream);
+// x rounded to bf16, nearest even, element by element.
+void round_to_bf16(const float* x, uint16_t* out, int64_t n, cudaStream_t stream);
+// The bf16-pair matmul (VDPBF16PS semantics, backend/cpu/kernel_algorithms.h
+// PairStep) on bf16 x and w.
+void matmul_bf16_pairs(const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N, int64_t K,
+                       cudaStream_t stream);
+
+void add_bias(float* y, const float* bias, int64_t M, int64_t N, cudaStream_t stream);
+void embed(const int32_t* ids, int64_t T, const void* table, Storage ts, int64_t D, float scale, float* out,
+           cudaStream_t stream);
+// norm: 0 plain, 1 one-plus, 2 no scale (w may be null then).
+void rms_norm(const float* x, const void* w, Storage ws, int norm, float eps, float* y, int64_t rows, int64_t D,
+              cudaStream_t stream);
+// cos_sin: [positions][2][half] (cos first), from the host's std::cos/std::sin.
+void rope(float* x, const int32_t* positions, int64_t T, int64_t heads, int64_t half, const float* cos_sin,
+          cudaStream_t stream);
+// act: 0 gelu_tanh, 1 silu. out may alias gate or up.
+void gated_activation(const float* gate, const float* up, int act, float* out, int64_t n, cudaStream_t stream);
+void add(float* y, const float* x, int64_t n, cudaStream_t stream);
+void scale(float* y, float s, int64_t n, cudaStream_t stream);
+void softcap(float* y, float cap, int64_t n, cudaStream_t stream);
+// dst[i, :] = src[rows[i], :], rows of `row_bytes` bytes.
+void gather_rows(const void* src, const int32_t* rows, int64_t n, int64_t row_bytes, void* dst, cudaStream_t stream);
+// dst[rows[i], :] += weights[i] · src[i, :] in order of i, for every column.
+void scatter_add_rows(float* dst, const int32_t* rows, const float* weights, const float* src, int64_t n, int64_t D,
+                      cudaStream_t stream);
+
+// Ceiling probes: `bytes` read with 16-byte loads (returns nothing useful;
+// the kernel's time is what matters), and FMA chains (flops returned).
+void stream_read(const void* data, std::size_t bytes, float* sink, cudaStream_t stream);
+double fma_chains(int64_t iters, float* sink, int sms, cudaStream_t stream);
+
+}  // namespace rowlm::cuda

@@ -1,0 +1,63 @@
+#pragma once
+// Launchers of the CUDA backend's KV kernels (kv_kernels.cu): writing K/V with
+// the codec's encoding, copying blocks, reading and storing canonical token
+// records, and paged attention. The blocks have the CPU backend's layout
+// (backend/kv_block_layout.h) and the arithmetic is the CPU kernels', so both
+// backends hold and compute the same bits.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace rowlm::cuda {
+
+// The block layout as plain numbers, for the kernels.
+struct KvLayout {
+  int codec = 0;  // kv::Codec
+  int head_dim = 0, bits = 0, group_size = 0, groups = 0, elem_bytes = 0;
+  int kv_heads = 0, block_size = 0;
+  int64_t value_bytes = 0, head_bytes = 0;
+  int64_t k_head_bytes = 0, k_bytes = 0, v_head_bytes = 0, block_bytes = 0;
+  int64_t k_scales_offset = 0, k_biases_offset = 0;
+#ifdef __CUDACC__
+  __host__ __device__
+#endif
+  int64_t record_bytes() const { return 2 * int64_t(kv_heads) * head_bytes; }
+};
+
+// Where the arena's blocks are: block id b is at chunks[b / chunk_blocks] +
+// (b % chunk_blocks) · block_bytes.
+struct KvBlocks {
+  uint8_t* const* chunks = nullptr;  // device array of chunk addresses
+  int64_t chunk_blocks = 0;
+  int64_t block_bytes = 0;
+};
+
+// Encodes token t's K and V ([T, kv_heads·head_dim] f32) into slots[t].
+void kv_write(const KvLayout& layout, KvBlocks blocks, const int64_t* slots, int64_t T, const float* k,
+              const float* v, cudaStream_t stream);
+// Copies block src[i] to dst[i].
+void kv_copy_blocks(const KvLayout& layout, KvBlocks blocks, const int32_t* src, const int32_t* dst, int64_t n,
+                    cudaStream_t stream);
+// Canonical records of slots[i] into records (n · record_bytes), and back.
+void kv_read(const KvLayout& layout, KvBlocks blocks, const int64_t* slots, int64_t n, uint8_t* records,
+             cudaStream_t stream);
+void kv_store(const KvLayout& layout, KvBlocks blocks, const int64_t* slots, int64_t n, const uint8_t* records,
+              cudaStream_t stream);
+
+// Attention of T query tokens: query t reads keys [lo[t], hi[t]] (none when
+// hi < lo) of the row whose block table starts at tables[table_offset[t]].
+struct AttentionArgs {
+  const float* q = nullptr;  // [T, heads, head_dim]
+  float* out = nullptr;
+  const int32_t* tables = nullptr;
+  const int64_t* table_offset = nullptr;
+  const int64_t* lo = nullptr;
+  const int64_t* hi = nullptr;
+  int64_t T = 0;
+  int heads = 0;
+  float scale = 1.0f;
+};
+void attention(const KvLayout& layout, KvBlocks blocks, const AttentionArgs& args, cudaStream_t stream);
+
+}  // namespace rowlm::cuda
