@@ -24,7 +24,8 @@ std::string_view matmul_precision_name(MatmulPrecision p);  // "f32", "bf16"
 MatmulPrecision parse_matmul_precision(std::string_view name);
 
 struct BackendOptions {
-  // "cpu", or "auto" (the best device this build and machine offer).
+  // "auto" (the first GPU when built with CUDA and one is present, else the
+  // CPU), "cpu", "cuda" or "cuda:N".
   std::string device = "auto";
   int threads = 0;  // host threads for the CPU backend; 0 = one per core
   MatmulPrecision matmul_precision = MatmulPrecision::F32;

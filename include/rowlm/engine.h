@@ -41,7 +41,7 @@ class Tokenizer;
 
 struct EngineOptions {
   std::string model_dir;
-  std::string device = "auto";        // where the model runs: auto, cpu (rowlm::make_backend)
+  std::string device = "auto";        // where the model runs: auto, cpu, cuda, cuda:N (rowlm::make_backend)
   int threads = 0;                    // CPU threads; 0 = one per core
   // F32: activations stay f32 in every matmul (faithful; the default). Bf16:
   // rounded to bf16 where they meet bf16 weights (about 2x the compute rate

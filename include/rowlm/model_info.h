@@ -11,6 +11,7 @@ namespace rowlm {
 struct ModelInfo {
   std::string architecture;   // config.json's model_type, e.g. "gemma4_text", "qwen3"
   std::string directory;
+  std::string device;         // the backend it runs on, e.g. "cpu (avx512, 16 threads)", "cuda:0 (NVIDIA H200, sm_90)"
   int vocab_size = 0;
   int hidden_size = 0;
   int num_layers = 0;

@@ -73,6 +73,9 @@ class Backend {
   virtual double measure_matmul_peak(MatmulPrecision precision, int repeats = 3) = 0;
 
   // --- Memory -------------------------------------------------------------
+  // Bytes of the device's memory free now (the host's MemAvailable for the
+  // CPU; 0 if unknown): what default KV budgets are sized from.
+  virtual std::size_t available_memory() const = 0;
   // The scratch of the step in progress (workspace.h).
   virtual Workspace& workspace() = 0;
   // A copy of a host tensor resident on this device, owned by the result

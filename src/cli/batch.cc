@@ -59,7 +59,7 @@ int run_batch(const std::vector<std::string>& argv) {
 
   EngineOptions opt = engine_options_from(args, args.get("MODEL_DIR"), /*background=*/false);
   opt.max_waiting = std::max<int>(opt.max_waiting, int(lines.size()));
-  auto engine = with_loading_progress(opt.model_dir, [&] { return Engine::create(opt); });
+  auto engine = open_engine(opt);
   std::vector<std::shared_ptr<RequestHandle>> handles(lines.size());
   std::vector<std::string> errors(lines.size());
   const auto start = std::chrono::steady_clock::now();

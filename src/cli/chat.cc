@@ -42,7 +42,7 @@ int run_chat(const std::vector<std::string>& argv) {
   Request base;
   apply_sampling_options(args, base);
   const EngineOptions eo = engine_options_from(args, dir, /*background=*/true);
-  auto engine = with_loading_progress(dir, [&] { return Engine::create(eo); });
+  auto engine = open_engine(eo);
   const Tokenizer& tok = engine->tokenizer();
   const auto format = args.has("chat-format") ? tokenizer::ChatFormat::by_name(args.get("chat-format"))
                                               : tokenizer::ChatFormat::from_model_dir(dir);

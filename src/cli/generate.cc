@@ -43,7 +43,7 @@ int run_generate(const std::vector<std::string>& argv) {
   apply_sampling_options(args, req);
 
   const EngineOptions eo = engine_options_from(args, dir, /*background=*/true);
-  auto engine = with_loading_progress(dir, [&] { return Engine::create(eo); });
+  auto engine = open_engine(eo);
   if (args.flag_set("chat")) {
     if (!engine->has_tokenizer()) throw Error("--chat needs a tokenizer, and " + dir + " has none");
     if (!req.prompt_ids.empty()) throw Error("--chat needs a text PROMPT");

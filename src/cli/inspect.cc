@@ -25,6 +25,7 @@ int run_inspect(const std::vector<std::string>& argv) {
   nlohmann::json j;
   j["architecture"] = info.architecture;
   j["summary"] = rt.model->describe();
+  j["device"] = info.device;
   j["parameters"] = info.parameter_count;
   j["weight_bytes"] = info.weight_bytes;
   j["vocab_size"] = info.vocab_size;
@@ -58,6 +59,7 @@ int run_inspect(const std::vector<std::string>& argv) {
     return 0;
   }
   std::printf("%s\n\n", rt.model->describe().c_str());
+  std::printf("device         %s\n", info.device.c_str());
   std::printf("parameters     %lld (%.1f M)\n", (long long)info.parameter_count, info.parameter_count / 1e6);
   std::printf("weight bytes   %zu (%.1f MB)\n", info.weight_bytes, info.weight_bytes / 1e6);
   std::printf("\nKV cache bytes per token (storage layers: %d sliding, %d full)\n",

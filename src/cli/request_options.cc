@@ -6,8 +6,8 @@
 namespace rowlm::cli {
 
 void add_engine_options(Args& args, int default_max_waiting) {
-  args.option("device", "DEVICE", "where the model runs: auto or cpu (cuda needs a build with ROWLM_CUDA)", "auto")
-      .option("threads", "N", "CPU threads (0 = one per core)", "0")
+  add_device_option(args);
+  args.option("threads", "N", "CPU threads (0 = one per core)", "0")
       .option("kv-codec", "CODEC",
               "KV storage: f32, bf16, f16, q8, q4 (q4:32 picks the group size), or a per-layer map "
               "such as bf16,3=q8",

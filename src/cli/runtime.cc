@@ -11,14 +11,19 @@
 namespace rowlm::cli {
 
 void add_runtime_options(Args& args, const std::string& default_codec) {
-  args.option("device", "DEVICE", "where the model runs: auto or cpu (cuda needs a build with ROWLM_CUDA)", "auto")
-      .option("threads", "N", "CPU threads (0 = one per core)", "0")
+  add_device_option(args);
+  args.option("threads", "N", "CPU threads (0 = one per core)", "0")
       .option("kv-codec", "CODEC",
               "KV storage: f32, bf16, f16, q8, q4 (q8:32 etc. picks the group size), or a per-layer "
               "map such as bf16,3=q8",
               default_codec)
       .option("kv-budget", "BYTES", "KV pool capacity, e.g. 2G (0 = grow as needed)", "0");
   add_matmul_precision_option(args);
+}
+
+void add_device_option(Args& args) {
+  args.option("device", "DEVICE",
+              "where the model runs: auto (the first GPU if there is one, else the CPU), cpu, cuda or cuda:N", "auto");
 }
 
 void add_matmul_precision_option(Args& args) {
@@ -34,6 +39,16 @@ MatmulPrecision matmul_precision_from(const Args& args) {
   } catch (const Error& e) {
     throw Error(std::string("--matmul-precision: ") + e.what());
   }
+}
+
+std::unique_ptr<Engine> open_engine(const EngineOptions& options) {
+  auto engine = with_loading_progress(options.model_dir, [&] { return Engine::create(options); });
+  announce_device(options.device, engine->model_info());
+  return engine;
+}
+
+void announce_device(const std::string& requested, const ModelInfo& info) {
+  if (requested == "auto") std::fprintf(stderr, "rowlm: running on %s\n", info.device.c_str());
 }
 
 std::size_t parse_bytes(const std::string& text, const std::string& what) {
@@ -80,6 +95,7 @@ Runtime open_runtime(const Args& args, const std::string& model_dir) {
   // Loading maps the weights: slow only on a cold page cache or a large model.
   rt.model = with_loading_progress(model_dir, [&] { return load_model(model_dir, *rt.backend); });
   rt.cache_options = cache_options_for(args, *rt.model);
+  announce_device(args.get("device"), rt.model->info());
   return rt;
 }
 

@@ -13,6 +13,7 @@
 #include "cli/args.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
+#include "rowlm/engine.h"
 
 namespace rowlm::cli {
 
@@ -33,12 +34,23 @@ void add_runtime_options(Args& args, const std::string& default_codec);
 // The backend options the flags ask for (--device, --threads, --matmul-precision).
 BackendOptions backend_options_from(const Args& args);
 
+// --device auto|cpu|cuda|cuda:N (default auto).
+void add_device_option(Args& args);
+
 // --matmul-precision f32|bf16 (default f32), and its value.
 void add_matmul_precision_option(Args& args);
 MatmulPrecision matmul_precision_from(const Args& args);
 
 // Loads MODEL_DIR; prints a progress line to stderr if loading takes a while.
 Runtime open_runtime(const Args& args, const std::string& model_dir);
+
+// Engine::create with the loading progress line; with --device auto, says on
+// stderr which device was chosen.
+std::unique_ptr<Engine> open_engine(const EngineOptions& options);
+
+// "rowlm: running on DEVICE" on stderr when the device was chosen for the
+// user (`requested` is "auto").
+void announce_device(const std::string& requested, const ModelInfo& info);
 
 // Runs `load` (which loads `what`) on another thread; if it takes more than
 // a moment, stderr shows "loading WHAT ..." with a dot a second until done.

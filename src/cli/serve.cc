@@ -106,7 +106,7 @@ int run_serve(const std::vector<std::string>& argv) {
   if (!(grace >= 0 && grace <= 86400)) throw Error("--shutdown-grace must be in [0, 86400] seconds");
 
   ShutdownSignals signals;  // before any thread starts
-  std::unique_ptr<Engine> engine = with_loading_progress(eo.model_dir, [&] { return Engine::create(eo); });
+  std::unique_ptr<Engine> engine = open_engine(eo);
   server::HttpServer server(*engine, so);
   const int port = server.bind();
   std::fprintf(stderr, "rowlm serve: serving %s as '%s' on http://%s:%d\n", eo.model_dir.c_str(),

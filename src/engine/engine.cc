@@ -143,7 +143,7 @@ EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> ba
   const ModelInfo& info = model_->info();
   limits_ = RequestLimits{info.vocab_size, info.max_position, tokenizer_ ? &*tokenizer_ : nullptr};
 
-  kv::CacheOptions copt = cache_options(opt_, *model_);
+  kv::CacheOptions copt = cache_options(opt_, *model_, *backend_);
   stats_.update([&](EngineStats& s) { s.kv_capacity_bytes = copt.capacity_bytes; });  // the draft's share included
   std::unique_ptr<Drafter> drafter = make_drafter(opt_, std::move(draft_model), *backend_, *model_, copt);
   const bool speculating = drafter != nullptr;

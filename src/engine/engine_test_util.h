@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -16,9 +17,17 @@ namespace rowlm::test {
 inline std::string model_dir() { return std::string(ROWLM_SOURCE_DIR) + "/models/rowlm-tiny"; }
 inline std::string draft_model_dir() { return std::string(ROWLM_SOURCE_DIR) + "/models/rowlm-tiny-draft"; }
 
+// The device the engine tests run on: ROWLM_TEST_DEVICE (scripts/test-cuda.sh
+// sets cuda), else the CPU.
+inline std::string test_device() {
+  const char* d = std::getenv("ROWLM_TEST_DEVICE");
+  return d && *d ? d : "cpu";
+}
+
 inline EngineOptions manual(const std::string& codec = "bf16") {
   EngineOptions o;
   o.model_dir = model_dir();
+  o.device = test_device();
   o.threads = 2;
   o.kv_codec = codec;
   o.background = false;

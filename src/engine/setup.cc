@@ -12,17 +12,6 @@ namespace rowlm::engine {
 
 namespace {
 
-// MemAvailable from /proc/meminfo, or 0 if unknown.
-std::size_t available_memory() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  std::size_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
-
 // The draft cache's codec: the default (first) entry of --kv-codec; layer
 // overrides name the target's layers, not the draft's.
 kv::CodecSpec draft_codec(const std::string& kv_codec) {
@@ -69,17 +58,23 @@ std::unique_ptr<Model> load_draft_model(const EngineOptions& options, Backend& b
   return draft;
 }
 
-kv::CacheOptions cache_options(const EngineOptions& options, const Model& model) {
+kv::CacheOptions cache_options(const EngineOptions& options, const Model& model, const Backend& backend) {
   kv::CacheOptions copt;
   copt.layers = model.kv_layers(kv::CodecSpec{});
   const auto codecs = kv::parse_codec_map(options.kv_codec, int(copt.layers.size()));
   for (std::size_t i = 0; i < copt.layers.size(); ++i) copt.layers[i].codec = codecs[i];
   copt.capacity_bytes = options.kv_budget_bytes;
   if (copt.capacity_bytes == 0) {
-    // Half of the memory available now, at most 16 GiB: room for the model's
-    // pages and the rest of the system.
-    const std::size_t avail = available_memory();
-    copt.capacity_bytes = avail ? std::min(avail / 2, std::size_t(16) << 30) : std::size_t(2) << 30;
+    const std::size_t avail = backend.available_memory();
+    if (backend.device().is_host()) {
+      // Half of the memory available now, at most 16 GiB: room for the
+      // model's pages and the rest of the system.
+      copt.capacity_bytes = avail ? std::min(avail / 2, std::size_t(16) << 30) : std::size_t(2) << 30;
+    } else {
+      // The weights are on the device already: 80% of what is left, the
+      // rest for each step's workspace (activations, logits).
+      copt.capacity_bytes = avail ? avail / 10 * 8 : std::size_t(2) << 30;
+    }
   }
   copt.prefix_cache_bytes = options.prefix_cache ? (options.prefix_cache_bytes ? options.prefix_cache_bytes
                                                                                : copt.capacity_bytes / 4)

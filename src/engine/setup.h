@@ -26,9 +26,10 @@ void check_options(const EngineOptions& options);
 std::unique_ptr<Model> load_draft_model(const EngineOptions& options, Backend& backend, const ModelInfo& target);
 
 // The target cache's options: the model's layers with options.kv_codec,
-// options.kv_budget_bytes (default: half of the memory available now, at
-// most 16 GiB) and the prefix cache's bytes (default: a quarter of that).
-kv::CacheOptions cache_options(const EngineOptions& options, const Model& model);
+// options.kv_budget_bytes (default from `backend`'s free memory: on the CPU
+// half of it, at most 16 GiB; on a GPU, after the weights were uploaded, 80%
+// of what is left) and the prefix cache's bytes (default: a quarter of that).
+kv::CacheOptions cache_options(const EngineOptions& options, const Model& model, const Backend& backend);
 
 // The drafter options.draft asks for, or null. A draft model runs on
 // `backend` (the target's). With a draft model, its

@@ -65,6 +65,7 @@ class DecoderModel final : public Model {
     info_.num_layers = int(cfg_.layers.size());
     info_.parameter_count = w_.parameter_count;
     info_.weight_bytes = w_.weight_bytes;
+    info_.device = be_.name();
     for (std::size_t l = 0; l < cfg_.layers.size(); ++l) {
       const int source = cfg_.layers[l].attention.kv_source;
       storage_of_.push_back(std::size_t(source) == l ? num_storage_++ : storage_of_.at(std::size_t(source)));
@@ -96,6 +97,7 @@ class DecoderModel final : public Model {
   };
 
   void prepare();
+  void prepare_weights();
   void validate(const ForwardBatch& batch, const kv::KvCache& cache) const;
   Tensor scratch(Shape shape) { return be_.workspace().tensor(DType::F32, std::move(shape)); }
   Tensor ids_tensor(const std::vector<int32_t>& ids) {
@@ -134,6 +136,16 @@ class DecoderModel final : public Model {
 };
 
 void DecoderModel::prepare() {
+  const std::size_t free_before = be_.available_memory();
+  try {
+    prepare_weights();
+  } catch (const OutOfMemory& e) {
+    throw Error("the model's weights (" + std::to_string(w_.weight_bytes >> 20) + " MiB) do not fit in " +
+                be_.name() + " (" + std::to_string(free_before >> 20) + " MiB were free): " + e.what());
+  }
+}
+
+void DecoderModel::prepare_weights() {
   auto weight = [&](Weight& w) {
     if (!w.empty()) w = be_.prepare_weight(w);
   };

@@ -137,9 +137,13 @@ void Metrics::add_in_flight(int delta) {
   in_flight_ += delta;
 }
 
-std::string Metrics::render(const EngineStats& e) const {
+std::string Metrics::render(const EngineStats& e, const std::string& device) const {
   std::string out;
   std::lock_guard lock(mutex_);
+  if (!device.empty()) {
+    header(out, "rowlm_device_info", "gauge", "The device the model runs on (always 1).");
+    sample(out, "rowlm_device_info", 1.0, "device=\"" + escape_label(device) + "\"");
+  }
   header(out, "rowlm_http_requests_total", "counter", "HTTP generation requests by endpoint and outcome.");
   for (const auto& [key, count] : requests_)
     sample(out, "rowlm_http_requests_total", double(count),

@@ -56,7 +56,8 @@ class Metrics {
   void add_in_flight(int delta);
 
   // Everything, with `engine` for the engine's gauges and totals.
-  std::string render(const EngineStats& engine) const;
+  // `device`: where the model runs, exported as rowlm_device_info{device=...} 1.
+  std::string render(const EngineStats& engine, const std::string& device = "") const;
 
  private:
   mutable std::mutex mutex_;

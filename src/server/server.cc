@@ -224,7 +224,7 @@ void HttpServer::Impl::install() {
     res.set_content(json_text({{"status", ok ? "ok" : "shutting_down"}}), "application/json");
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.render(engine.stats()), "text/plain; version=0.0.4; charset=utf-8");
+    res.set_content(metrics.render(engine.stats(), engine.model_info().device), "text/plain; version=0.0.4; charset=utf-8");
   });
   auto model_entry = [this](Dialect d) -> Json {
     if (d == Dialect::kAnthropic) {
@@ -233,7 +233,7 @@ void HttpServer::Impl::install() {
       return {{"type", "model"}, {"id", model.name}, {"display_name", model.name}, {"created_at", created}};
     }
     return {{"id", model.name}, {"object", "model"}, {"created", int64_t(started)}, {"owned_by", "rowlm"},
-            {"max_model_len", model.context_length}};
+            {"max_model_len", model.context_length}, {"device", engine.model_info().device}};
   };
   http.Get("/v1/models", [this, model_entry](const httplib::Request& req, httplib::Response& res) {
     const Dialect d = dialect_of(req);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,15 @@ class CpuBackend final : public Backend {
   }
 
   // --- Memory
+
+  std::size_t available_memory() const override {
+    std::ifstream in("/proc/meminfo");
+    std::string key, unit;
+    std::size_t kb = 0;
+    while (in >> key >> kb >> unit)
+      if (key == "MemAvailable:") return kb * 1024;
+    return 0;
+  }
 
   Workspace& workspace() override { return workspace_; }
 

@@ -270,6 +270,16 @@ class CudaBackend final : public Backend {
 
   // --- Memory
 
+  std::size_t available_memory() const override {
+    DeviceGuard guard(device_);
+    std::size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return free;
+  }
+
   Workspace& workspace() override { return workspace_; }
 
   Tensor upload(const Tensor& host) override {

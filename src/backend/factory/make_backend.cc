@@ -37,6 +37,9 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
   if (options.threads < 0 || options.threads > 1024)
     throw Error("backend: threads must be between 0 and 1024, not " + std::to_string(options.threads));
   const std::string& device = options.device;
+#ifdef ROWLM_HAVE_CUDA
+  if (device == "auto" && cuda_device_count() > 0) return make_cuda_backend(0, options);
+#endif
   if (device == "cpu" || device == "auto") return make_cpu_backend(options.threads, options.matmul_precision);
   if (const int index = cuda_index(device); index >= 0) {
 #ifdef ROWLM_HAVE_CUDA

@@ -3,10 +3,10 @@
 // benchmarks all come here (tests that compare the CPU backend's ISA paths
 // use make_cpu_backend directly).
 //
-// Devices: "cpu"; "auto" (the best this build and machine offer: the CPU
-// until the CUDA backend computes); "cuda" / "cuda:N" where rowlm was built
-// with ROWLM_CUDA. Anything else, or a device this build or machine lacks,
-// is an Error naming it.
+// Devices: "cpu"; "cuda" / "cuda:N" where rowlm was built with ROWLM_CUDA;
+// "auto": the first GPU when the build has CUDA and the machine a GPU, else
+// the CPU. Anything else, or a device this build or machine lacks (no
+// driver, an architecture the build has no code for), is an Error naming it.
 
 #include <memory>
 

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The GPU suite, on a machine with an NVIDIA GPU and the CUDA toolkit: builds
+# rowlm with CUDA in build-cuda/ and runs
+#   1. the CUDA backend's tests (every kernel and the KV codecs against the
+#      CPU backend, forward passes on the transformers fixtures: bitwise),
+#   2. the same under compute-sanitizer's memcheck,
+#   3. the engine's tests (randomized-schedule determinism, speculative
+#      decoding) with the engine on the GPU,
+#   4. the CLI contract tests (the rowlm command picks the GPU by itself),
+#   5. rowlm serve on the GPU (curl: /v1/models and /metrics name the
+#      device, a chat completion), then the server tests with the official
+#      SDKs when Node and the SDKs (tests/server/node_modules) are present.
+# On the accelerator machine, first: source .device/bootstrap.sh (see
+# ../shared/device/README.md). CMAKE_CUDA_ARCHITECTURES defaults to the
+# GPU's own.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+arch=${CMAKE_CUDA_ARCHITECTURES:-native}
+cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DROWLM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+      ${ROWLM_DEVICE_CMAKE_ARGS:-} >/dev/null
+cmake --build build-cuda -j "$(nproc)"
+
+echo "== 1. CUDA backend against the CPU backend" >&2
+build-cuda/src/backend/cuda/backend_cuda_tests
+echo "== 2. compute-sanitizer memcheck" >&2
+if command -v compute-sanitizer >/dev/null; then
+  compute-sanitizer --tool memcheck --error-exitcode 1 build-cuda/src/backend/cuda/backend_cuda_tests >/dev/null
+  echo "memcheck: no errors" >&2
+else
+  echo "compute-sanitizer not found: memcheck skipped" >&2
+fi
+echo "== 3. engine on the GPU" >&2
+ROWLM_TEST_DEVICE=cuda build-cuda/src/engine/engine_tests
+echo "== 4. the rowlm command (auto picks the GPU)" >&2
+build-cuda/rowlm generate models/rowlm-tiny "In the beginning" --max-tokens 8 2>&1 >/dev/null | grep "running on cuda"
+build-cuda/src/cli/cli_tests
+echo "== 5. the server on the GPU" >&2
+log=$(mktemp)
+build-cuda/rowlm serve models/rowlm-tiny --port 0 2>"$log" &
+server=$!
+trap 'kill $server 2>/dev/null || true; rm -f "$log"' EXIT
+for _ in $(seq 1 100); do grep -q "http://127.0.0.1:" "$log" && break; sleep 0.2; done
+url=$(grep -o "http://127.0.0.1:[0-9]*" "$log" | head -1)
+curl -sf "$url/v1/models" | grep -q '"device":"cuda:'
+curl -sf "$url/metrics" | grep -q 'rowlm_device_info{device="cuda:'
+curl -sf "$url/v1/chat/completions" -H 'content-type: application/json' \
+  -d '{"model":"rowlm-tiny","messages":[{"role":"user","content":"Define mountain."}],"max_tokens":12,"temperature":0}' |
+  grep -q '"finish_reason"'
+echo "curl smoke: /v1/models, /metrics and a chat completion answered on the GPU" >&2
+kill -INT $server && wait $server
+if command -v node >/dev/null && [ -d tests/server/node_modules/openai ]; then
+  (cd tests/server && ROWLM_BIN="$PWD/../../build-cuda/rowlm" ROWLM_SCRIPTED_BIN="$PWD/../../build-cuda/tests/server/scripted_server" \
+     ROWLM_MODEL="$PWD/../../models/rowlm-tiny" node --test --test-concurrency=1 ./*.test.mjs)
+else
+  echo "Node or the SDKs (tests/server/node_modules, installed by tests/server/run.sh) are missing: the SDK tests were not run" >&2
+fi
+echo "== GPU suite passed" >&2
