@@ -193,7 +193,13 @@ TEST(Engine, InvalidRequestsNameTheirFieldAndLongMaxTokensEndAtTheContext) {
   bad.sampling.top_p = 2.0f;
   EXPECT_EQ(refused_field(bad), "top_p");
 
+  // A model with a short context (256), so that reaching it is cheap (the
+  // bundled model's is long enough to take a minute under the sanitizers).
+  EngineOptions short_context = manual();
+  short_context.model_dir = std::string(ROWLM_SOURCE_DIR) + "/tests/fixtures/gemma4/e_series";
+  engine = Engine::create(short_context);
   const int64_t context = engine->model_info().max_position;
+  ASSERT_EQ(context, 256);
   Request near_end;
   near_end.prompt_ids.assign(std::size_t(context) - 3, 5);
   near_end.sampling.temperature = 0;
