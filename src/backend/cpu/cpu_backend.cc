@@ -13,6 +13,7 @@
 #include "backend/cpu/cpu_kv_arena.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
+#include "backend/kv_checks.h"
 #include "backend/moe_routing.h"
 #include "backend/rope_angles.h"
 #include "core/error.h"
@@ -445,7 +446,7 @@ class CpuBackend final : public Backend {
       ROWLM_REQUIRE(t->dtype() == DType::F32 && t->numel() == T * width && t->on_host(),
                     "kv_write: K and V must be f32 [" + std::to_string(T) + ", " + std::to_string(width) + "], got " +
                         describe(*t));
-    check_slots(a, slots, "kv_write");
+    check_kv_slots(a, slots, "kv_write");
     const KvBlockLayout& bl = a.layout();
     const int bs = bl.block_size, kvh = bl.kv_heads, hd = bl.head.head_dim;
     const std::size_t hb = bl.head.head_bytes;
@@ -466,10 +467,7 @@ class CpuBackend final : public Backend {
 
   void kv_copy_blocks(KvArena& arena, std::span<const KvBlockCopy> copies) override {
     cpu::CpuKvArena& a = own(arena, "kv_copy_blocks");
-    for (const KvBlockCopy& c : copies)
-      ROWLM_REQUIRE(c.src >= 0 && c.src < a.blocks() && c.dst >= 0 && c.dst < a.blocks() && c.src != c.dst,
-                    "kv_copy_blocks: copy " + std::to_string(c.src) + " -> " + std::to_string(c.dst) +
-                        " outside the arena's " + std::to_string(a.blocks()) + " blocks");
+    check_kv_copies(a, copies);
     for (const KvBlockCopy& c : copies) std::memcpy(a.block(c.dst), a.block(c.src), a.block_bytes());
   }
 
@@ -479,7 +477,7 @@ class CpuBackend final : public Backend {
     ROWLM_REQUIRE(records.size() == slots.size() * rec, "kv_read: " + std::to_string(slots.size()) +
                                                              " slots need " + std::to_string(slots.size() * rec) +
                                                              " bytes, got " + std::to_string(records.size()));
-    check_slots(a, slots, "kv_read");
+    check_kv_slots(a, slots, "kv_read");
     const int bs = a.block_size();
     for (std::size_t i = 0; i < slots.size(); ++i)
       a.layout().load_token(a.block(int32_t(slots[i] / bs)), int(slots[i] % bs), records.data() + i * rec);
@@ -491,7 +489,7 @@ class CpuBackend final : public Backend {
     ROWLM_REQUIRE(records.size() == slots.size() * rec, "kv_store: " + std::to_string(slots.size()) +
                                                              " slots need " + std::to_string(slots.size() * rec) +
                                                              " bytes, got " + std::to_string(records.size()));
-    check_slots(a, slots, "kv_store");
+    check_kv_slots(a, slots, "kv_store");
     const int bs = a.block_size();
     for (std::size_t i = 0; i < slots.size(); ++i)
       a.layout().store_token(a.block(int32_t(slots[i] / bs)), int(slots[i] % bs), records.data() + i * rec);
@@ -512,17 +510,7 @@ class CpuBackend final : public Backend {
                       std::to_string(params.head_dim) + "], got " + describe(q));
     ROWLM_REQUIRE(out.dtype() == DType::F32 && out.numel() == expect && out.on_host() && !overlaps(out, q),
                   "attention: out must be f32 with q's shape and separate from q, got " + describe(out));
-    const int bs = a.block_size();
-    for (const KvKeyRange& r : batch.queries) {
-      if (r.hi < r.lo) continue;
-      ROWLM_REQUIRE(r.table >= 0 && std::size_t(r.table) < batch.tables.size() && r.lo >= 0,
-                    "attention: a query names a block table outside the batch");
-      const std::span<const int32_t> table = batch.tables[std::size_t(r.table)];
-      ROWLM_REQUIRE(r.hi / bs < int64_t(table.size()), "attention: a query reads past its block table");
-      for (int64_t b = r.lo / bs; b <= r.hi / bs; ++b)
-        ROWLM_REQUIRE(table[std::size_t(b)] >= 0 && table[std::size_t(b)] < a.blocks(),
-                      "attention: block table entry " + std::to_string(table[std::size_t(b)]) + " is not a block");
-    }
+    check_attention_batch(a, batch);
     cpu::attend(kernels_, pool_, a.layout(), a.addresses(), batch, q.data<float>(), params, out.data<float>());
   }
 
@@ -549,12 +537,6 @@ class CpuBackend final : public Backend {
     }, std::max<int64_t>(16, kElementGrain / std::max<int64_t>(n, 1)));
   }
 
-  static void check_slots(const cpu::CpuKvArena& a, std::span<const int64_t> slots, const char* op) {
-    const int64_t end = a.blocks() * a.block_size();
-    for (int64_t s : slots)
-      ROWLM_REQUIRE(s >= 0 && s < end, std::string(op) + ": slot " + std::to_string(s) + " outside the arena's " +
-                                           std::to_string(end) + " slots");
-  }
 
   const cpu::Kernels& kernels_;
   ThreadPool pool_;

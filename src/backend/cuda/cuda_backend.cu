@@ -13,6 +13,7 @@
 #include "backend/cuda/dense_kernels.h"
 #include "backend/cuda/kv_kernels.h"
 #include "backend/kv_block_layout.h"
+#include "backend/kv_checks.h"
 #include "backend/moe_routing.h"
 #include "backend/rope_angles.h"
 #include "core/error.h"
@@ -630,7 +631,7 @@ class CudaBackend final : public Backend {
                     "kv_write: K and V must be f32 [" + std::to_string(T) + ", " + std::to_string(width) + "], got " +
                         describe(*t));
     }
-    check_slots(a, slots, "kv_write");
+    check_kv_slots(a, slots, "kv_write");
     if (T == 0) return;
     DeviceGuard guard(device_);
     const Tensor s = device_copy(slots);
@@ -642,10 +643,8 @@ class CudaBackend final : public Backend {
   void kv_copy_blocks(KvArena& arena, std::span<const KvBlockCopy> copies) override {
     CudaKvArena& a = own(arena, "kv_copy_blocks");
     std::vector<int32_t> src, dst;
+    check_kv_copies(a, copies);
     for (const KvBlockCopy& c : copies) {
-      ROWLM_REQUIRE(c.src >= 0 && c.src < a.blocks() && c.dst >= 0 && c.dst < a.blocks() && c.src != c.dst,
-                    "kv_copy_blocks: copy " + std::to_string(c.src) + " -> " + std::to_string(c.dst) +
-                        " outside the arena's " + std::to_string(a.blocks()) + " blocks");
       src.push_back(c.src);
       dst.push_back(c.dst);
     }
@@ -663,7 +662,7 @@ class CudaBackend final : public Backend {
     ROWLM_REQUIRE(records.size() == slots.size() * rec, "kv_read: " + std::to_string(slots.size()) +
                                                              " slots need " + std::to_string(slots.size() * rec) +
                                                              " bytes, got " + std::to_string(records.size()));
-    check_slots(a, slots, "kv_read");
+    check_kv_slots(a, slots, "kv_read");
     if (slots.empty()) return;
     DeviceGuard guard(device_);
     const Tensor s = device_copy(slots);
@@ -680,7 +679,7 @@ class CudaBackend final : public Backend {
     ROWLM_REQUIRE(records.size() == slots.size() * rec, "kv_store: " + std::to_string(slots.size()) +
                                                              " slots need " + std::to_string(slots.size() * rec) +
                                                              " bytes, got " + std::to_string(records.size()));
-    check_slots(a, slots, "kv_store");
+    check_kv_slots(a, slots, "kv_store");
     if (slots.empty()) return;
     DeviceGuard guard(device_);
     const Tensor s = device_copy(slots);
@@ -710,8 +709,8 @@ class CudaBackend final : public Backend {
     ROWLM_REQUIRE(out.dtype() == DType::F32 && out.numel() == expect && !overlaps(out, q),
                   "attention: out must be f32 with q's shape and separate from q, got " + describe(out));
     if (T == 0) return;
+    check_attention_batch(a, batch);
     // Flatten the block tables; each query names its table's offset.
-    const int bs = a.block_size();
     std::vector<int32_t> tables;
     std::vector<int64_t> offsets_of_table, offsets, lo, hi;
     for (const auto& table : batch.tables) {
@@ -720,18 +719,7 @@ class CudaBackend final : public Backend {
     }
     if (tables.empty()) tables.push_back(0);
     for (const KvKeyRange& r : batch.queries) {
-      if (r.hi >= r.lo) {
-        ROWLM_REQUIRE(r.table >= 0 && std::size_t(r.table) < batch.tables.size() && r.lo >= 0,
-                      "attention: a query names a block table outside the batch");
-        const std::span<const int32_t> table = batch.tables[std::size_t(r.table)];
-        ROWLM_REQUIRE(r.hi / bs < int64_t(table.size()), "attention: a query reads past its block table");
-        for (int64_t b = r.lo / bs; b <= r.hi / bs; ++b)
-          ROWLM_REQUIRE(table[std::size_t(b)] >= 0 && table[std::size_t(b)] < a.blocks(),
-                        "attention: block table entry " + std::to_string(table[std::size_t(b)]) + " is not a block");
-        offsets.push_back(offsets_of_table[std::size_t(r.table)]);
-      } else {
-        offsets.push_back(0);
-      }
+      offsets.push_back(r.hi >= r.lo ? offsets_of_table[std::size_t(r.table)] : 0);
       lo.push_back(r.lo);
       hi.push_back(r.hi);
     }
@@ -784,12 +772,6 @@ class CudaBackend final : public Backend {
     return t;
   }
 
-  static void check_slots(const CudaKvArena& a, std::span<const int64_t> slots, const char* op) {
-    const int64_t end = a.blocks() * a.block_size();
-    for (int64_t s : slots)
-      ROWLM_REQUIRE(s >= 0 && s < end, std::string(op) + ": slot " + std::to_string(s) + " outside the arena's " +
-                                           std::to_string(end) + " slots");
-  }
 
   static CudaKvArena& own(KvArena& arena, const char* op) {
     auto* a = dynamic_cast<CudaKvArena*>(&arena);
