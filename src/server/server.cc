@@ -148,7 +148,32 @@ struct HttpServer::Impl {
   IdSource ids;
   std::atomic<bool> draining{false};
   std::atomic<int> in_flight{0};
+  // Generation requests between their handler's first line and their
+  // stream's first write (or the handler's end without a stream). Once
+  // stopped, cpp-httplib no longer starts a chunked stream it was handed, so
+  // stop_accepting() waits for these before it stops the listener.
+  std::atomic<int> starting_streams{0};
 };
+
+namespace {
+
+// One request's place in Impl::starting_streams, given back once.
+class StartingStream {
+ public:
+  explicit StartingStream(std::atomic<int>& count) : count_(count) { ++count_; }
+  ~StartingStream() { started(); }
+  StartingStream(const StartingStream&) = delete;
+  StartingStream& operator=(const StartingStream&) = delete;
+  void started() {
+    if (!done_.exchange(true)) --count_;
+  }
+
+ private:
+  std::atomic<int>& count_;
+  std::atomic<bool> done_{false};
+};
+
+}  // namespace
 
 bool HttpServer::Impl::authorized(const httplib::Request& req) const {
   if (options.api_key.empty()) return true;
@@ -258,6 +283,9 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
   const Dialect dialect = endpoint == Endpoint::kMessages ? Dialect::kAnthropic : Dialect::kOpenAI;
   const std::string name = endpoint_name(endpoint);
   auto in_flight_guard = std::make_shared<InFlight>(in_flight, metrics);
+  // Counted before the draining check: stop_accepting() sets draining, then
+  // waits until every request that passed the check has begun streaming.
+  auto starting = std::make_shared<StartingStream>(starting_streams);
   try {
     if (draining) throw ApiError(503, "the server is shutting down");
     Json body = Json::parse(req.body, nullptr, false);
@@ -317,8 +345,9 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [generation, writer, account, in_flight_guard,
+        [generation, writer, account, in_flight_guard, starting,
          stream_interval = std::chrono::milliseconds(options.stream_interval_ms)](std::size_t, httplib::DataSink& sink) {
+          starting->started();
           auto send = [&sink](const std::string& bytes) { return bytes.empty() || sink.write(bytes.data(), bytes.size()); };
           // A write fails once the client has gone: cancel at once, so the
           // engine frees the rows' KV at its next step.
@@ -392,6 +421,11 @@ void HttpServer::run() { impl_->http.listen_after_bind(); }
 
 void HttpServer::stop_accepting() {
   impl_->draining = true;
+  // Streams handed to cpp-httplib but not yet begun would be dropped by
+  // stop(): let them begin (a moment; bounded, so shutdown cannot hang).
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (impl_->starting_streams.load() > 0 && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   impl_->http.stop();
 }
 
