@@ -45,6 +45,7 @@ Tensor Workspace::tensor(DType dtype, Shape shape) {
 }
 
 void Workspace::reset() {
+  if (on_reset_) on_reset_();
   if (blocks_.size() > 1) {
     // Coalesce: one chunk for the whole high-water mark.
     const std::size_t size = round_up(std::max(high_water_, capacity()), alignment_);

@@ -39,6 +39,9 @@ class Workspace {
   // An uninitialised tensor valid until the next reset().
   Tensor tensor(DType dtype, Shape shape);
   void reset();
+  // Called at the start of every reset(): a backend that stages host data
+  // for asynchronous copies recycles its staging there.
+  void on_reset(std::function<void()> hook) { on_reset_ = std::move(hook); }
 
   Device device() const { return device_; }
   // Bytes handed out since the last reset, and the most ever in one step.
@@ -54,6 +57,7 @@ class Workspace {
   };
   Device device_;
   Allocator allocate_;
+  std::function<void()> on_reset_;
   std::size_t alignment_;
   std::vector<Block> blocks_;
   std::size_t used_total_ = 0;

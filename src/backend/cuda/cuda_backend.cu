@@ -198,6 +198,60 @@ class CudaKvArena final : public KvArena {
   std::shared_ptr<void> table_;
 };
 
+// Pinned host memory that host data is copied into before an asynchronous
+// copy to the device: the caller's buffer may go at once, and the stream
+// need not wait (a copy from pageable memory synchronises it). Regions stay
+// untouched until reset(), which the caller makes only after synchronising
+// the stream; full chunks are kept until then and coalesced into one.
+class PinnedStaging {
+ public:
+  std::byte* stage(const void* src, std::size_t size_in) {
+    const std::size_t bytes = (size_in + 63) / 64 * 64;
+    if (chunks_.empty() || chunks_.back().size - used_ < bytes) {
+      std::size_t size = std::max<std::size_t>({bytes, std::size_t(1) << 20, capacity()});
+      chunks_.push_back(allocate(size));
+      used_ = 0;
+    }
+    Chunk& c = chunks_.back();
+    std::byte* p = static_cast<std::byte*>(c.data.get()) + used_;
+    used_ += bytes;
+    high_water_ = std::max(high_water_, total_used());
+    std::memcpy(p, src, size_in);
+    return p;
+  }
+  void reset() {
+    if (chunks_.size() > 1) {
+      const std::size_t size = std::max(high_water_, capacity());
+      chunks_.clear();
+      chunks_.push_back(allocate(size));
+    }
+    used_ = 0;
+  }
+
+ private:
+  struct Chunk {
+    std::shared_ptr<void> data;
+    std::size_t size = 0;
+  };
+  static Chunk allocate(std::size_t size) {
+    void* p = nullptr;
+    check(cudaHostAlloc(&p, size, cudaHostAllocDefault), "pinned staging");
+    return {std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); }), size};
+  }
+  std::size_t capacity() const {
+    std::size_t n = 0;
+    for (const Chunk& c : chunks_) n += c.size;
+    return n;
+  }
+  std::size_t total_used() const {
+    std::size_t n = used_;
+    for (std::size_t i = 0; i + 1 < chunks_.size(); ++i) n += chunks_[i].size;
+    return n;
+  }
+  std::vector<Chunk> chunks_;
+  std::size_t used_ = 0, high_water_ = 0;
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, const BackendOptions& options)
@@ -211,6 +265,18 @@ class CudaBackend final : public Backend {
     check(cudaGetDeviceProperties(&props_, device_), "cudaGetDeviceProperties");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     sink_ = device_alloc(device_, 64, "sink");
+    // The kernels' index errors land in mapped host memory, read after a sync.
+    void* flag = nullptr;
+    check(cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped), "error flag");
+    error_host_ = std::shared_ptr<int>(static_cast<int*>(flag), [](int* p) { cudaFreeHost(p); });
+    *error_host_ = cuda::kNoError;
+    check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&error_device_), flag, 0), "error flag");
+    // A new step's workspace and staging are recycled once the last step's
+    // copies and kernels are done.
+    workspace_.on_reset([this] {
+      synchronize("step");
+      staging_.reset();
+    });
     // A kernel runs only where the build carries code for this architecture:
     // find out now, with a clear message, rather than at the first step.
     cuda::add(static_cast<float*>(sink_.get()), static_cast<const float*>(sink_.get()), 1, stream_);
@@ -293,16 +359,15 @@ class CudaBackend final : public Backend {
   void copy_from_host(const void* src, Tensor& dst) override {
     ROWLM_REQUIRE(dst.device() == device(), "copy_from_host: dst must be on " + device().name() + ", got " + describe(dst));
     DeviceGuard guard(device_);
-    // From pageable memory the copy has consumed `src` when the call returns.
-    if (dst.nbytes()) check(cudaMemcpyAsync(dst.raw(), src, dst.nbytes(), cudaMemcpyHostToDevice, stream_), "copy_from_host");
+    if (dst.nbytes() == 0) return;
+    const std::byte* staged = staging_.stage(src, dst.nbytes());
+    check(cudaMemcpyAsync(dst.raw(), staged, dst.nbytes(), cudaMemcpyHostToDevice, stream_), "copy_from_host");
   }
   void copy_to_host(const Tensor& src, void* dst) override {
     ROWLM_REQUIRE(src.device() == device(), "copy_to_host: src must be on " + device().name() + ", got " + describe(src));
     DeviceGuard guard(device_);
-    if (src.nbytes()) {
-      check(cudaMemcpyAsync(dst, src.raw(), src.nbytes(), cudaMemcpyDeviceToHost, stream_), "copy_to_host");
-      check(cudaStreamSynchronize(stream_), "copy_to_host");
-    }
+    if (src.nbytes()) check(cudaMemcpyAsync(dst, src.raw(), src.nbytes(), cudaMemcpyDeviceToHost, stream_), "copy_to_host");
+    synchronize("copy_to_host");
   }
 
   Weight prepare_weight(const Weight& w) override {
@@ -377,10 +442,10 @@ class CudaBackend final : public Backend {
     require_here(out, "embed: out");
     ROWLM_REQUIRE(out.dtype() == DType::F32 && out.rank() == 2 && out.dim(0) == T && out.dim(1) == D,
                   "embed: out must be f32 [" + std::to_string(T) + ", " + std::to_string(D) + "], got " + describe(out));
-    check_indices(ids, T, V, "embed", "token id", "the table");
+    require_indices(ids, T, "embed");
     DeviceGuard guard(device_);
-    cuda::embed(ids.data<int32_t>(), T, table.values.raw(), storage_of(table.values.dtype()), D, scale,
-                out.data<float>(), stream_);
+    cuda::embed(ids.data<int32_t>(), T, table.values.raw(), storage_of(table.values.dtype()), V, D, scale,
+                out.data<float>(), error_device_, stream_);
     check_launch("embed");
   }
 
@@ -425,7 +490,8 @@ class CudaBackend final : public Backend {
     ROWLM_REQUIRE(T == 0 || table->reserved() > 0, "rope: the table reserved no positions");
     const int64_t heads = T == 0 ? 0 : x.numel() / (T * hd);
     DeviceGuard guard(device_);
-    cuda::rope(x.data<float>(), positions.data<int32_t>(), T, heads, half, table->table(), stream_);
+    cuda::rope(x.data<float>(), positions.data<int32_t>(), T, heads, half, table->table(), table->reserved(),
+               error_device_, stream_);
     check_launch("rope");
   }
 
@@ -496,10 +562,10 @@ class CudaBackend final : public Backend {
                   "gather_rows: dst must be " + std::string(dtype_name(src.dtype())) + " " + shape_str(want) +
                       ", got " + describe(dst));
     ROWLM_REQUIRE(!overlaps(dst, src), "gather_rows: dst must not overlap src");
-    check_indices(rows, n, R, "gather_rows", "row", "src");
+    require_indices(rows, n, "gather_rows");
     DeviceGuard guard(device_);
-    cuda::gather_rows(src.raw(), rows.data<int32_t>(), n, row_elems * int64_t(dtype_size(src.dtype())), dst.raw(),
-                      stream_);
+    cuda::gather_rows(src.raw(), rows.data<int32_t>(), n, row_elems * int64_t(dtype_size(src.dtype())), R, dst.raw(),
+                      error_device_, stream_);
     check_launch("gather_rows");
   }
 
@@ -517,10 +583,10 @@ class CudaBackend final : public Backend {
     ROWLM_REQUIRE(src.dtype() == DType::F32 && src.shape() == want,
                   "scatter_add_rows: src must be f32 " + shape_str(want) + ", got " + describe(src));
     ROWLM_REQUIRE(!overlaps(dst, src), "scatter_add_rows: src must not overlap dst");
-    check_indices(rows, n, R, "scatter_add_rows", "row", "dst");
+    require_indices(rows, n, "scatter_add_rows");
     DeviceGuard guard(device_);
-    cuda::scatter_add_rows(dst.data<float>(), rows.data<int32_t>(), weights.data<float>(), src.data<float>(), n, D,
-                           stream_);
+    cuda::scatter_add_rows(dst.data<float>(), rows.data<int32_t>(), weights.data<float>(), src.data<float>(), n, D, R,
+                           error_device_, stream_);
     check_launch("scatter_add_rows");
   }
 
@@ -608,13 +674,14 @@ class CudaBackend final : public Backend {
       copy_from_host(token_weights.data(), row_weights);
       Tensor xt = xe_all.rows(0, n), yt = ye_all.rows(0, n);
       Tensor gt = gate_all.rows(0, n * Ie).reshaped({n, Ie}), ut = up_all.rows(0, n * Ie).reshaped({n, Ie});
-      cuda::gather_rows(x.raw(), rows.data<int32_t>(), n, H * int64_t(sizeof(float)), xt.raw(), stream_);
+      cuda::gather_rows(x.raw(), rows.data<int32_t>(), n, H * int64_t(sizeof(float)), T, xt.raw(), error_device_,
+                        stream_);
       matmul(xt, bank.gate[std::size_t(e)], gt);
       matmul(xt, bank.up[std::size_t(e)], ut);
       gated_activation(gt, ut, act, gt);
       matmul(gt, bank.down[std::size_t(e)], yt);
       cuda::scatter_add_rows(out.data<float>(), rows.data<int32_t>(), row_weights.data<float>(), yt.data<float>(), n,
-                             H, stream_);
+                             H, T, error_device_, stream_);
       check_launch("moe_experts");
     }
   }
@@ -745,16 +812,27 @@ class CudaBackend final : public Backend {
     ROWLM_REQUIRE(t.device() == device(), std::string(what) + " must be on " + device().name() + ", got " + describe(t));
   }
 
-  // Index tensors are checked on the host: a step's few ids cost one copy.
-  void check_indices(const Tensor& t, int64_t count, int64_t bound, const char* op, const char* what, const char* of) {
+  // Index tensors are checked by the kernels that read them (an index out of
+  // range reads nothing and raises the error flag, reported at the next
+  // synchronisation); here only their type and size.
+  void require_indices(const Tensor& t, int64_t count, const char* op) const {
     require_here(t, op);
     ROWLM_REQUIRE(t.dtype() == DType::I32 && t.numel() == count,
                   std::string(op) + ": indices must be i32 [" + std::to_string(count) + "], got " + describe(t));
-    const std::vector<int32_t> v = download<int32_t>(t);
-    for (int64_t i = 0; i < count; ++i)
-      ROWLM_REQUIRE(v[std::size_t(i)] >= 0 && v[std::size_t(i)] < bound,
-                    std::string(op) + ": " + what + " " + std::to_string(v[std::size_t(i)]) + " at index " +
-                        std::to_string(i) + " is outside " + of + "'s " + std::to_string(bound) + " rows");
+  }
+
+  // Waits for the stream, then reports an index error a kernel raised since
+  // the last synchronisation (the step's results are not to be used then).
+  void synchronize(const char* what) {
+    check(cudaStreamSynchronize(stream_), what);
+    const int code = *error_host_;
+    if (code == cuda::kNoError) return;
+    *error_host_ = cuda::kNoError;
+    const char* op = code == cuda::kEmbedIndex     ? "embed: a token id is outside the table"
+                     : code == cuda::kGatherIndex  ? "gather_rows: a row index is outside src"
+                     : code == cuda::kScatterIndex ? "scatter_add_rows: a row index is outside dst"
+                                                   : "rope: a position is beyond what the table reserved";
+    throw Error(std::string(op) + " (found by the GPU kernel; reported at " + what + ")");
   }
 
   template <class T>
@@ -785,7 +863,10 @@ class CudaBackend final : public Backend {
   cudaDeviceProp props_{};
   cudaStream_t stream_ = nullptr;
   Workspace workspace_;
+  PinnedStaging staging_;
   std::shared_ptr<void> sink_;
+  std::shared_ptr<int> error_host_;
+  int* error_device_ = nullptr;
 };
 
 }  // namespace

@@ -14,9 +14,10 @@
 // MoE routing and grouping run on the host with the CPU's code.
 //
 // Status: correctness first. Kernels are simple (one half-warp per dot
-// product); host copies of step descriptions synchronise the stream. Speed
-// (tensor cores, CUDA graphs, no host synchronisation in a step) is the GPU
-// performance work's.
+// product). Host data is staged in pinned memory and copied asynchronously;
+// kernels check the indices they read and raise an error flag reported at
+// the next synchronisation (a copy to the host, or the next step's workspace
+// reset). Speed (tensor cores, CUDA graphs) is the GPU performance work's.
 //
 // Threads: one caller at a time; every call selects the backend's device.
 

@@ -333,6 +333,23 @@ TEST(CudaBackend, ReportsDevicesOrSkips) {
   auto b = make_cuda_backend(0, BackendOptions{});
   EXPECT_EQ(b->device(), Device::cuda(0));
   EXPECT_NE(b->name().find("cuda:0"), std::string::npos);
+  // An index out of range reads nothing and is reported at the next
+  // synchronisation, naming the operation; the backend stays usable.
+  {
+    Tensor table(DType::F32, {4, 8}), ids(DType::I32, {2});
+    ids.data<int32_t>()[0] = 1;
+    ids.data<int32_t>()[1] = 10;
+    Tensor out = b->upload(Tensor(DType::F32, {2, 8}));
+    b->embed(b->upload(ids), b->prepare_weight(Weight::dense(table)), 1.0f, out);
+    Tensor host(DType::F32, {2, 8});
+    try {
+      b->copy_to_host(out, host.raw());
+      ADD_FAILURE() << "an embedding id past the table was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("embed"), std::string::npos) << e.what();
+    }
+    EXPECT_NO_THROW(b->copy_to_host(out, host.raw()));
+  }
   // A host tensor handed to a GPU operation is an error naming the device.
   Tensor host(DType::F32, {2, 2});
   try {

@@ -82,11 +82,21 @@ __global__ void add_bias_kernel(float* y, const float* bias, int64_t M, int64_t 
   if (i < M * N) y[i] = y[i] + bias[i % N];
 }
 
-__global__ void embed_kernel(const int32_t* ids, int64_t T, const void* table, Storage ts, int64_t D, float scale,
-                             float* out) {
+__device__ __forceinline__ bool index_ok(int64_t v, int64_t bound, int* error, int code) {
+  if (v >= 0 && v < bound) return true;
+  atomicCAS(error, 0, code);
+  return false;
+}
+
+__global__ void embed_kernel(const int32_t* ids, int64_t T, const void* table, Storage ts, int64_t V, int64_t D,
+                             float scale, float* out, int* error) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * D) return;
   const int64_t t = i / D, d = i % D;
+  if (!index_ok(ids[t], V, error, kEmbedIndex)) {
+    out[i] = 0.0f;
+    return;
+  }
   out[i] = load_weight(table, ts, int64_t(ids[t]) * D + d) * scale;
 }
 
@@ -121,10 +131,11 @@ __global__ void rms_norm_kernel(const float* x, const void* w, Storage ws, int n
 }
 
 __global__ void rope_kernel(float* x, const int32_t* positions, int64_t T, int64_t heads, int64_t half,
-                            const float* cos_sin) {
+                            const float* cos_sin, int64_t reserved, int* error) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * heads * half) return;
   const int64_t t = i / (heads * half), k = i % half;
+  if (!index_ok(positions[t], reserved, error, kRopePosition)) return;
   float* head = x + (i / half) * 2 * half;
   const float* cs = cos_sin + int64_t(positions[t]) * 2 * half;
   const float c = cs[k], s = cs[half + k];
@@ -156,18 +167,23 @@ __global__ void softcap_kernel(float* y, float cap, int64_t n) {
 }
 
 __global__ void gather_rows_kernel(const uint8_t* src, const int32_t* rows, int64_t n, int64_t row_bytes,
-                                   uint8_t* dst) {
+                                   int64_t bound, uint8_t* dst, int* error) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n * row_bytes) return;
   const int64_t r = i / row_bytes, b = i % row_bytes;
+  if (!index_ok(rows[r], bound, error, kGatherIndex)) {
+    dst[i] = 0;
+    return;
+  }
   dst[i] = src[int64_t(rows[r]) * row_bytes + b];
 }
 
 __global__ void scatter_add_kernel(float* dst, const int32_t* rows, const float* weights, const float* src, int64_t n,
-                                   int64_t D) {
+                                   int64_t D, int64_t bound, int* error) {
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= D) return;
   for (int64_t i = 0; i < n; ++i) {
+    if (!index_ok(rows[i], bound, error, kScatterIndex)) continue;
     float& d = dst[int64_t(rows[i]) * D + c];
     d = d + src[i * D + c] * weights[i];
   }
@@ -217,10 +233,10 @@ void add_bias(float* y, const float* bias, int64_t M, int64_t N, cudaStream_t st
   add_bias_kernel<<<blocks_for(M * N), kThreads, 0, stream>>>(y, bias, M, N);
 }
 
-void embed(const int32_t* ids, int64_t T, const void* table, Storage ts, int64_t D, float scale, float* out,
-           cudaStream_t stream) {
+void embed(const int32_t* ids, int64_t T, const void* table, Storage ts, int64_t V, int64_t D, float scale,
+           float* out, int* error, cudaStream_t stream) {
   if (T * D == 0) return;
-  embed_kernel<<<blocks_for(T * D), kThreads, 0, stream>>>(ids, T, table, ts, D, scale, out);
+  embed_kernel<<<blocks_for(T * D), kThreads, 0, stream>>>(ids, T, table, ts, V, D, scale, out, error);
 }
 
 void rms_norm(const float* x, const void* w, Storage ws, int norm, float eps, float* y, int64_t rows, int64_t D,
@@ -230,9 +246,10 @@ void rms_norm(const float* x, const void* w, Storage ws, int norm, float eps, fl
 }
 
 void rope(float* x, const int32_t* positions, int64_t T, int64_t heads, int64_t half, const float* cos_sin,
-          cudaStream_t stream) {
+          int64_t reserved, int* error, cudaStream_t stream) {
   if (T * heads * half == 0) return;
-  rope_kernel<<<blocks_for(T * heads * half), kThreads, 0, stream>>>(x, positions, T, heads, half, cos_sin);
+  rope_kernel<<<blocks_for(T * heads * half), kThreads, 0, stream>>>(x, positions, T, heads, half, cos_sin, reserved,
+                                                                     error);
 }
 
 void gated_activation(const float* gate, const float* up, int act, float* out, int64_t n, cudaStream_t stream) {
@@ -252,16 +269,17 @@ void softcap(float* y, float cap, int64_t n, cudaStream_t stream) {
   if (n) softcap_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, cap, n);
 }
 
-void gather_rows(const void* src, const int32_t* rows, int64_t n, int64_t row_bytes, void* dst, cudaStream_t stream) {
+void gather_rows(const void* src, const int32_t* rows, int64_t n, int64_t row_bytes, int64_t bound, void* dst,
+                 int* error, cudaStream_t stream) {
   if (n * row_bytes == 0) return;
-  gather_rows_kernel<<<blocks_for(n * row_bytes), kThreads, 0, stream>>>(static_cast<const uint8_t*>(src), rows, n,
-                                                                         row_bytes, static_cast<uint8_t*>(dst));
+  gather_rows_kernel<<<blocks_for(n * row_bytes), kThreads, 0, stream>>>(
+      static_cast<const uint8_t*>(src), rows, n, row_bytes, bound, static_cast<uint8_t*>(dst), error);
 }
 
 void scatter_add_rows(float* dst, const int32_t* rows, const float* weights, const float* src, int64_t n, int64_t D,
-                      cudaStream_t stream) {
+                      int64_t bound, int* error, cudaStream_t stream) {
   if (n == 0 || D == 0) return;
-  scatter_add_kernel<<<blocks_for(D), kThreads, 0, stream>>>(dst, rows, weights, src, n, D);
+  scatter_add_kernel<<<blocks_for(D), kThreads, 0, stream>>>(dst, rows, weights, src, n, D, bound, error);
 }
 
 void stream_read(const void* data, std::size_t bytes, float* sink, cudaStream_t stream) {

@@ -27,24 +27,30 @@ void matmul_bf16_pairs(const uint16_t* x, const uint16_t* w, float* y, int64_t M
                        cudaStream_t stream);
 
 void add_bias(float* y, const float* bias, int64_t M, int64_t N, cudaStream_t stream);
-void embed(const int32_t* ids, int64_t T, const void* table, Storage ts, int64_t D, float scale, float* out,
-           cudaStream_t stream);
+// Index arguments are checked in the kernels: an index outside [0, bound)
+// reads nothing and sets *error to the operation's code (first one wins),
+// which the backend reads at its next synchronisation.
+enum ErrorCode : int { kNoError = 0, kEmbedIndex = 1, kGatherIndex = 2, kScatterIndex = 3, kRopePosition = 4 };
+
+void embed(const int32_t* ids, int64_t T, const void* table, Storage ts, int64_t V, int64_t D, float scale,
+           float* out, int* error, cudaStream_t stream);
 // norm: 0 plain, 1 one-plus, 2 no scale (w may be null then).
 void rms_norm(const float* x, const void* w, Storage ws, int norm, float eps, float* y, int64_t rows, int64_t D,
               cudaStream_t stream);
 // cos_sin: [positions][2][half] (cos first), from the host's std::cos/std::sin.
 void rope(float* x, const int32_t* positions, int64_t T, int64_t heads, int64_t half, const float* cos_sin,
-          cudaStream_t stream);
+          int64_t reserved, int* error, cudaStream_t stream);
 // act: 0 gelu_tanh, 1 silu. out may alias gate or up.
 void gated_activation(const float* gate, const float* up, int act, float* out, int64_t n, cudaStream_t stream);
 void add(float* y, const float* x, int64_t n, cudaStream_t stream);
 void scale(float* y, float s, int64_t n, cudaStream_t stream);
 void softcap(float* y, float cap, int64_t n, cudaStream_t stream);
 // dst[i, :] = src[rows[i], :], rows of `row_bytes` bytes.
-void gather_rows(const void* src, const int32_t* rows, int64_t n, int64_t row_bytes, void* dst, cudaStream_t stream);
+void gather_rows(const void* src, const int32_t* rows, int64_t n, int64_t row_bytes, int64_t bound, void* dst,
+                 int* error, cudaStream_t stream);
 // dst[rows[i], :] += weights[i] · src[i, :] in order of i, for every column.
 void scatter_add_rows(float* dst, const int32_t* rows, const float* weights, const float* src, int64_t n, int64_t D,
-                      cudaStream_t stream);
+                      int64_t bound, int* error, cudaStream_t stream);
 
 // Ceiling probes: `bytes` read with 16-byte loads (returns nothing useful;
 // the kernel's time is what matters), and FMA chains (flops returned).
