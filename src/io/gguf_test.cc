@@ -120,7 +120,10 @@ TEST(GgufFile, EveryTruncationIsAnError) {
   for (const TensorInfo& t : whole.tensors())
     needed = std::max(needed, std::size_t(t.bytes.data() + t.bytes.size() - base));
   ASSERT_GT(needed, bytes.size() - 32);
-  for (std::size_t n = 0; n < needed; ++n) {
+  const std::size_t data_start = std::size_t(whole.tensors()[0].bytes.data() - base);
+  // Every cut through the header and infos; through the data, every 37th
+  // (each of those cuts only moves the bounds check).
+  for (std::size_t n = 0; n < needed; n += n < data_start ? 1 : 37) {
     try {
       File::parse(std::as_bytes(std::span(bytes.data(), n)), nullptr, "mem.gguf");  // no copy per prefix
       ADD_FAILURE() << "a prefix of " << n << " bytes parsed";
