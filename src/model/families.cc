@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "model/config_fields.h"
 #include "model/gemma4.h"
+#include "model/gguf_model.h"
 #include "model/qwen3.h"
 
 namespace rowlm {
@@ -37,6 +38,7 @@ std::string supported_model_types() {
 }
 
 std::unique_ptr<Model> load_model(const std::string& dir, Backend& backend) {
+  if (is_gguf_file(dir)) return load_gguf_model(dir, backend);
   const config::json j = config::read_config(dir);
   const std::string source = dir + "/config.json";
   std::string model_type;

@@ -54,8 +54,8 @@ class Model {
   virtual std::string describe() const = 0;
 };
 
-// Loads the model in `dir` (config.json + safetensors) for `backend`, which
-// must outlive the model. The family comes from config.json's model_type
+// Loads the model in `dir` (config.json + safetensors), or the GGUF file
+// `dir` names (gguf_model.h), for `backend`, which must outlive the model. The family comes from config.json's model_type
 // (families.h); an unknown one is an Error listing the supported types.
 std::unique_ptr<Model> load_model(const std::string& dir, Backend& backend);
 

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "model/config_fields.h"
+#include "model/gguf_source.h"
 #include "model/weight_binder.h"
 
 namespace rowlm::qwen3 {
@@ -167,7 +168,7 @@ void bind_all(Source& b, const Config& c, decoder::DecoderWeights& w) {
   const int64_t q = int64_t(c.num_heads) * c.head_dim, kv = int64_t(c.num_kv_heads) * c.head_dim, hd = c.head_dim;
   w.embed = b.matrix("embed_tokens.weight", {V, H});
   w.final_norm = b.vector("norm.weight", H);
-  if (!c.tie_word_embeddings) w.lm_head = Weight::dense(b.first_of({"lm_head.weight"}, {V, H}));
+  if (!c.tie_word_embeddings) w.lm_head = b.first_matrix_of({"lm_head.weight"}, {V, H});
   w.layers.resize(std::size_t(c.num_layers));
   for (int l = 0; l < c.num_layers; ++l) {
     decoder::LayerWeights& lw = w.layers[std::size_t(l)];
@@ -215,6 +216,15 @@ decoder::DecoderWeights load_weights(const std::string& model_dir, const Config&
   w.storage = ck.storage();
   decoder::CheckpointSource b(ck, prefix, w);
   bind_all(b, c, w);
+  return w;
+}
+
+decoder::DecoderWeights load_gguf_weights(const gguf::File& file, const Config& c) {
+  decoder::DecoderWeights w;
+  w.storage = file.owner();
+  decoder::GgufSource b(file, "qwen3", w);
+  bind_all(b, c, w);
+  b.check_all_used();
   return w;
 }
 

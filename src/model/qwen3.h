@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "io/gguf.h"
 #include "model/decoder.h"
 #include "model/model.h"
 
@@ -44,6 +45,9 @@ Config load_config(const std::string& model_dir);
 decoder::DecoderConfig decoder_config(const Config& config);
 // Binds model.* (and lm_head.weight when untied) from <dir>'s safetensors.
 decoder::DecoderWeights load_weights(const std::string& model_dir, const Config& config);
+// Binds llama.cpp's names from a GGUF file (gguf_model.h); every tensor of
+// the file must be used.
+decoder::DecoderWeights load_gguf_weights(const gguf::File& file, const Config& config);
 decoder::DecoderWeights make_synthetic_weights(const Config& config, uint64_t seed, float stddev = 0.02f);
 
 std::unique_ptr<Model> make_model(const Config& config, decoder::DecoderWeights weights, Backend& backend,

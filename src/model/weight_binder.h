@@ -12,7 +12,9 @@
 //
 // Source interface: prefix(); has(rel); tensor(rel, shape) (a view of any
 // rank: stacked experts); matrix(rel, {rows, cols}) -> Weight;
-// vector(rel, size) -> f32 Tensor; scalar(rel); first_of(full names, shape).
+// vector(rel, size) -> f32 Tensor; scalar(rel); first_of(full names, shape);
+// first_matrix_of(full names, shape) -> Weight (an output head that may be
+// quantized in a GGUF file; gguf_source.h).
 // Each stored tensor is counted once in weight_bytes and parameter_count.
 
 #include <cstdint>
@@ -37,6 +39,9 @@ class CheckpointSource {
   float scalar(const std::string& rel);
   // The first of `candidates` (full names) that exists, bound with `shape`.
   Tensor first_of(const std::vector<std::string>& candidates, const Shape& shape);
+  Weight first_matrix_of(const std::vector<std::string>& candidates, const Shape& shape) {
+    return Weight::dense(first_of(candidates, shape));
+  }
 
   [[noreturn]] void fail(const std::string& name, const std::string& what) const;
 
@@ -61,6 +66,9 @@ class SyntheticSource {
   Tensor vector(const std::string& rel, int64_t size);
   float scalar(const std::string&) { return 1.0f; }
   Tensor first_of(const std::vector<std::string>& names, const Shape& shape) { return tensor(names.front(), shape); }
+  Weight first_matrix_of(const std::vector<std::string>& names, const Shape& shape) {
+    return Weight::dense(first_of(names, shape));
+  }
 
  private:
   float normal();

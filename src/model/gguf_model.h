@@ -1,0 +1,32 @@
+#pragma once
+// Models from GGUF files (llama.cpp's format): the architecture from
+// general.architecture under llama.cpp's name, the config from its
+// metadata keys, the weights by llama.cpp's tensor names (gguf_names.h).
+// Each architecture's metadata is translated into the Hugging Face
+// config.json its family already reads, so one parser validates both.
+//
+//   qwen3   Qwen 3 dense (convert_hf_to_gguf.py's Qwen3Model)
+//
+// Errors name the file and the key or tensor at fault.
+
+#include <memory>
+#include <string>
+
+#include "io/gguf.h"
+#include "model/config_fields.h"
+#include "model/model.h"
+
+namespace rowlm {
+
+// Whether `path` names a GGUF file (a regular file starting with "GGUF").
+bool is_gguf_file(const std::string& path);
+
+// "qwen3": the architectures load_gguf_model reads.
+std::string supported_gguf_architectures();
+
+// The config.json a transformers checkpoint of this model would have.
+config::json gguf_hf_config(const gguf::File& file);
+
+std::unique_ptr<Model> load_gguf_model(const std::string& path, Backend& backend);
+
+}  // namespace rowlm
