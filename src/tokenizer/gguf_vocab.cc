@@ -1,0 +1,132 @@
+#include "tokenizer/gguf_vocab.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace rowlm {
+namespace {
+
+using json = nlohmann::json;  // std::map objects: the vocabulary has up to 262k keys
+
+// The split patterns of the Hugging Face tokenizer.json files these
+// pre-tokenizer names stand for (llama.cpp's llm_tokenizer_bpe regexes are
+// the same expressions).
+constexpr const char* kQwen2Split =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+    "\\s+(?!\\S)|\\s+";
+constexpr const char* kLlama3Split =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+json byte_level(bool use_regex) {
+  return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", use_regex}};
+}
+
+json split_then_bytes(const char* pattern) {
+  return {{"type", "Sequence"},
+          {"pretokenizers",
+           {{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"}, {"invert", false}},
+            byte_level(false)}}};
+}
+
+int64_t type_of(const GgufVocab& v, std::size_t id) {
+  return v.types.empty() ? int64_t(GgufTokenType::Normal) : v.types[id];
+}
+
+}  // namespace
+
+std::string gguf_tokenizer_json(const GgufVocab& v, const std::string& source) {
+  auto fail = [&](const std::string& key, const std::string& what) -> void {
+    throw Error(source + ": GGUF metadata 'tokenizer.ggml." + key + "' " + what);
+  };
+  if (v.tokens.empty()) fail("tokens", "is empty");
+  if (!v.types.empty() && v.types.size() != v.tokens.size())
+    fail("token_type", "has " + std::to_string(v.types.size()) + " entries for " + std::to_string(v.tokens.size()) +
+                           " tokens");
+  for (const auto& [key, id] : {std::pair{"bos_token_id", v.bos}, {"eos_token_id", v.eos}, {"unknown_token_id", v.unk}})
+    if (id && (*id < 0 || *id >= int64_t(v.tokens.size())))
+      fail(key, "= " + std::to_string(*id) + " is not a token id (" + std::to_string(v.tokens.size()) + " tokens)");
+
+  const bool byte_level_bpe = v.model == "gpt2";
+  const bool sentencepiece_bpe = v.model == "gemma4" || v.model == "llama";
+  if (!byte_level_bpe && !sentencepiece_bpe)
+    fail("model", "= '" + v.model + "' is not supported (supported: gpt2, gemma4, llama with merges)");
+  if (sentencepiece_bpe && v.merges.empty())
+    fail("merges", "is missing: SentencePiece vocabularies without merges are not supported");
+
+  json doc = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}};
+  json added = json::array();
+  json vocab = json::object();
+  for (std::size_t id = 0; id < v.tokens.size(); ++id) {
+    const int64_t t = type_of(v, id);
+    if (t < 1 || t > 6) fail("token_type", "[" + std::to_string(id) + "] = " + std::to_string(t) + " is not a token type");
+    const std::string& text = v.tokens[id];
+    if (t == int64_t(GgufTokenType::Unused)) continue;
+    const bool control = t == int64_t(GgufTokenType::Control), user = t == int64_t(GgufTokenType::UserDefined);
+    if (control || user)
+      added.push_back({{"id", id}, {"content", text}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                       {"normalized", false}, {"special", control}});
+    // Byte-level vocabularies keep added tokens out of the BPE model (as
+    // transformers saves them); SentencePiece ones have every piece in it.
+    if (sentencepiece_bpe || !(control || user)) {
+      if (vocab.contains(text)) fail("tokens", "lists '" + text + "' twice");
+      vocab[text] = id;
+    }
+  }
+  doc["added_tokens"] = std::move(added);
+
+  json model = {{"type", "BPE"},           {"dropout", nullptr},       {"unk_token", nullptr},
+                {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", false},
+                {"byte_fallback", false},  {"ignore_merges", false}};
+  if (byte_level_bpe) {
+    const std::string pre = v.pre.empty() ? "default" : v.pre;
+    if (pre == "qwen2") {
+      doc["normalizer"] = {{"type", "NFC"}};
+      doc["pre_tokenizer"] = split_then_bytes(kQwen2Split);
+    } else if (pre == "llama-bpe") {
+      doc["normalizer"] = nullptr;
+      doc["pre_tokenizer"] = split_then_bytes(kLlama3Split);
+      model["ignore_merges"] = true;
+    } else if (pre == "gpt-2" || pre == "default") {
+      doc["normalizer"] = nullptr;
+      doc["pre_tokenizer"] = byte_level(true);
+    } else {
+      fail("pre", "= '" + pre + "' is not supported (supported: qwen2, llama-bpe, gpt-2, default)");
+    }
+    doc["decoder"] = byte_level(true);
+  } else {
+    doc["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xe2\x96\x81"}};
+    doc["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "MergedWithPrevious"},
+                            {"invert", false}};
+    doc["decoder"] = {{"type", "Sequence"},
+                      {"decoders",
+                       {{{"type", "Replace"}, {"pattern", {{"String", "\xe2\x96\x81"}}}, {"content", " "}},
+                        {{"type", "ByteFallback"}},
+                        {{"type", "Fuse"}}}}};
+    model["byte_fallback"] = true;
+    model["fuse_unk"] = true;
+    if (v.unk) model["unk_token"] = v.tokens[std::size_t(*v.unk)];
+  }
+  doc["post_processor"] = nullptr;
+  if (v.add_bos.value_or(false)) {
+    if (!v.bos) fail("add_bos_token", "is true but bos_token_id is missing");
+    const std::string& bos = v.tokens[std::size_t(*v.bos)];
+    const json special = {{"SpecialToken", {{"id", bos}, {"type_id", 0}}}};
+    doc["post_processor"] = {
+        {"type", "TemplateProcessing"},
+        {"single", {special, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"pair", {special, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+        {"special_tokens", {{bos, {{"id", bos}, {"ids", {*v.bos}}, {"tokens", {bos}}}}}}};
+  }
+  model["vocab"] = std::move(vocab);
+  model["merges"] = v.merges;
+  doc["model"] = std::move(model);
+  return doc.dump();
+}
+
+Tokenizer tokenizer_from_gguf(const GgufVocab& vocab, const std::string& source) {
+  return Tokenizer::from_json(gguf_tokenizer_json(vocab, source), nullptr, source + " (tokenizer.ggml.*)");
+}
+
+}  // namespace rowlm

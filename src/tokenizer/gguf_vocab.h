@@ -1,0 +1,49 @@
+#pragma once
+// rowlm's tokenizer from a GGUF file's tokenizer.ggml.* metadata. GGUF keeps
+// the vocabulary, token types and merges but not the Hugging Face pipeline
+// around them; llama.cpp names that pipeline by tokenizer.ggml.model and
+// tokenizer.ggml.pre. This builds the tokenizer.json those names stand for
+// (the pipeline each model family's own tokenizer.json has) and loads it
+// with Tokenizer::from_json: one tokenizer, read from either source.
+//
+//   model "gpt2" (byte-level BPE): pre "qwen2" (Qwen 2/3: NFC, Qwen's split,
+//     byte-level), "llama-bpe" (Llama 3's split, merges ignored for whole
+//     words), "gpt-2" / "default" (GPT-2's byte-level split);
+//   model "gemma4" or "llama" with merges (SentencePiece-style BPE: spaces
+//     as "▁", split after each, byte fallback, <unk>; Gemma's pipeline).
+//
+// Token types (llama.cpp's llama_token_type): NORMAL, BYTE and UNKNOWN go
+// to the BPE vocabulary, CONTROL becomes a special added token, USER_DEFINED
+// a non-special one, UNUSED (ids the converter padded) is left out. With
+// add_bos_token the post-processor prepends the bos token.
+//
+// Errors (unknown model or pre, missing merges, ids out of range) name
+// `source` and the key.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tokenizer/tokenizer.h"
+
+namespace rowlm {
+
+struct GgufVocab {
+  std::string model;                // tokenizer.ggml.model
+  std::string pre;                  // tokenizer.ggml.pre ("" if absent)
+  std::vector<std::string> tokens;  // tokenizer.ggml.tokens, by id
+  std::vector<int64_t> types;       // tokenizer.ggml.token_type (empty: all NORMAL)
+  std::vector<std::string> merges;  // tokenizer.ggml.merges, "left right"
+  std::optional<int64_t> bos, eos, unk;
+  std::optional<bool> add_bos;      // tokenizer.ggml.add_bos_token
+};
+
+// llama.cpp's llama_token_type values.
+enum class GgufTokenType : int64_t { Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
+
+// The tokenizer.json document (as text) for `vocab`.
+std::string gguf_tokenizer_json(const GgufVocab& vocab, const std::string& source);
+Tokenizer tokenizer_from_gguf(const GgufVocab& vocab, const std::string& source);
+
+}  // namespace rowlm

@@ -1,0 +1,139 @@
+// The tokenizer built from GGUF metadata against Hugging Face tokenizers:
+// each real tokenizer.json (Qwen 3, Llama 3, Gemma 3 with Gemma's
+// SentencePiece-style pipeline, which Gemma 4 shares) is reduced to what a
+// GGUF file keeps of it, as llama.cpp's converter records it (tokens by id,
+// token types, "left right" merges, bos and add_bos; convert_hf_to_gguf's
+// get_vocab_base and gguf-py's LlamaHfVocab / SpecialVocab), and the
+// tokenizer rebuilt from that must give the reference ids recorded from HF
+// tokenizers on the shared corpus (tests/tokenizers/fixtures).
+
+#include "tokenizer/gguf_vocab.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "tokenizer/test_support.h"
+
+namespace rowlm {
+namespace {
+
+using nlohmann::json;
+namespace tt = tok::testing;
+
+bool looks_special(const std::string& t) { return t.starts_with("<|") && t.ends_with("|>"); }
+
+// What a GGUF file holds of `dir`'s tokenizer.json: `model` and `pre` as
+// llama.cpp would name them.
+GgufVocab reduce(const json& tj, const std::string& model, const std::string& pre) {
+  GgufVocab v;
+  v.model = model;
+  v.pre = pre;
+  std::map<int64_t, std::string> by_id;
+  for (const auto& [text, id] : tj["model"]["vocab"].items()) by_id[id.get<int64_t>()] = text;
+  std::map<int64_t, const json*> added;
+  for (const json& a : tj["added_tokens"]) {
+    added[a["id"].get<int64_t>()] = &a;
+    by_id[a["id"].get<int64_t>()] = a["content"].get<std::string>();
+  }
+  const int64_t n = by_id.rbegin()->first + 1;
+  for (int64_t id = 0; id < n; ++id) {
+    auto it = by_id.find(id);
+    if (it == by_id.end()) {
+      v.tokens.push_back("[PAD" + std::to_string(id) + "]");
+      v.types.push_back(int64_t(GgufTokenType::Unused));
+      continue;
+    }
+    const std::string& text = it->second;
+    v.tokens.push_back(text);
+    GgufTokenType t = GgufTokenType::Normal;
+    if (auto a = added.find(id); a != added.end())
+      t = (*a->second)["special"].get<bool>() || looks_special(text) ? GgufTokenType::Control : GgufTokenType::UserDefined;
+    else if (model != "gpt2" && text.size() == 6 && text.starts_with("<0x") && text.ends_with(">"))
+      t = GgufTokenType::Byte;
+    v.types.push_back(int64_t(t));
+  }
+  for (const json& m : tj["model"]["merges"])
+    v.merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
+  if (tj["model"].contains("unk_token") && tj["model"]["unk_token"].is_string())
+    v.unk = tj["model"]["vocab"][tj["model"]["unk_token"].get<std::string>()].get<int64_t>();
+  return v;
+}
+
+void check(const std::string& name, const std::string& model, const std::string& pre,
+           std::optional<std::string> bos_token) {
+  const json fixture = json::parse(tt::read_text(tt::fixtures_dir() / (name + ".json")));
+  const json corpus = json::parse(tt::read_text(tt::fixtures_dir() / "corpus.json"));
+  std::string why;
+  const auto dir = tt::fetched_tokenizer(name, &why);
+  if (!dir) GTEST_SKIP() << why;
+  GgufVocab v = reduce(json::parse(tt::read_text(*dir / "tokenizer.json")), model, pre);
+  if (bos_token) {
+    for (std::size_t i = 0; i < v.tokens.size(); ++i)
+      if (v.tokens[i] == *bos_token) v.bos = int64_t(i);
+    v.add_bos = true;
+  }
+  const Tokenizer tok = tokenizer_from_gguf(v, name + ".gguf");
+  const json& cases = fixture["cases"];
+  ASSERT_EQ(cases.size(), corpus.size());
+  int failures = 0;
+  for (std::size_t i = 0; i < cases.size() && failures < 5; ++i) {
+    const std::string input = corpus[i].get<std::string>();
+    const auto want = cases[i]["ids"].get<std::vector<int32_t>>();
+    const bool ok = tok.encode(input, true) == want &&
+                    tok.encode(input, false) == cases[i]["plain"].get<std::vector<int32_t>>() &&
+                    tok.decode(want, false) == cases[i]["decoded"].get<std::string>();
+    if (!ok) {
+      ++failures;
+      ADD_FAILURE() << name << " case " << i << " " << json(input).dump() << "\n  ids:       "
+                    << json(tok.encode(input, true)).dump() << "\n  reference: " << cases[i]["ids"].dump()
+                    << "\n  decoded:   " << json(tok.decode(want, false)).dump()
+                    << "\n  reference: " << cases[i]["decoded"].dump();
+    }
+  }
+}
+
+TEST(GgufVocab, Qwen3) { check("qwen3", "gpt2", "qwen2", std::nullopt); }
+TEST(GgufVocab, Llama3) { check("llama3", "gpt2", "llama-bpe", std::nullopt); }
+TEST(GgufVocab, Gemma3AsGemma4) { check("gemma3", "gemma4", "", "<bos>"); }
+
+TEST(GgufVocab, ErrorsNameTheKey) {
+  auto error_of = [](const GgufVocab& v) {
+    try {
+      gguf_tokenizer_json(v, "m.gguf");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  GgufVocab v;
+  v.model = "gpt2";
+  v.tokens = {"a", "b"};
+  EXPECT_EQ(error_of(v), "no error");
+  v.pre = "falcon";
+  EXPECT_EQ(error_of(v), "m.gguf: GGUF metadata 'tokenizer.ggml.pre' = 'falcon' is not supported "
+                         "(supported: qwen2, llama-bpe, gpt-2, default)");
+  v.pre = "";
+  v.model = "bert";
+  EXPECT_NE(error_of(v).find("'tokenizer.ggml.model' = 'bert' is not supported"), std::string::npos);
+  v.model = "llama";
+  EXPECT_NE(error_of(v).find("'tokenizer.ggml.merges' is missing"), std::string::npos);
+  v.model = "gpt2";
+  v.types = {1};
+  EXPECT_NE(error_of(v).find("'tokenizer.ggml.token_type' has 1 entries for 2 tokens"), std::string::npos);
+  v.types = {1, 9};
+  EXPECT_NE(error_of(v).find("'tokenizer.ggml.token_type' [1] = 9 is not a token type"), std::string::npos);
+  v.types = {};
+  v.bos = 7;
+  EXPECT_NE(error_of(v).find("'tokenizer.ggml.bos_token_id' = 7 is not a token id"), std::string::npos);
+  v.bos = std::nullopt;
+  v.add_bos = true;
+  EXPECT_NE(error_of(v).find("'tokenizer.ggml.add_bos_token' is true but bos_token_id is missing"), std::string::npos);
+  v.add_bos = std::nullopt;
+  v.tokens = {"a", "a"};
+  EXPECT_NE(error_of(v).find("'tokenizer.ggml.tokens' lists 'a' twice"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace rowlm
