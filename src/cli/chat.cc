@@ -15,6 +15,7 @@
 #include "cli/request_options.h"
 #include "cli/runtime.h"
 #include "core/error.h"
+#include "engine/model_files.h"
 #include "tokenizer/chat_format.h"
 #include "tokenizer/tokenizer.h"
 
@@ -45,7 +46,7 @@ int run_chat(const std::vector<std::string>& argv) {
   auto engine = open_engine(eo);
   const Tokenizer& tok = engine->tokenizer();
   const auto format = args.has("chat-format") ? tokenizer::ChatFormat::by_name(args.get("chat-format"))
-                                              : tokenizer::ChatFormat::from_model_dir(dir);
+                                              : model_chat_format(dir);
   for (const std::string& stop : format.stop_tokens())
     if (auto id = tok.token_to_id(stop)) base.sampling.stop_token_ids.push_back(*id);
 

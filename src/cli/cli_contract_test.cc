@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -267,6 +268,43 @@ TEST(Cli, Qwen3RunsEveryCommand) {
     ASSERT_EQ(t.status, 0) << t.err;
     EXPECT_EQ(json::parse(r.out)["usage"]["prompt_tokens"].get<std::size_t>(), json::parse(t.out)["ids"].size());
   }
+}
+
+// A GGUF file (tests/fixtures/gguf/qwen3_chat_f32.gguf: the qwen3/chat
+// fixture as llama.cpp's converter writes it) runs like the directory it was
+// made from: the same tokens, logits, tokenization and chat prompt.
+TEST(Cli, GgufFileRunsLikeItsModelDirectory) {
+  const std::string dir = kSource + "/tests/fixtures/qwen3/chat";
+  const std::string gguf = kSource + "/tests/fixtures/gguf/qwen3_chat_f32.gguf";
+  for (const std::string& args :
+       {std::string("generate MODEL \"the cat sat\" --max-tokens 6 --ignore-eos --json"),
+        std::string("generate MODEL \"on the mat\" --max-tokens 5 --temperature 0.9 --seed 4 --json"),
+        std::string("generate MODEL --chat hi --max-tokens 3 --json"),
+        std::string("tokenize --tokenizer MODEL --text \"the cat <|im_end|> sat\""),
+        std::string("detokenize --tokenizer MODEL --ids 104,101,277,286")}) {
+    auto with = [&](const std::string& model) {
+      std::string a = args;
+      a.replace(a.find("MODEL"), 5, model);
+      const CommandRun r = rowlm(a);
+      EXPECT_EQ(r.status, 0) << a << "\n" << r.err;
+      json j = json::parse(r.out);
+      if (j.contains("timings")) j.erase("timings");
+      return j;
+    };
+    EXPECT_EQ(with(gguf), with(dir)) << args;
+  }
+  const std::string out_dir = (fs::temp_directory_path() / "rowlm_gguf_dir.npy").string();
+  const std::string out_gguf = (fs::temp_directory_path() / "rowlm_gguf_file.npy").string();
+  ASSERT_EQ(rowlm("score " + dir + " --ids 5,17,9,200 --logits-out " + out_dir).status, 0);
+  ASSERT_EQ(rowlm("score " + gguf + " --ids 5,17,9,200 --logits-out " + out_gguf).status, 0);
+  const Tensor a = read_npy(out_dir), b = read_npy(out_gguf);
+  ASSERT_EQ(a.shape(), b.shape());
+  EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
+  fs::remove(out_dir);
+  fs::remove(out_gguf);
+  const CommandRun r = rowlm("inspect " + gguf + " --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["parameters"].get<int64_t>(), 92576);
 }
 
 TEST(Cli, BadArgumentsGiveClearErrors) {

@@ -9,6 +9,7 @@
 #include "cli/request_options.h"
 #include "cli/runtime.h"
 #include "core/error.h"
+#include "engine/model_files.h"
 #include "tokenizer/chat_format.h"
 #include "tokenizer/tokenizer.h"
 
@@ -48,7 +49,7 @@ int run_generate(const std::vector<std::string>& argv) {
     if (!engine->has_tokenizer()) throw Error("--chat needs a tokenizer, and " + dir + " has none");
     if (!req.prompt_ids.empty()) throw Error("--chat needs a text PROMPT");
     const auto format = args.has("chat-format") ? tokenizer::ChatFormat::by_name(args.get("chat-format"))
-                                                : tokenizer::ChatFormat::from_model_dir(dir);
+                                                : model_chat_format(dir);
     std::vector<tokenizer::ChatMessage> messages;
     if (auto system = args.get_opt("system")) messages.push_back({"system", *system});
     messages.push_back({"user", req.prompt});

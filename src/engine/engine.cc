@@ -43,6 +43,7 @@
 
 #include "backend/factory/make_backend.h"
 #include "core/error.h"
+#include "engine/model_files.h"
 #include "engine/output.h"
 #include "engine/request_handle.h"
 #include "engine/request_state.h"
@@ -138,8 +139,7 @@ EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> ba
     : opt_(options), backend_(std::move(backend)), model_(std::move(model)) {
   check_options(opt_);
   std::unique_ptr<Model> draft_model = load_draft_model(opt_, *backend_, model_->info());
-  if (!opt_.model_dir.empty() && std::filesystem::exists(std::filesystem::path(opt_.model_dir) / "tokenizer.json"))
-    tokenizer_.emplace(Tokenizer::load(opt_.model_dir));
+  if (!opt_.model_dir.empty()) tokenizer_ = load_model_tokenizer(opt_.model_dir);
   const ModelInfo& info = model_->info();
   limits_ = RequestLimits{info.vocab_size, info.max_position, tokenizer_ ? &*tokenizer_ : nullptr};
 

@@ -18,6 +18,7 @@
 #include "server/prepare.h"
 #include "server/reply.h"
 #include "server/sse.h"
+#include "engine/model_files.h"
 #include "tokenizer/chat_format.h"
 
 namespace rowlm::server {
@@ -117,7 +118,7 @@ struct HttpServer::Impl {
       : engine(e),
         options(std::move(o)),
         chat_format(options.chat_format.empty()
-                        ? tokenizer::ChatFormat::from_model_dir(engine.model_info().directory)
+                        ? model_chat_format(engine.model_info().directory)
                         : tokenizer::ChatFormat::by_name(options.chat_format)),
         started(std::time(nullptr)) {
     if (options.model_name.empty())
