@@ -54,6 +54,7 @@ Config parse_config(const std::string& json_text, const std::string& source) {
   if (!top.is_object()) throw Error(source + ": not a JSON object");
   const Fields f(top, "", source);
   Config c;
+  c.quantization = decoder::QuantizationConfig::parse(top, source);
   c.model_type = f.string("model_type", "");
   if (c.model_type != "qwen3") f.fail("model_type", "'" + c.model_type + "' is not a Qwen 3 dense model (qwen3)");
 
@@ -167,7 +168,7 @@ void bind_all(Source& b, const Config& c, decoder::DecoderWeights& w) {
   const int64_t q = int64_t(c.num_heads) * c.head_dim, kv = int64_t(c.num_kv_heads) * c.head_dim, hd = c.head_dim;
   w.embed = b.matrix("embed_tokens.weight", {V, H});
   w.final_norm = b.vector("norm.weight", H);
-  if (!c.tie_word_embeddings) w.lm_head = Weight::dense(b.first_of({"lm_head.weight"}, {V, H}));
+  if (!c.tie_word_embeddings) w.lm_head = b.first_matrix_of({"lm_head.weight"}, {V, H});
   w.layers.resize(std::size_t(c.num_layers));
   for (int l = 0; l < c.num_layers; ++l) {
     decoder::LayerWeights& lw = w.layers[std::size_t(l)];
@@ -213,7 +214,7 @@ decoder::DecoderWeights load_weights(const std::string& model_dir, const Config&
   decoder::check_layer_count(ck, prefix, c.num_layers);
   decoder::DecoderWeights w;
   w.storage = ck.storage();
-  decoder::CheckpointSource b(ck, prefix, w);
+  decoder::CheckpointSource b(ck, prefix, w, c.quantization);
   bind_all(b, c, w);
   return w;
 }
