@@ -172,7 +172,7 @@ Weight SyntheticSource::matrix(const std::string& rel, const Shape& shape) {
   return w;
 }
 
-Weight quantize_matrix(const Tensor& t, const quant::AffineSpec& spec) {
+Weight quantize_matrix(const Tensor& t, const quant::AffineSpec& spec, DType params) {
   quant::check_spec(spec);
   ROWLM_CHECK(t.rank() == 2 && (t.dtype() == DType::F32 || t.dtype() == DType::BF16 || t.dtype() == DType::F16),
               "quantize_matrix of a non-float or non-matrix tensor");
@@ -189,13 +189,15 @@ Weight quantize_matrix(const Tensor& t, const quant::AffineSpec& spec) {
   w.group_size = spec.group_size;
   const int64_t words = quant::packed_words(cols, spec.bits), groups = cols / spec.group_size;
   w.values = Tensor(DType::U32, {rows, words});
-  w.scales = Tensor(DType::BF16, {rows, groups});
-  w.biases = Tensor(DType::BF16, {rows, groups});
+  w.scales = Tensor(params, {rows, groups});
+  w.biases = Tensor(params, {rows, groups});
   const Tensor values = t.dtype() == DType::F32 ? t : to_f32(t);
+  const std::size_t param_bytes = dtype_size(params) * std::size_t(groups);
   for (int64_t r = 0; r < rows; ++r)
-    quant::quantize({values.data<float>() + r * cols, std::size_t(cols)}, spec, DType::BF16,
-                    {w.values.data<uint32_t>() + r * words, std::size_t(words)}, w.scales.data<uint16_t>() + r * groups,
-                    w.biases.data<uint16_t>() + r * groups);
+    quant::quantize({values.data<float>() + r * cols, std::size_t(cols)}, spec, params,
+                    {w.values.data<uint32_t>() + r * words, std::size_t(words)},
+                    static_cast<std::byte*>(w.scales.raw()) + std::size_t(r) * param_bytes,
+                    static_cast<std::byte*>(w.biases.raw()) + std::size_t(r) * param_bytes);
   return w;
 }
 

@@ -94,10 +94,11 @@ class SyntheticSource {
   std::string prefix_;
 };
 
-// An affine Weight holding `t` ([rows, cols] f32 or bf16 values) quantized
-// with `spec`, bf16 scales and biases: what `rowlm quantize` writes and what
-// MLX's quantizer computes (quant/affine.h), owned by the result.
-Weight quantize_matrix(const Tensor& t, const quant::AffineSpec& spec);
+// An affine Weight holding `t` ([rows, cols] f32, bf16 or f16 values)
+// quantized with `spec`, scales and biases stored as `params`: what MLX's
+// quantizer computes (quant/affine.h) and `rowlm quantize` writes, owned by
+// the result. An Error if cols are not whole groups and 32-bit words.
+Weight quantize_matrix(const Tensor& t, const quant::AffineSpec& spec, DType params = DType::BF16);
 
 // Throws if the checkpoint holds tensors of layers at or past `num_layers`
 // under `prefix` (a checkpoint made for another config: binding would
