@@ -35,29 +35,26 @@ void bind_experts(Source& b, const std::string& p, const Config& c, LayerWeights
   bank.up.resize(E);
   bank.down.resize(E);
   if (b.has(p + "experts.switch_glu.gate_proj.weight")) {  // MLX: split gate and up stacks
-    const Weight gate = Weight::dense(b.tensor(p + "experts.switch_glu.gate_proj.weight", {E, Ie, H}).reshaped({E * Ie, H}));
-    const Weight up = Weight::dense(b.tensor(p + "experts.switch_glu.up_proj.weight", {E, Ie, H}).reshaped({E * Ie, H}));
+    const Weight gate = b.matrix(p + "experts.switch_glu.gate_proj.weight", {E, Ie, H});
+    const Weight up = b.matrix(p + "experts.switch_glu.up_proj.weight", {E, Ie, H});
     for (int64_t e = 0; e < E; ++e) {
       bank.gate[e] = gate.row_range(e * Ie, (e + 1) * Ie);
       bank.up[e] = up.row_range(e * Ie, (e + 1) * Ie);
     }
   } else {  // transformers: one [E, 2·I_e, H] stack, gate rows first
-    const Weight gate_up = Weight::dense(
-        // The MLX name is never bound here (its branch is above); it is listed so
-        // that a checkpoint with neither layout gets an error naming both.
-        b.first_of({pre + p + "experts.gate_up_proj", pre + p + "experts.gate_up_proj.weight",
-                    pre + p + "experts.switch_glu.gate_proj.weight"},
-                   {E, 2 * Ie, H})
-            .reshaped({E * 2 * Ie, H}));
+    // The MLX name is never bound here (its branch is above); it is listed so
+    // that a checkpoint with neither layout gets an error naming both.
+    const Weight gate_up = b.first_matrix_of({pre + p + "experts.gate_up_proj", pre + p + "experts.gate_up_proj.weight",
+                                              pre + p + "experts.switch_glu.gate_proj.weight"},
+                                             {E, 2 * Ie, H});
     for (int64_t e = 0; e < E; ++e) {
       bank.gate[e] = gate_up.row_range(2 * e * Ie, 2 * e * Ie + Ie);
       bank.up[e] = gate_up.row_range(2 * e * Ie + Ie, 2 * (e + 1) * Ie);
     }
   }
-  const Weight down = Weight::dense(b.first_of({pre + p + "experts.down_proj", pre + p + "experts.down_proj.weight",
-                                                pre + p + "experts.switch_glu.down_proj.weight"},
-                                               {E, H, Ie})
-                                        .reshaped({E * H, Ie}));
+  const Weight down = b.first_matrix_of({pre + p + "experts.down_proj", pre + p + "experts.down_proj.weight",
+                                         pre + p + "experts.switch_glu.down_proj.weight"},
+                                        {E, H, Ie});
   for (int64_t e = 0; e < E; ++e) bank.down[e] = down.row_range(e * H, (e + 1) * H);
 }
 
@@ -74,7 +71,7 @@ void bind_all(Source& b, const Config& c, DecoderWeights& w) {
   w.final_norm = b.vector("norm.weight", H);
   if (!c.tie_word_embeddings) {
     const std::string mlx_head = prefix == "language_model.model." ? "language_model.lm_head.weight" : "lm_head.weight";
-    w.lm_head = Weight::dense(b.first_of({mlx_head, prefix + "lm_head.weight"}, {V, H}));
+    w.lm_head = b.first_matrix_of({mlx_head, prefix + "lm_head.weight"}, {V, H});
   }
   if (P > 0) {
     w.per_layer_embed = b.matrix("embed_tokens_per_layer.weight", {c.vocab_size_per_layer_input, L * P});
@@ -133,7 +130,7 @@ DecoderWeights load_weights(const std::string& model_dir, const Config& c) {
   check_checkpoint_matches_config(ck, prefix, c);
   DecoderWeights w;
   w.storage = ck.storage();
-  decoder::CheckpointSource b(ck, prefix, w);
+  decoder::CheckpointSource b(ck, prefix, w, c.quantization);
   bind_all(b, c, w);
   return w;
 }

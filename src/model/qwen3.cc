@@ -55,6 +55,7 @@ Config parse_config(const std::string& json_text, const std::string& source) {
   if (!top.is_object()) throw Error(source + ": not a JSON object");
   const Fields f(top, "", source);
   Config c;
+  c.quantization = decoder::QuantizationConfig::parse(top, source);
   c.model_type = f.string("model_type", "");
   if (c.model_type != "qwen3") f.fail("model_type", "'" + c.model_type + "' is not a Qwen 3 dense model (qwen3)");
 
@@ -214,7 +215,7 @@ decoder::DecoderWeights load_weights(const std::string& model_dir, const Config&
   decoder::check_layer_count(ck, prefix, c.num_layers);
   decoder::DecoderWeights w;
   w.storage = ck.storage();
-  decoder::CheckpointSource b(ck, prefix, w);
+  decoder::CheckpointSource b(ck, prefix, w, c.quantization);
   bind_all(b, c, w);
   return w;
 }

@@ -14,10 +14,13 @@
 #include "io/gguf.h"
 #include "model/decoder.h"
 #include "model/model.h"
+#include "model/quantization_config.h"
 
 namespace rowlm::qwen3 {
 
 struct Config {
+  // config.json's MLX quantization entry (none for a plain checkpoint).
+  decoder::QuantizationConfig quantization;
   std::string model_type;
   int vocab_size = 0;
   int hidden_size = 0;

@@ -42,6 +42,8 @@ struct VScalar {
   static R load_f16_partial(const uint16_t* p, int n) {
     return map([&](int i) { return i < n ? f16_to_f32(p[i]) : 0.0f; });
   }
+  static R codes4(const uint32_t* p) { return map([&](int i) { return float((p[i / 8] >> (4 * (i % 8))) & 15u); }); }
+  static R codes8(const uint32_t* p) { return map([&](int i) { return float((p[i / 4] >> (8 * (i % 4))) & 255u); }); }
   static void store(float* p, const R& a) { std::memcpy(p, a.v, sizeof a.v); }
   static void store_partial(float* p, const R& a, int n) { std::memcpy(p, a.v, sizeof(float) * n); }
 
