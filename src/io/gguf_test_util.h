@@ -5,6 +5,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <type_traits>
+#include <variant>
 #include <memory>
 #include <span>
 #include <string>
@@ -46,11 +49,84 @@ class Image {
     bytes_.append(n, fill);
     return *this;
   }
+  Image& raw(const std::string& b) {
+    bytes_ += b;
+    return *this;
+  }
   const std::string& bytes() const { return bytes_; }
 
  private:
   std::string bytes_;
 };
+
+// One metadata value as the format stores it (type tag not included).
+inline void put_value(Image& img, ValueType t, const Value& v, std::size_t index = SIZE_MAX) {
+  auto integer = [&]() -> int64_t {
+    return index == SIZE_MAX ? std::get<int64_t>(v.data) : std::get<std::vector<int64_t>>(v.data)[index];
+  };
+  auto real = [&]() -> double {
+    return index == SIZE_MAX ? std::get<double>(v.data) : std::get<std::vector<double>>(v.data)[index];
+  };
+  switch (t) {
+    case ValueType::U8: img.put<uint8_t>(uint8_t(integer())); break;
+    case ValueType::I8: img.put<int8_t>(int8_t(integer())); break;
+    case ValueType::U16: img.put<uint16_t>(uint16_t(integer())); break;
+    case ValueType::I16: img.put<int16_t>(int16_t(integer())); break;
+    case ValueType::U32: img.put<uint32_t>(uint32_t(integer())); break;
+    case ValueType::I32: img.put<int32_t>(int32_t(integer())); break;
+    case ValueType::U64: img.put<uint64_t>(uint64_t(integer())); break;
+    case ValueType::I64: img.put<int64_t>(integer()); break;
+    case ValueType::F32: img.put<float>(float(real())); break;
+    case ValueType::F64: img.put<double>(real()); break;
+    case ValueType::Bool:
+      img.put<uint8_t>(index == SIZE_MAX ? uint8_t(std::get<bool>(v.data)) : uint8_t(integer()));
+      break;
+    case ValueType::String:
+      img.str(index == SIZE_MAX ? std::get<std::string>(v.data) : std::get<std::vector<std::string>>(v.data)[index]);
+      break;
+    case ValueType::Array: {
+      img.put<uint32_t>(uint32_t(v.element_type));
+      const std::size_t n = std::visit(
+          [](const auto& x) -> std::size_t {
+            if constexpr (requires { x.size(); } && !std::is_same_v<std::decay_t<decltype(x)>, std::string>)
+              return x.size();
+            return 0;
+          },
+          v.data);
+      img.put<uint64_t>(n);
+      for (std::size_t i = 0; i < n; ++i) put_value(img, v.element_type, v, i);
+      break;
+    }
+  }
+}
+
+// `f` written again (same metadata, tensors in the same order) with each
+// tensor's type and data replaced by what `data` returns for it.
+struct TensorData {
+  uint32_t type;
+  std::string bytes;
+};
+inline std::string rewrite(const File& f, const std::function<TensorData(const TensorInfo&)>& data) {
+  Image img;
+  img.header(f.tensors().size(), f.metadata().size(), f.version());
+  for (const auto& [key, v] : f.metadata()) {
+    img.str(key).put<uint32_t>(uint32_t(v.type));
+    put_value(img, v.type, v);
+  }
+  std::vector<TensorData> all;
+  uint64_t offset = 0;
+  for (const TensorInfo& t : f.tensors()) {
+    all.push_back(data(t));
+    img.tensor(t.name, {t.ne.begin(), t.ne.end()}, all.back().type, offset);
+    offset += (all.back().bytes.size() + f.alignment() - 1) / f.alignment() * f.alignment();
+  }
+  for (const TensorData& d : all) {
+    img.data(0, f.alignment());
+    img.raw(d.bytes);
+  }
+  img.data(0, f.alignment());
+  return img.bytes();
+}
 
 inline File parse(const std::string& bytes, const std::string& source = "mem.gguf") {
   auto owner = std::make_shared<const std::string>(bytes);

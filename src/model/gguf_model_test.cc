@@ -17,6 +17,7 @@
 #include "backend/factory/make_backend.h"
 #include "core/error.h"
 #include "core/npy.h"
+#include "io/gguf_dequant.h"
 #include "io/gguf_test_util.h"
 #include "io/temp_dir.h"
 #include "kv/kv_cache.h"
@@ -57,6 +58,42 @@ TEST(GgufModel, Qwen3LogitsEqualTheSafetensorsModelAndTransformers) {
   for (int64_t i = 0; i < want.numel(); ++i)
     m = std::max(m, std::fabs(want.data<float>()[i] - from_gguf.data<float>()[i]));
   EXPECT_LE(m, 1e-4f);
+}
+
+// tests/fixtures/gguf/qwen3_chat_mixed.gguf holds its matrices in Q4_0,
+// Q4_1, Q5_0, Q5_1 and Q8_0 (quantized by gguf-py). Run as affine weights,
+// its logits equal those of the same file with every tensor dequantized to
+// F32 (by gguf::dequantize, itself equal to gguf-py's) bit for bit, as the
+// affine matmul promises; and they stay near the unquantized model's.
+TEST(GgufModel, QuantizedQwen3EqualsItsDequantizedWeights) {
+  const std::string mixed = fixtures() + "gguf/qwen3_chat_mixed.gguf";
+  const gguf::File f = gguf::File::open(mixed);
+  int quantized = 0;
+  const std::string dense = gguf::testing::rewrite(f, [&](const gguf::TensorInfo& t) {
+    std::vector<float> v(std::size_t(t.numel()));
+    gguf::dequantize(t.type, t.bytes, v);
+    quantized += t.type != gguf::GgmlType::F32;
+    return gguf::testing::TensorData{uint32_t(gguf::GgmlType::F32),
+                                     std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4)};
+  });
+  EXPECT_EQ(quantized, 1 + 2 * 7);  // the embedding and every layer's seven matrices
+  TempDir dir("gguf_model_test");
+  const std::string dense_path = dir.file("dense.gguf");
+  std::ofstream(dense_path, std::ios::binary) << dense;
+
+  std::ifstream in(fixtures() + "qwen3/chat/reference.json");
+  const auto ids = nlohmann::json::parse(in)["ids_a"].get<std::vector<int32_t>>();
+  const Tensor got = prefill_logits(mixed, ids), want = prefill_logits(dense_path, ids);
+  ASSERT_EQ(got.shape(), want.shape());
+  EXPECT_EQ(std::memcmp(got.raw(), want.raw(), got.nbytes()), 0);
+  const Tensor f32 = read_npy(fixtures() + "qwen3/chat/logits_a.npy");
+  float m = 0, scale = 0;
+  for (int64_t i = 0; i < f32.numel(); ++i) {
+    m = std::max(m, std::fabs(f32.data<float>()[i] - got.data<float>()[i]));
+    scale = std::max(scale, std::fabs(f32.data<float>()[i]));
+  }
+  EXPECT_GT(m, 0.0f);  // it is quantized
+  EXPECT_LT(m, 0.25f * scale) << "quantization error out of proportion";
 }
 
 TEST(GgufModel, Qwen3MetadataReadsAsItsConfigJson) {

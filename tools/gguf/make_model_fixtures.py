@@ -13,7 +13,8 @@ transformers logits committed beside it.
 
     PYTHONPATH=/tmp/llama.cpp/gguf-py /usr/bin/python3 tools/gguf/make_model_fixtures.py
 (see make_block_fixtures.py for getting gguf-py). Writes
-tests/fixtures/gguf/qwen3_chat_f32.gguf.
+tests/fixtures/gguf/qwen3_chat_f32.gguf and qwen3_chat_mixed.gguf (its
+matrices in Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0, quantized by gguf-py).
 """
 import json
 import os
@@ -105,7 +106,24 @@ def add_vocab(writer, model_dir, vocab_size):
     gguf.SpecialVocab(model_dir, load_merges=True).add_to_gguf(writer)
 
 
-def convert_qwen3(model_dir, out_path, qtype=gguf.GGMLQuantizationType.F32):
+Q = gguf.GGMLQuantizationType
+# A mix of every type gguf-py can quantize, as llama-quantize's _M/_S mixes
+# give different tensors different types (K-quants need rows of 256, more
+# than these models have; tests/fixtures/gguf/blocks.gguf covers them).
+MIXED = {
+    MT.TOKEN_EMBD: Q.Q8_0, MT.ATTN_Q: Q.Q4_0, MT.ATTN_K: Q.Q4_1, MT.ATTN_V: Q.Q5_0,
+    MT.ATTN_OUT: Q.Q5_1, MT.FFN_GATE: Q.Q4_0, MT.FFN_UP: Q.Q8_0, MT.FFN_DOWN: Q.Q5_1,
+}
+
+
+def tensor_kind(hf):
+    if hf in GLOBAL:
+        return GLOBAL[hf]
+    return LAYER[".".join(hf.split(".")[3:])][0]
+
+
+def convert_qwen3(model_dir, out_path, types=None):
+    """types: MODEL_TENSOR -> quantization type for matrices (None: all f32)."""
     cfg = json.load(open(os.path.join(model_dir, "config.json")))
     assert not cfg.get("attention_bias") and not cfg.get("use_sliding_window"), "llama.cpp's qwen3 has neither"
     w = gguf.GGUFWriter(out_path, arch="qwen3")
@@ -120,11 +138,12 @@ def convert_qwen3(model_dir, out_path, qtype=gguf.GGMLQuantizationType.F32):
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_key_length(cfg["head_dim"])
     w.add_value_length(cfg["head_dim"])
-    w.add_file_type(gguf.LlamaFileType.ALL_F32 if qtype == gguf.GGMLQuantizationType.F32 else gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32 if types is None else gguf.LlamaFileType.MOSTLY_Q4_0)
     add_vocab(w, model_dir, cfg["vocab_size"])
     for hf, value in read_safetensors(os.path.join(model_dir, "model.safetensors")).items():
         value = value.astype(np.float32)
-        if value.ndim == 2 and qtype != gguf.GGMLQuantizationType.F32:  # llama.cpp keeps 1-D tensors in f32
+        qtype = (types or {}).get(tensor_kind(hf))
+        if value.ndim == 2 and qtype is not None:  # llama.cpp keeps 1-D tensors in f32
             w.add_tensor(gguf_name(hf), gguf.quants.quantize(value, qtype), raw_dtype=qtype)
         else:
             w.add_tensor(gguf_name(hf), value)
@@ -138,7 +157,9 @@ def convert_qwen3(model_dir, out_path, qtype=gguf.GGMLQuantizationType.F32):
 def main():
     out = os.path.join(ROOT, "tests", "fixtures", "gguf")
     os.makedirs(out, exist_ok=True)
-    convert_qwen3(os.path.join(ROOT, "tests", "fixtures", "qwen3", "chat"), os.path.join(out, "qwen3_chat_f32.gguf"))
+    chat = os.path.join(ROOT, "tests", "fixtures", "qwen3", "chat")
+    convert_qwen3(chat, os.path.join(out, "qwen3_chat_f32.gguf"))
+    convert_qwen3(chat, os.path.join(out, "qwen3_chat_mixed.gguf"), MIXED)
 
 
 if __name__ == "__main__":
