@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "model/gguf_source.h"
 #include "model/weight_binder.h"
 
 namespace rowlm::gemma4 {
@@ -132,6 +133,16 @@ DecoderWeights load_weights(const std::string& model_dir, const Config& c) {
   w.storage = ck.storage();
   decoder::CheckpointSource b(ck, prefix, w, c.quantization);
   bind_all(b, c, w);
+  return w;
+}
+
+DecoderWeights load_gguf_weights(const gguf::File& file, const Config& c) {
+  ROWLM_CHECK(int(c.layers.size()) == c.num_layers, "config is not resolved (use parse_config)");
+  DecoderWeights w;
+  w.storage = file.owner();
+  decoder::GgufSource b(file, "gemma4", w);
+  bind_all(b, c, w);
+  b.check_all_used({"rope_freqs.weight"});
   return w;
 }
 

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "io/gguf.h"
 #include "model/decoder.h"
 #include "model/gemma4_config.h"
 
@@ -22,6 +23,10 @@ decoder::DecoderWeights load_weights(const std::string& model_dir, const Config&
 
 // Random weights with the shapes `config` implies (bf16 matrices ~ N(0, stddev),
 // norm weights near 1, layer scalars 1), for benchmarks and tests.
+// llama.cpp's names from a GGUF file (gguf_model.h); every tensor of the file
+// but rope_freqs (the RoPE the config already describes) must be used.
+decoder::DecoderWeights load_gguf_weights(const gguf::File& file, const Config& config);
+
 decoder::DecoderWeights make_synthetic_weights(const Config& config, uint64_t seed, float stddev = 0.02f);
 
 }  // namespace rowlm::gemma4

@@ -6,6 +6,7 @@
 // config.json its family already reads, so one parser validates both.
 //
 //   qwen3   Qwen 3 dense (convert_hf_to_gguf.py's Qwen3Model)
+//   gemma4  Gemma 4 text, dense (Gemma4Model; MoE files are refused)
 //
 // Errors name the file and the key or tensor at fault.
 
@@ -14,6 +15,7 @@
 
 #include "io/gguf.h"
 #include "model/config_fields.h"
+#include "model/mlx_checkpoint.h"
 #include "model/model.h"
 
 namespace rowlm {
@@ -26,6 +28,11 @@ std::string supported_gguf_architectures();
 
 // The config.json a transformers checkpoint of this model would have.
 config::json gguf_hf_config(const gguf::File& file);
+
+// Every tensor of the file, sorted by name, for `rowlm inspect`: its ggml
+// type and, for block types, the affine form it is converted to
+// ("Q4_K -> q4/32"), the shape outermost first and the bytes in the file.
+std::vector<TensorFormat> gguf_tensor_formats(const std::string& path);
 
 std::unique_ptr<Model> load_gguf_model(const std::string& path, Backend& backend);
 

@@ -96,6 +96,24 @@ TEST(GgufModel, QuantizedQwen3EqualsItsDequantizedWeights) {
   EXPECT_LT(m, 0.25f * scale) << "quantization error out of proportion";
 }
 
+// tests/fixtures/gguf/gemma4_bf16.gguf: the gemma4/bf16 fixture (per-layer
+// embeddings, KV sharing, double-wide MLP, proportional RoPE through
+// rope_freqs, softcap) as llama.cpp's Gemma4Model writes it.
+TEST(GgufModel, Gemma4LogitsEqualTheSafetensorsModelAndTransformers) {
+  std::ifstream in(fixtures() + "gemma4/bf16/reference.json");
+  const auto ids = nlohmann::json::parse(in)["ids_a"].get<std::vector<int32_t>>();
+  const Tensor from_gguf = prefill_logits(fixtures() + "gguf/gemma4_bf16.gguf", ids);
+  const Tensor from_safetensors = prefill_logits(fixtures() + "gemma4/bf16", ids);
+  ASSERT_EQ(from_gguf.shape(), from_safetensors.shape());
+  EXPECT_EQ(std::memcmp(from_gguf.raw(), from_safetensors.raw(), from_gguf.nbytes()), 0);
+  const Tensor want = read_npy(fixtures() + "gemma4/bf16/logits_a.npy");
+  ASSERT_EQ(want.shape(), from_gguf.shape());
+  float m = 0;
+  for (int64_t i = 0; i < want.numel(); ++i)
+    m = std::max(m, std::fabs(want.data<float>()[i] - from_gguf.data<float>()[i]));
+  EXPECT_LE(m, 1e-4f);
+}
+
 TEST(GgufModel, Qwen3MetadataReadsAsItsConfigJson) {
   const gguf::File f = gguf::File::open(fixtures() + "gguf/qwen3_chat_f32.gguf");
   const config::json got = gguf_hf_config(f);
@@ -173,7 +191,7 @@ TEST(GgufModel, ErrorsNameTheKeyOrTensor) {
   };
   Parts p;
   p.arch = "llama";
-  EXPECT_TRUE(has(load_error(p), "GGUF architecture 'llama' is not supported (supported: qwen3)"));
+  EXPECT_TRUE(has(load_error(p), "GGUF architecture 'llama' is not supported (supported: gemma4, qwen3)"));
   p = Parts{};
   p.with_block_count = false;
   EXPECT_TRUE(has(load_error(p), "'qwen3.block_count' is missing"));

@@ -35,6 +35,37 @@ constexpr Pair kQwen3Layer[] = {
     {"mlp.down_proj.weight", "ffn_down.weight"},
 };
 
+constexpr Pair kGemma4Global[] = {
+    {"model.embed_tokens.weight", "token_embd.weight"},
+    {"model.norm.weight", "output_norm.weight"},
+    {"lm_head.weight", "output.weight"},
+    {"model.embed_tokens_per_layer.weight", "per_layer_token_embd.weight"},
+    {"model.per_layer_model_projection.weight", "per_layer_model_proj.weight"},
+    {"model.per_layer_projection_norm.weight", "per_layer_proj_norm.weight"},
+};
+
+// Gemma 4 dense layers (tensor_mapping.py's gemma2 / gemma3n / gemma4 rows;
+// the converter appends ".weight" to layer_scalar).
+constexpr Pair kGemma4Layer[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+    {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+    {"mlp.gate_proj.weight", "ffn_gate.weight"},
+    {"mlp.up_proj.weight", "ffn_up.weight"},
+    {"mlp.down_proj.weight", "ffn_down.weight"},
+    {"layer_scalar", "layer_output_scale.weight"},
+    {"per_layer_input_gate.weight", "inp_gate.weight"},
+    {"per_layer_projection.weight", "proj.weight"},
+    {"post_per_layer_input_norm.weight", "post_norm.weight"},
+};
+
 struct Arch {
   std::string_view name;
   std::span<const Pair> global, layer;
@@ -42,6 +73,7 @@ struct Arch {
 
 constexpr Arch kArchs[] = {
     {"qwen3", kQwen3Global, kQwen3Layer},
+    {"gemma4", kGemma4Global, kGemma4Layer},
 };
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "model/config_fields.h"
+#include "model/gguf_model.h"
 #include "model/quantization_config.h"
 #include "model/weight_binder.h"
 
@@ -189,6 +190,7 @@ QuantizeReport quantize_checkpoint(const std::string& src, const std::string& ds
 }
 
 std::vector<TensorFormat> tensor_formats(const std::string& dir) {
+  if (is_gguf_file(dir)) return gguf_tensor_formats(dir);
   const Checkpoint ck = Checkpoint::open(dir);
   const std::string config_path = dir + "/config.json";
   decoder::QuantizationConfig quantization;
