@@ -230,6 +230,8 @@ File File::parse(std::span<const std::byte> bytes, std::shared_ptr<const void> o
 
   r.need_items(n_tensors, 24, "the tensor infos");
   f.tensors_.reserve(std::size_t(n_tensors));
+  std::vector<std::size_t> sizes;
+  sizes.reserve(std::size_t(n_tensors));
   for (uint64_t i = 0; i < n_tensors; ++i) {
     TensorInfo t;
     t.name = r.string("tensor name " + std::to_string(i));
@@ -261,7 +263,7 @@ File File::parse(std::span<const std::byte> bytes, std::shared_ptr<const void> o
     if (mul_overflows(numel / uint64_t(traits->block_size), uint64_t(traits->block_bytes), nbytes))
       throw Error(src + ": GGUF " + what + " is too large");
     t.offset = std::size_t(offset);
-    t.bytes = {static_cast<const std::byte*>(nullptr), std::size_t(nbytes)};  // placed below
+    sizes.push_back(std::size_t(nbytes));  // t.bytes is placed once the data region is known
     if (f.index_.count(t.name)) throw Error(src + ": GGUF tensor name '" + t.name + "' appears twice");
     f.index_.emplace(t.name, f.tensors_.size());
     f.tensors_.push_back(std::move(t));
@@ -274,8 +276,9 @@ File File::parse(std::span<const std::byte> bytes, std::shared_ptr<const void> o
 
   // Bounds, then overlap in offset order.
   std::vector<const TensorInfo*> by_offset;
-  for (TensorInfo& t : f.tensors_) {
-    const std::size_t n = t.bytes.size();
+  for (std::size_t i = 0; i < f.tensors_.size(); ++i) {
+    TensorInfo& t = f.tensors_[i];
+    const std::size_t n = sizes[i];
     if (t.offset > data_size || n > data_size - t.offset)
       throw Error(src + ": GGUF file is truncated: tensor '" + t.name + "' needs bytes [" +
                   std::to_string(t.offset) + ", " + std::to_string(t.offset + n) + ") of a data region of " +
