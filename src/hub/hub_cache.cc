@@ -104,7 +104,9 @@ void HubCache::link_file(const std::string& repo, const std::string& commit, con
   const fs::path tmp = temporary_beside(pointer);
   std::error_code ec;
   fs::remove(tmp, ec);
-  fs::create_symlink(fs::relative(blob, pointer.parent_path()), tmp);
+  // Both paths lie under root_, so their lexical relation is the link
+  // huggingface_hub writes (../../blobs/<etag>, one more ../ per folder).
+  fs::create_symlink(blob.lexically_relative(pointer.parent_path()), tmp);
   fs::rename(tmp, pointer);
 }
 

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "hub/fake_hub_test_util.h"
 #include "hub/hub_cache.h"
@@ -308,6 +310,45 @@ TEST_F(PullFixture, AFileInAFolderLinksUpToTheBlobs) {
   const PullResult r = pull_repo("acme/tiny");
   const std::string blob = FakeHub::blob_name(model_repo().files[6]);
   EXPECT_EQ(fs::read_symlink(r.snapshot / "original/consolidated.safetensors").string(), "../../../blobs/" + blob);
+}
+
+// The oracle: the cache the real huggingface_hub wrote for the same repo,
+// recorded by tools/hub/record_hf_cache_layout.py (which serves it from a
+// Python fake Hub with this fake's behaviour). rowlm's cache must be the same
+// tree: blob names, relative links, refs and their content.
+nlohmann::json tree_of(const fs::path& folder) {
+  nlohmann::json tree = nlohmann::json::object();
+  for (const auto& e : fs::recursive_directory_iterator(folder)) {
+    const std::string rel = e.path().lexically_relative(folder).string();  // fs::relative would follow links
+    if (e.is_symlink()) {
+      tree[rel] = {{"link", fs::read_symlink(e.path()).string()}};
+    } else if (e.is_regular_file()) {
+      const std::string data = slurp(e.path());
+      nlohmann::json entry = {{"size", data.size()}, {"sha256", sha256_hex(data)}};
+      if (rel.rfind("refs/", 0) == 0) entry["text"] = data;
+      tree[rel] = entry;
+    }
+  }
+  return tree;
+}
+
+TEST_F(PullFixture, HuggingfaceHubLayout) {
+  const fs::path fixture = fs::path(ROWLM_SOURCE_DIR) / "tests/fixtures/hub/huggingface_hub_cache.json";
+  if (!fs::exists(fixture))
+    GTEST_SKIP() << fixture << " is not recorded yet: run tools/hub/record_hf_cache_layout.py where huggingface_hub is";
+  const nlohmann::json hf = nlohmann::json::parse(slurp(fixture));
+  FakeRepo repo;
+  repo.commit = hf["commit"];
+  for (const auto& [rev, commit] : hf["refs"].items()) repo.refs[rev] = commit;
+  for (const auto& f : hf["files"]) repo.files.push_back({f["path"], f["content"], f["lfs"]});
+  const std::string id = hf["repo"];
+  hub.add_repo(id, repo);
+  for (const auto& [rev, commit] : hf["refs"].items()) pull_repo(id + "@" + rev);
+  const fs::path folder = settings.cache_dir / repo_folder_name(id);
+  EXPECT_EQ(tree_of(folder).dump(1), hf["tree"].dump(1)) << "huggingface_hub " << hf["huggingface_hub"];
+  // Where huggingface_hub left lock files, rowlm locks the same files.
+  for (const auto& lock : hf["locks"])
+    EXPECT_TRUE(fs::exists(settings.cache_dir / ".locks" / repo_folder_name(id) / lock.get<std::string>())) << lock;
 }
 
 }  // namespace
