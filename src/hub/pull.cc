@@ -154,14 +154,18 @@ class Puller {
     const FileMetadata m = fetch_metadata(commit, f);
     const fs::path blob = cache_.blob_path(ref_.repo, m.etag);
     std::error_code ec;
+    bool downloaded = false;
     if (!fs::is_regular_file(blob, ec)) {
       fs::create_directories(blob.parent_path());
       FileLock lock(cache_.lock_path(ref_.repo, m.etag));
       if (!fs::is_regular_file(blob, ec)) {  // another process may have finished it meanwhile
         download_verified(f, m, result);
-        ++result.files_downloaded;
+        downloaded = true;
       }
-    } else {
+    }
+    if (downloaded) {
+      ++result.files_downloaded;
+    } else {  // the blob came with another revision, or from another tool
       observer_.cached(f.path);
       ++result.files_cached;
     }
