@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_test_util.h"
+#include "cli/pull_progress.h"
 #include "hub/fake_hub_test_util.h"
 #include "io/temp_dir.h"
 
@@ -130,6 +131,14 @@ TEST_F(HubCli, BadPullArgumentsAreNamed) {
   const auto unknown = run_rowlm("pull acme/nothing", "", env());
   EXPECT_EQ(unknown.status, 1);
   EXPECT_NE(unknown.err.find("acme/nothing"), std::string::npos) << unknown.err;
+}
+
+TEST(PullProgress, HumanBytes) {
+  EXPECT_EQ(cli::human_bytes(0), "0 B");
+  EXPECT_EQ(cli::human_bytes(1023), "1023 B");
+  EXPECT_EQ(cli::human_bytes(1536), "1.5 KiB");
+  EXPECT_EQ(cli::human_bytes(3u << 20), "3.0 MiB");
+  EXPECT_EQ(cli::human_bytes(std::uint64_t(5) << 40), "5.0 TiB");
 }
 
 }  // namespace
