@@ -32,7 +32,7 @@ struct FakeRepo {
   std::string commit;
   std::map<std::string, std::string> refs;  // revision -> commit (main is added)
   std::vector<FakeFile> files;
-  std::string token;  // non-empty: gated, needs "Authorization: Bearer TOKEN"
+  std::string token;  // non-empty: gated, its files need "Authorization: Bearer TOKEN"
 };
 
 struct Hit {
@@ -106,13 +106,22 @@ class FakeHub {
                      req.get_header_value("Authorization")});
   }
 
-  // The repo `id` if the request may see it; otherwise answers 401/404 and returns null.
-  const FakeRepo* visible(const std::string& id, const httplib::Request& req, httplib::Response& res) {
+  // The repo `id` if the request may see it; otherwise answers 401 and
+  // returns null. As on the Hub, a gated repo's listing is public and its
+  // files need the token.
+  const FakeRepo* visible(const std::string& id, const httplib::Request& req, httplib::Response& res,
+                          bool files) {
     auto it = repos_.find(id);
-    if (it == repos_.end() || (!it->second.token.empty() &&
-                               req.get_header_value("Authorization") != "Bearer " + it->second.token)) {
+    if (it == repos_.end()) {
       res.status = 401;
-      res.set_header("X-Error-Message", it == repos_.end() ? "Repository not found" : "Access to this repo is restricted");
+      res.set_header("X-Error-Message", "Repository not found");
+      return nullptr;
+    }
+    if (files && !it->second.token.empty() &&
+        req.get_header_value("Authorization") != "Bearer " + it->second.token) {
+      res.status = 401;
+      res.set_header("X-Error-Code", "GatedRepo");
+      res.set_header("X-Error-Message", "Access to model " + id + " is restricted");
       return nullptr;
     }
     return &it->second;
@@ -122,7 +131,7 @@ class FakeHub {
     api_.Get(R"(/api/models/([^/]+)/([^/]+)/revision/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
       log(req);
       std::lock_guard lock(mu_);
-      const FakeRepo* repo = visible(std::string(req.matches[1]) + "/" + std::string(req.matches[2]), req, res);
+      const FakeRepo* repo = visible(std::string(req.matches[1]) + "/" + std::string(req.matches[2]), req, res, false);
       if (!repo) return;
       const std::string rev = req.matches[3];
       std::string commit;
@@ -148,7 +157,7 @@ class FakeHub {
     api_.Get(R"(/([^/]+)/([^/]+)/resolve/([^/]+)/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
       log(req);
       std::lock_guard lock(mu_);
-      const FakeRepo* repo = visible(std::string(req.matches[1]) + "/" + std::string(req.matches[2]), req, res);
+      const FakeRepo* repo = visible(std::string(req.matches[1]) + "/" + std::string(req.matches[2]), req, res, true);
       if (!repo) return;
       if (req.matches[3] != repo->commit) {
         res.status = 404;

@@ -229,15 +229,21 @@ TEST_F(PullFixture, AGatedRepoNeedsTheToken) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("gated"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("HF_TOKEN"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << e.what();  // the file refused
   }
+  EXPECT_FALSE(fs::exists(repo_dir() / "snapshots"));
   settings.token = "hf_wrong";
   EXPECT_THROW(pull_repo("acme/tiny"), Error);
   settings.token = "hf_secret";
   const PullResult r = pull_repo("acme/tiny");
   EXPECT_EQ(slurp(r.snapshot / "config.json"), repo.files[0].content);
+  bool redirected = false;
   for (const auto& h : hub.hits()) {
-    if (h.host == hub.blob_host()) EXPECT_TRUE(h.auth.empty()) << "the token went to " << h.host;
+    if (h.host != hub.blob_host()) continue;
+    redirected = true;
+    EXPECT_TRUE(h.auth.empty()) << "the token went to " << h.host;
   }
+  EXPECT_TRUE(redirected);
 }
 
 TEST_F(PullFixture, OfflineModeTouchesNoNetwork) {
