@@ -212,8 +212,13 @@ class Puller {
       RequestOptions o{auth_headers(s_, m.location), /*follow_redirects=*/true};
       o.headers.push_back("Accept-Encoding: identity");
       if (have > 0) o.headers.push_back("Range: bytes=" + std::to_string(have) + "-");
-      const auto begin = [&](long status, const std::map<std::string, std::string>&) {
+      const auto begin = [&](long status, const std::map<std::string, std::string>& headers) {
         if (status == 206 && have > 0) {
+          const auto range = headers.find("content-range");
+          const std::string expected = "bytes " + std::to_string(have) + "-";
+          if (range == headers.end() || range->second.rfind(expected, 0) != 0)
+            throw Error("the server answered the request for " + f.path + " from byte " + std::to_string(have) +
+                        " with Content-Range '" + (range == headers.end() ? "" : range->second) + "'");
           out.open(incomplete, std::ios::binary | std::ios::app);
         } else {  // the whole file: start over
           digest = lfs ? Digest(Digest::Kind::Sha256) : git_blob_digest(m.size);
