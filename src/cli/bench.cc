@@ -13,6 +13,7 @@
 
 #include "backend/factory/make_backend.h"
 #include "cli/commands.h"
+#include "cli/model_source.h"
 #include "cli/runtime.h"
 #include "core/error.h"
 #include "model/gemma4.h"
@@ -135,7 +136,7 @@ int concurrency_bench(const Args& args, const std::string& concurrency, const st
   std::unique_ptr<Engine> engine;
   std::string source;
   if (auto dir = args.get_opt("model")) {
-    eo.model_dir = *dir;
+    eo.model_dir = resolve_model(*dir, false).dir;
     engine = Engine::create(eo);
     source = *dir;
   } else {

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/cli_test_util.h"
 #include "core/npy.h"
 
 namespace rowlm {
@@ -23,31 +24,12 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct CommandRun {
-  int status;
-  std::string out, err;
-};
+using cli::testing::CommandRun;
 
 const std::string kSource = ROWLM_SOURCE_DIR;
 
 // Runs `rowlm ARGS` with stdin from `input`, capturing both streams.
-CommandRun rowlm(const std::string& args, const std::string& input = "") {
-  const fs::path dir = fs::temp_directory_path() / ("rowlm_cli_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  std::ofstream(dir / "in") << input;
-  const std::string cmd = std::string(ROWLM_BINARY_DIR) + "/rowlm " + args + " <" + (dir / "in").string() +
-                          " >" + (dir / "out").string() + " 2>" + (dir / "err").string();
-  const int rc = std::system(cmd.c_str());
-  auto slurp = [](const fs::path& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
-  CommandRun r{WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, slurp(dir / "out"), slurp(dir / "err")};
-  fs::remove_all(dir);
-  return r;
-}
+CommandRun rowlm(const std::string& args, const std::string& input = "") { return cli::testing::run_rowlm(args, input); }
 
 json fixture(const std::string& path) {
   std::ifstream in(kSource + "/tests/fixtures/" + path);
