@@ -174,3 +174,32 @@ TEST(Gemma3Weights, BindsUnderTheConditionalPrefixAndNamesWhatIsMissing) {
 
 }  // namespace
 }  // namespace rowlm::gemma3
+
+namespace rowlm::gemma3 {
+namespace {
+
+// Gemma 3 1B's config in the form the Hub publishes it (transformers 4.50).
+TEST(HubConfigs, Gemma3OneBParses) {
+  const Config c = parse_config(R"({"architectures": ["Gemma3ForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "attn_logit_softcapping": null, "bos_token_id": 2, "cache_implementation": "hybrid",
+    "eos_token_id": [1, 106], "final_logit_softcapping": null, "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152, "initializer_range": 0.02,
+    "intermediate_size": 6912, "max_position_embeddings": 32768, "model_type": "gemma3_text",
+    "num_attention_heads": 4, "num_hidden_layers": 26, "num_key_value_heads": 1, "pad_token_id": 0,
+    "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000, "rope_scaling": null,
+    "rope_theta": 1000000, "sliding_window": 512, "sliding_window_pattern": 6, "torch_dtype": "bfloat16",
+    "use_cache": true, "vocab_size": 262144})", "config.json");
+  int full = 0;
+  for (bool s : c.sliding) full += !s;
+  EXPECT_EQ(full, 4);  // layers 5, 11, 17, 23
+  EXPECT_FALSE(c.sliding[5]);
+  EXPECT_EQ(c.sliding_window, 512);
+  EXPECT_EQ(c.num_kv_heads, 1);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int>{1, 106}));
+  EXPECT_EQ(c.rope_full.theta, 1e6);
+  EXPECT_EQ(c.rope_sliding.theta, 1e4);
+  EXPECT_EQ(decoder_config(c, DType::BF16).embed_scale, 34.0f);
+}
+
+}  // namespace
+}  // namespace rowlm::gemma3

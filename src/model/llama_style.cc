@@ -151,11 +151,14 @@ void parse_window(const Fields& f, const Variant& v, Config& c) {
     case WindowRule::EveryLayerOptIn: {
       const bool use = v.window == WindowRule::EveryLayer || f.boolean("use_sliding_window", false);
       if (use && window > 0) c.sliding.assign(std::size_t(L), true);
-      // A layer_types list (as some exports write) may only restate that.
+      // transformers ignores layer_types here (MistralConfig warns of it: a
+      // Ministral-style alternating model); a list that disagrees with the
+      // window would run another model than its authors meant.
       if (has_types && parse_layer_types(f, L) != c.sliding)
         f.fail("layer_types", std::string("contradicts ") +
                                   (window > 0 && use ? "sliding_window: every layer slides"
-                                                     : "sliding_window: no layer slides"));
+                                                     : "sliding_window: no layer slides") +
+                                  " (" + v.model_type + " applies the window to all layers or none)");
       break;
     }
   }

@@ -335,3 +335,47 @@ TEST(Qwen3MoeWeights, AMissingExpertStackIsNamed) {
 
 }  // namespace
 }  // namespace rowlm::llama_style
+
+namespace rowlm::llama_style {
+namespace {
+
+// Configs in the form the Hub publishes them (transformers 4.x serialisations,
+// every field they carry): they parse to the geometry the model cards state.
+TEST(HubConfigs, Llama32AndQwen3MoeParse) {
+  const Config llama = parse_config(R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
+    "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 131072,
+    "mlp_bias": false, "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 16,
+    "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16", "use_cache": true,
+    "vocab_size": 128256})", "config.json");
+  EXPECT_EQ(llama.head_dim, 64);
+  EXPECT_EQ(llama.num_kv_heads, 8);
+  EXPECT_TRUE(llama.tie_word_embeddings);
+  EXPECT_EQ(llama.rope.type, rope::RopeType::Llama3);
+  EXPECT_EQ(llama.rope.factor, 32.0);
+  EXPECT_EQ(llama.bos_token_id, 128000);
+
+  const Config moe = parse_config(R"({"architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645,
+    "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+    "intermediate_size": 6144, "max_position_embeddings": 40960, "max_window_layers": 48, "mlp_only_layers": [],
+    "model_type": "qwen3_moe", "moe_intermediate_size": 768, "norm_topk_prob": true, "num_attention_heads": 32,
+    "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
+    "output_router_logits": false, "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.001, "sliding_window": null, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16", "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})",
+                                    "config.json");
+  EXPECT_EQ(moe.sparse, std::vector<bool>(48, true));
+  EXPECT_EQ(moe.num_experts, 128);
+  EXPECT_EQ(moe.experts_per_token, 8);
+  EXPECT_TRUE(moe.norm_topk_prob);
+  EXPECT_EQ(moe.head_dim, 128);
+  EXPECT_EQ(moe.sliding_window, 0);
+  EXPECT_EQ(moe.rope.theta, 1e6);
+}
+
+}  // namespace
+}  // namespace rowlm::llama_style
