@@ -40,6 +40,7 @@ Run where torch + transformers (>= 5.17) exist, from the repository root:
 (--only llama,gemma3 limits the families.)
 """
 import argparse
+import copy
 import json
 import os
 import platform
@@ -124,7 +125,7 @@ PROMPT, GREEDY = 6, 24
 
 
 def gemma3_conditional():
-    text = dict(GEMMA3_TEXT, tie_word_embeddings=True)
+    text = copy.deepcopy(dict(GEMMA3_TEXT, tie_word_embeddings=True))
     vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
                   image_size=28, patch_size=14)
     return Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4, tie_word_embeddings=True,
@@ -155,7 +156,8 @@ def main():
             if only and family not in only:
                 continue
             gen = torch.Generator().manual_seed(args.seed + case_index)
-            cfg = gemma3_conditional() if fields is None else config_class(**fields)
+            # A deep copy: config classes update their RoPE dicts in place, and cases share them.
+            cfg = gemma3_conditional() if fields is None else config_class(**copy.deepcopy(fields))
             model = model_class._from_config(cfg, attn_implementation="eager").eval()
             randomize(model, gen)
             if dtype == "bf16":
