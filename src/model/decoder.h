@@ -15,7 +15,7 @@
 //   o   = attention(q, K/V of kv_source) · Wo (+ bo), norm(o) if post_attention_norm
 //   h  += o
 //   f   = Dense: mlp(norm(h, ffn_norm)), norm(f) if post_ffn_norm
-//         Experts (Qwen 3 MoE, Mixtral): experts(x), x = norm(h, ffn_norm), routed
+//         Experts (Qwen 3 MoE; Mixtral's form): experts(x), x = norm(h, ffn_norm), routed
 //         on x·W_router
 //         DenseAndExperts (Gemma 4): norm1(mlp(norm(h))) + norm2(experts(norm(h)))
 //         routed on norm(h, router_scale)/√H, then the post-ffn norm

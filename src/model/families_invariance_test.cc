@@ -1,4 +1,4 @@
-// Every family on random weights, for every KV codec: a prompt prefilled in
+// Every new family on random weights, for every KV codec: a prompt prefilled in
 // one step gives bitwise the logits of the same prompt fed one token at a
 // time, and a row's logits are bitwise the same alone (1 thread) and
 // batched with another row at other positions (2 threads). Prompts run
@@ -59,7 +59,7 @@ std::vector<Case> cases() {
   moe["use_sliding_window"] = true;
   moe["sliding_window"] = 5;
   std::vector<Case> out;
-  for (const char* codec : {"f32", "bf16", "q8:32", "q4:32"}) {
+  for (const char* codec : {"f32", "bf16", "f16", "q8:32", "q4:32"}) {
     out.push_back({"llama", codec, llama});
     out.push_back({"mistral", codec, mistral});
     out.push_back({"qwen2", codec, qwen2});

@@ -37,7 +37,7 @@ struct Variant {
   const char* family;
   int vocab, hidden, intermediate, layers, heads;
   std::optional<int> kv_heads;    // absent from config.json (nullopt: one per query head)
-  std::optional<int> head_dim;    // absent or null (nullopt: hidden / heads)
+  std::optional<int> head_dim;    // absent (nullopt: hidden / heads; null always means hidden / heads)
   int max_position;
   std::optional<int> bos, eos;
   bool qk_norm;
@@ -202,15 +202,6 @@ void parse_experts(const Fields& f, Config& c) {
 }
 
 }  // namespace
-
-const std::vector<std::string>& model_types() {
-  static const std::vector<std::string> types = [] {
-    std::vector<std::string> t;
-    for (const Variant& v : kVariants) t.emplace_back(v.model_type);
-    return t;
-  }();
-  return types;
-}
 
 Config parse_config(const std::string& json_text, const std::string& source) {
   json top;

@@ -59,9 +59,6 @@ struct Config {
   std::vector<int> eos_token_ids;
 };
 
-// The model_type strings this module reads.
-const std::vector<std::string>& model_types();
-
 // Parses and validates config.json text; errors name `source` and the field.
 Config parse_config(const std::string& json_text, const std::string& source);
 Config load_config(const std::string& model_dir);
