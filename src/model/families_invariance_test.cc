@@ -48,7 +48,6 @@ std::vector<Case> cases() {
   json gemma3 = base("gemma3_text");
   gemma3["sliding_window"] = 5;
   gemma3["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention"};
-  gemma3["attn_logit_softcapping"] = 20.0;
   gemma3["final_logit_softcapping"] = 15.0;
   json moe = base("qwen3_moe");
   moe["num_experts"] = 5;

@@ -159,7 +159,8 @@ decoder::DecoderConfig decoder_config(const Config& c, DType embed_dtype) {
   d.embed_scale = embed_dtype == DType::BF16  ? round_bf16(scale)
                   : embed_dtype == DType::F16 ? f16_to_f32(f32_to_f16(scale))
                                               : scale;
-  d.final_softcap = float(c.final_logit_softcapping);
+  // Gemma3ForCausalLM caps the logits; Gemma3ForConditionalGeneration does not.
+  d.final_softcap = c.model_type == "gemma3_text" ? float(c.final_logit_softcapping) : 0.0f;
   d.tie_word_embeddings = c.tie_word_embeddings;
   d.ropes = {rope::frequencies(c.rope_full, c.head_dim)};
   if (c.sliding_window > 0) d.ropes.push_back(rope::frequencies(c.rope_sliding, c.head_dim));
@@ -178,7 +179,7 @@ decoder::DecoderConfig decoder_config(const Config& c, DType embed_dtype) {
     a.o_bias = c.attention_bias;
     // scaling = query_pre_attn_scalar ** -0.5, in Python double, applied in f32.
     a.scale = float(std::pow(c.query_pre_attn_scalar, -0.5));
-    a.softcap = float(c.attn_logit_softcapping);
+    a.softcap = 0.0f;  // transformers' Gemma3Attention ignores attn_logit_softcapping
     dl.ffn.kind = decoder::FfnKind::Dense;
     dl.ffn.activation = Activation::GeluTanh;
     dl.ffn.intermediate = c.intermediate_size;
@@ -237,8 +238,7 @@ std::string summary(const Config& c) {
     << c.head_dim << ", MLP " << c.intermediate_size << ", vocab " << c.vocab_size << ", full-layer RoPE "
     << rope::describe(c.rope_full) << ", query_pre_attn_scalar " << c.query_pre_attn_scalar
     << (c.tie_word_embeddings ? ", tied head" : ", untied head");
-  if (c.attn_logit_softcapping > 0) s << ", attention softcap " << c.attn_logit_softcapping;
-  if (c.final_logit_softcapping > 0) s << ", final softcap " << c.final_logit_softcapping;
+  if (c.model_type == "gemma3_text" && c.final_logit_softcapping > 0) s << ", final softcap " << c.final_logit_softcapping;
   return s.str();
 }
 

@@ -3,11 +3,16 @@
 // text decoder of Gemma3ForConditionalGeneration, "gemma3" with
 // text_config) on the shared decoder: (1 + w) RMS norms, pre and post norms
 // around attention and the MLP, q/k norms per head, scores scaled by
-// query_pre_attn_scalar^-½ (optionally soft-capped), interleaved sliding and
-// full layers with their own RoPE (the full layers' may be scaled), the
-// embedding scaled by √H in the weights' dtype, a gelu-tanh gated MLP, an
-// optional final softcap. Checked against transformers 5.17's modeling_gemma3
-// (tools/oracle/make_llama_style_fixtures.py; docs/design/families.md).
+// query_pre_attn_scalar^-½, interleaved sliding and full layers with their
+// own RoPE (the full layers' may be scaled), the embedding scaled by √H in
+// the weights' dtype, a gelu-tanh gated MLP, the final softcap of
+// Gemma3ForCausalLM. Checked against transformers 5.17's modeling_gemma3
+// (tools/oracle/make_family_fixtures.py; docs/design/families.md).
+//
+// As transformers does: attn_logit_softcapping is read but never applied
+// (Gemma3Attention does not pass it to the attention), and the conditional
+// model (gemma3) applies no final softcap (Gemma3ForConditionalGeneration's
+// forward has none); released configs set neither.
 
 #include <memory>
 #include <string>
@@ -30,8 +35,8 @@ struct Config {
   int head_dim = 0;
   double rms_norm_eps = 1e-6;
   double query_pre_attn_scalar = 256;
-  double attn_logit_softcapping = 0;   // 0: off
-  double final_logit_softcapping = 0;  // 0: off
+  double attn_logit_softcapping = 0;   // as config.json says (not applied; see above)
+  double final_logit_softcapping = 0;  // as config.json says; 0: off (applied for gemma3_text only)
   rope::RopeSpec rope_full, rope_sliding;
   bool tie_word_embeddings = true;
   bool attention_bias = false;

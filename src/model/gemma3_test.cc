@@ -107,9 +107,17 @@ TEST(Gemma3Config, TextConfigOfTheConditionalModel) {
   EXPECT_EQ(c.num_layers, 7);
   EXPECT_EQ(c.eos_token_ids, (std::vector<int>{1, 46}));  // the outer config's
   EXPECT_FALSE(c.tie_word_embeddings);
+  // As transformers: Gemma3ForConditionalGeneration applies no final softcap,
+  // and no Gemma 3 applies attn_logit_softcapping.
   const decoder::DecoderConfig d = decoder_config(c);
-  EXPECT_EQ(d.final_softcap, 30.0f);
-  EXPECT_EQ(d.layers[0].attention.softcap, 50.0f);
+  EXPECT_EQ(c.final_logit_softcapping, 30.0);
+  EXPECT_EQ(d.final_softcap, 0.0f);
+  EXPECT_EQ(d.layers[0].attention.softcap, 0.0f);
+  json causal = outer["text_config"];
+  causal["model_type"] = "gemma3_text";
+  const decoder::DecoderConfig dc = decoder_config(parse(causal));
+  EXPECT_EQ(dc.final_softcap, 30.0f);  // Gemma3ForCausalLM caps
+  EXPECT_EQ(dc.layers[0].attention.softcap, 0.0f);
   outer["text_config"]["model_type"] = "gemma2";
   EXPECT_NE(error_of(outer).find("text_config.model_type"), std::string::npos);
   EXPECT_NE(error_of({{"model_type", "gemma3"}}).find("text_config"), std::string::npos);

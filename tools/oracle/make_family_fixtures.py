@@ -21,9 +21,11 @@ Cases (H 64, vocab 128; sequences of 20 and 13 tokens, longer than three windows
   mistral/no_window       sliding_window null, untied head
   gemma3/text             gemma3_text: layer_types sliding/full, window 5, full layers' RoPE linear x8
                           at θ 1e6 and sliding θ 1e4, query_pre_attn_scalar 20 (head_dim 16),
-                          attention softcap 50, final softcap 30, untied head
+                          final softcap 30, untied head; attn_logit_softcapping 50, which
+                          transformers' Gemma3Attention does not apply (rowlm neither)
   gemma3/conditional      gemma3 (Gemma3ForConditionalGeneration with a tiny SigLIP tower):
-                          the text decoder under text_config, tied head, default softcaps (none)
+                          the text decoder under text_config, tied head; final_logit_softcapping
+                          30 in text_config, which the conditional model does not apply
   gemma3/bf16             the text geometry in bf16 (√64 = 8 is exact in bf16, so transformers'
                           embedding scale in the weights' dtype equals the f32 one here)
   qwen3_moe/norm_topk     6 experts, top 2, norm_topk_prob, mlp_only_layers [2] (a dense layer),
@@ -125,7 +127,7 @@ PROMPT, GREEDY = 6, 24
 
 
 def gemma3_conditional():
-    text = copy.deepcopy(dict(GEMMA3_TEXT, tie_word_embeddings=True))
+    text = copy.deepcopy(dict(GEMMA3_TEXT, tie_word_embeddings=True, final_logit_softcapping=30.0))
     vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
                   image_size=28, patch_size=14)
     return Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4, tie_word_embeddings=True,
