@@ -12,6 +12,7 @@
 #include <random>
 
 #include "engine/engine_test_util.h"
+#include "model/awaiting_fixtures.h"
 
 namespace rowlm {
 namespace {
@@ -21,22 +22,18 @@ using test::run_schedule;
 using test::solo;
 using test::Spec;
 
-struct FamilyModel {
-  const char* fixture;  // under tests/fixtures
-  bool awaiting;        // made by tools/oracle/make_family_fixtures.py, not committed yet: skipped while absent
-};
+// One fixture per family, under tests/fixtures (awaiting_fixtures.h: skipped
+// while a listed one is not committed yet).
+const char* const kModels[] = {"qwen3/gqa_tied", "llama/llama3_tied", "mistral/window",
+                               "qwen2/sliding_gqa", "gemma3/text", "qwen3_moe/step2_window"};
 
-const FamilyModel kModels[] = {
-    {"qwen3/gqa_tied", false},        {"llama/llama3_tied", true},   {"mistral/window", true},
-    {"qwen2/sliding_gqa", true},      {"gemma3/text", true},         {"qwen3_moe/step2_window", true},
-};
-
-class FamilyEngine : public ::testing::TestWithParam<FamilyModel> {
+class FamilyEngine : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    dir_ = std::string(ROWLM_SOURCE_DIR) + "/tests/fixtures/" + GetParam().fixture;
+    dir_ = std::string(ROWLM_SOURCE_DIR) + "/tests/fixtures/" + GetParam();
     if (std::filesystem::exists(dir_ + "/config.json")) return;
-    if (GetParam().awaiting) GTEST_SKIP() << dir_ << " is not generated yet (tools/oracle/make_family_fixtures.py)";
+    if (test::awaiting_fixture(GetParam()))
+      GTEST_SKIP() << dir_ << " is not generated yet (tools/oracle/make_family_fixtures.py)";
     FAIL() << dir_ << " is missing";
   }
   EngineOptions options(const std::string& codec) const {
@@ -81,7 +78,7 @@ TEST_P(FamilyEngine, RequestOutputIndependentOfSchedule) {
     opt.prefix_cache = true;
     const auto batched = run_schedule(opt, specs);
     for (std::size_t i = 0; i < specs.size(); ++i)
-      expect_same(batched[i], alone[i], std::string(GetParam().fixture) + " " + codec + " request " + std::to_string(i));
+      expect_same(batched[i], alone[i], std::string(GetParam()) + " " + codec + " request " + std::to_string(i));
   }
 }
 
@@ -97,14 +94,14 @@ TEST_P(FamilyEngine, NgramSpeculationEmitsPlainDecoding) {
   const auto got = run_schedule(opt, specs);
   int64_t proposed = 0;
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    expect_same(got[i], plain[i], std::string(GetParam().fixture) + " request " + std::to_string(i));
+    expect_same(got[i], plain[i], std::string(GetParam()) + " request " + std::to_string(i));
     proposed += got[i].draft_proposed;
   }
   EXPECT_GT(proposed, 0) << "no draft was proposed";
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyEngine, ::testing::ValuesIn(kModels), [](const auto& info) {
-  std::string n = info.param.fixture;
+  std::string n = info.param;
   std::replace(n.begin(), n.end(), '/', '_');
   return n;
 });

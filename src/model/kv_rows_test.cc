@@ -15,6 +15,7 @@
 
 #include "backend/factory/make_backend.h"
 #include "kv/kv_cache.h"
+#include "model/awaiting_fixtures.h"
 #include "model/model.h"
 
 namespace rowlm {
@@ -25,18 +26,14 @@ struct ModelCodec {
   std::string codec;
 };
 
-// Models whose fixtures are not committed yet (transformers_reference_test.cc's
-// kAwaitingCases): skipped while absent; move them to the main list once committed.
-const std::vector<std::string> kAwaitingModels = {
-    "tests/fixtures/llama/llama3_tied", "tests/fixtures/mistral/window", "tests/fixtures/qwen2/sliding_gqa",
-    "tests/fixtures/gemma3/text", "tests/fixtures/qwen3_moe/step2_window"};
-
 class KvRowsModel : public ::testing::TestWithParam<ModelCodec> {
  protected:
   void SetUp() override {
     const std::string dir = std::string(ROWLM_SOURCE_DIR) + "/" + GetParam().model;
     if (std::filesystem::exists(dir + "/config.json")) return;
-    if (std::find(kAwaitingModels.begin(), kAwaitingModels.end(), GetParam().model) != kAwaitingModels.end())
+    const std::string prefix = "tests/fixtures/";
+    const std::string& model = GetParam().model;
+    if (model.starts_with(prefix) && test::awaiting_fixture(model.substr(prefix.size())))
       GTEST_SKIP() << dir << " is not generated yet (tools/oracle/make_family_fixtures.py)";
     FAIL() << dir << " is missing";
   }

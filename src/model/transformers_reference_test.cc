@@ -15,6 +15,7 @@
 #include "backend/factory/make_backend.h"
 #include "core/npy.h"
 #include "kv/kv_cache.h"
+#include "model/awaiting_fixtures.h"
 #include "model/model.h"
 
 namespace rowlm {
@@ -25,14 +26,12 @@ const char* kCases[] = {"gemma4/e_series",  "gemma4/e2b_like_mqa", "gemma4/dense
                         "gemma4/everything", "gemma4/bf16",        "qwen3/gqa_tied",     "qwen3/mqa_untied",
                         "qwen3/sliding_bias", "qwen3/bf16",        "qwen3/chat"};
 
-// Cases whose fixtures tools/oracle/make_family_fixtures.py writes on the
-// accelerator machine and that are not committed yet: they report
-// themselves skipped while their directory is absent. Once the fixtures are
-// committed, move them to kCases, where a missing fixture fails.
-const char* kAwaitingCases[] = {"llama/llama3_tied",    "llama/linear_untied_bias", "llama/bf16",
-                                "qwen2/sliding_gqa",    "qwen2/mqa_tied",           "mistral/window",
-                                "mistral/no_window",    "gemma3/text",              "gemma3/conditional",
-                                "gemma3/bf16",          "qwen3_moe/norm_topk",      "qwen3_moe/step2_window"};
+// The new families' cases (awaiting_fixtures.h: skipped until their
+// fixtures are committed; then they move to kCases).
+const char* kNewFamilyCases[] = {"llama/llama3_tied",    "llama/linear_untied_bias", "llama/bf16",
+                                 "qwen2/sliding_gqa",    "qwen2/mqa_tied",           "mistral/window",
+                                 "mistral/no_window",    "gemma3/text",              "gemma3/conditional",
+                                 "gemma3/bf16",          "qwen3_moe/norm_topk",      "qwen3_moe/step2_window"};
 
 std::string fixture_dir(const std::string& name) { return std::string(ROWLM_SOURCE_DIR) + "/tests/fixtures/" + name; }
 
@@ -40,9 +39,6 @@ bool fixture_present(const std::string& name) {
   return std::filesystem::exists(fixture_dir(name) + "/reference.json");
 }
 
-bool awaiting_fixture(const std::string& name) {
-  return std::find(std::begin(kAwaitingCases), std::end(kAwaitingCases), name) != std::end(kAwaitingCases);
-}
 
 nlohmann::json reference(const std::string& name) {
   std::ifstream in(fixture_dir(name) + "/reference.json");
@@ -106,7 +102,7 @@ class TransformersReference : public ::testing::TestWithParam<const char*> {
     const std::string why = "fixture " + fixture_dir(name) +
                             " is missing (made by tools/oracle/make_family_fixtures.py or make_<family>_fixtures.py "
                             "with transformers on the accelerator machine)";
-    if (awaiting_fixture(name)) GTEST_SKIP() << why;
+    if (test::awaiting_fixture(name)) GTEST_SKIP() << why;
     FAIL() << why;
   }
 };
@@ -204,7 +200,7 @@ std::string case_name(const ::testing::TestParamInfo<const char*>& param_info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TransformersReference, ::testing::ValuesIn(kCases), case_name);
-INSTANTIATE_TEST_SUITE_P(AwaitingFixtures, TransformersReference, ::testing::ValuesIn(kAwaitingCases), case_name);
+INSTANTIATE_TEST_SUITE_P(NewFamilies, TransformersReference, ::testing::ValuesIn(kNewFamilyCases), case_name);
 
 // bf16 KV storage stays close to the f32 reference: K and V carry a relative
 // rounding error of at most 2^-9, which moves these logits (|logit| up to ~10)
