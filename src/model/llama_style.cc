@@ -340,15 +340,12 @@ void bind_experts(Source& b, const std::string& p, const Config& c, decoder::Lay
   const int64_t E = c.num_experts, I = c.moe_intermediate_size, H = c.hidden_size;
   const std::string& pre = b.prefix();
   ExpertBank& bank = lw.experts;
-  bank.gate.resize(std::size_t(E));
-  bank.up.resize(std::size_t(E));
-  bank.down.resize(std::size_t(E));
   if (b.has(p + "experts.0.gate_proj.weight")) {
     for (int64_t e = 0; e < E; ++e) {
       const std::string x = p + "experts." + std::to_string(e) + ".";
-      bank.gate[std::size_t(e)] = b.matrix(x + "gate_proj.weight", {I, H});
-      bank.up[std::size_t(e)] = b.matrix(x + "up_proj.weight", {I, H});
-      bank.down[std::size_t(e)] = b.matrix(x + "down_proj.weight", {H, I});
+      bank.gate.push_back(b.matrix(x + "gate_proj.weight", {I, H}));
+      bank.up.push_back(b.matrix(x + "up_proj.weight", {I, H}));
+      bank.down.push_back(b.matrix(x + "down_proj.weight", {H, I}));
     }
     return;
   }
@@ -356,11 +353,7 @@ void bind_experts(Source& b, const std::string& p, const Config& c, decoder::Lay
     const Weight gate = Weight::dense(b.tensor(p + "switch_mlp.gate_proj.weight", {E, I, H}).reshaped({E * I, H}));
     const Weight up = Weight::dense(b.tensor(p + "switch_mlp.up_proj.weight", {E, I, H}).reshaped({E * I, H}));
     const Weight down = Weight::dense(b.tensor(p + "switch_mlp.down_proj.weight", {E, H, I}).reshaped({E * H, I}));
-    for (int64_t e = 0; e < E; ++e) {
-      bank.gate[std::size_t(e)] = gate.row_range(e * I, (e + 1) * I);
-      bank.up[std::size_t(e)] = up.row_range(e * I, (e + 1) * I);
-      bank.down[std::size_t(e)] = down.row_range(e * H, (e + 1) * H);
-    }
+    bank = decoder::experts_from_stacks(gate, up, down, E);
     return;
   }
   // The per-expert name is listed so that a checkpoint with no layout gets
@@ -368,13 +361,8 @@ void bind_experts(Source& b, const std::string& p, const Config& c, decoder::Lay
   const Weight gate_up = Weight::dense(
       b.first_of({pre + p + "experts.gate_up_proj", pre + p + "experts.0.gate_proj.weight"}, {E, 2 * I, H})
           .reshaped({E * 2 * I, H}));
-  const Weight down =
-      Weight::dense(b.first_of({pre + p + "experts.down_proj"}, {E, H, I}).reshaped({E * H, I}));
-  for (int64_t e = 0; e < E; ++e) {
-    bank.gate[std::size_t(e)] = gate_up.row_range(2 * e * I, 2 * e * I + I);
-    bank.up[std::size_t(e)] = gate_up.row_range(2 * e * I + I, 2 * (e + 1) * I);
-    bank.down[std::size_t(e)] = down.row_range(e * H, (e + 1) * H);
-  }
+  const Weight down = Weight::dense(b.first_of({pre + p + "experts.down_proj"}, {E, H, I}).reshaped({E * H, I}));
+  bank = decoder::experts_from_gate_up_stack(gate_up, down, E);
 }
 
 template <class Source>
