@@ -70,6 +70,14 @@ class SyntheticSource {
   std::string prefix_;
 };
 
+// An expert bank from stacked expert tensors, each viewed as a matrix of E
+// equal row blocks: gate and up [E·I, H] and down [E·H, I] (MLX's
+// switch_glu / switch_mlp), or one gate_up [E·2I, H] whose block e is
+// expert e's gate rows then its up rows (transformers' Mixtral-style
+// experts). The experts are row views of the stacks.
+ExpertBank experts_from_stacks(const Weight& gate, const Weight& up, const Weight& down, int64_t experts);
+ExpertBank experts_from_gate_up_stack(const Weight& gate_up, const Weight& down, int64_t experts);
+
 // Throws if the checkpoint holds tensors of layers at or past `num_layers`
 // under `prefix` (a checkpoint made for another config: binding would
 // silently ignore them).
