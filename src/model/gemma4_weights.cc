@@ -135,10 +135,11 @@ DecoderWeights load_weights(const std::string& model_dir, const Config& c) {
   return w;
 }
 
-DecoderWeights make_synthetic_weights(const Config& c, uint64_t seed, float stddev) {
+DecoderWeights make_synthetic_weights(const Config& c, uint64_t seed, float stddev,
+                                      std::optional<quant::AffineSpec> quantize) {
   ROWLM_CHECK(int(c.layers.size()) == c.num_layers, "config is not resolved (use parse_config)");
   DecoderWeights w;
-  decoder::SyntheticSource source(seed, stddev, w);
+  decoder::SyntheticSource source(seed, stddev, w, quantize);
   bind_all(source, c, w);
   return w;
 }
