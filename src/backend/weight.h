@@ -19,9 +19,22 @@ namespace rowlm {
 enum class WeightFormat : uint8_t {
   // values: [rows, cols] f32, bf16 or f16.
   Dense,
-  // MLX affine quantization along cols (quant/affine.h): values holds the
-  // codes as uint32 words [rows, cols·bits/32] (little end first), scales
-  // and biases [rows, cols/group_size] in bf16 or f16; w = scale·q + bias.
+  // MLX affine quantization along cols (quant/affine.h): w[r, c] =
+  // scale[r, c/g]·q[r, c] + bias[r, c/g] in f32 (two roundings), g the
+  // group size (16, 32, 64 or 128; cols a multiple of it).
+  //  - values: the codes, u32 [rows, cols·bits/32], bits 2, 3, 4, 5, 6 or 8
+  //    (cols·bits a multiple of 32). Each row is one little-endian bit
+  //    stream: code c in bits [c·bits, (c+1)·bits), bit b of the stream
+  //    being bit b % 32 of word b / 32. So for 2, 4 and 8 bits code j of a
+  //    word sits in bits [j·bits, (j+1)·bits); 3- and 6-bit codes come in
+  //    MLX's packs of 3 bytes (8 resp. 4 codes) and 5-bit codes in packs of
+  //    5 bytes (8 codes), a code crossing a byte (and word) boundary
+  //    continuing in the next byte's low bits, e.g. for 3 bits byte 0 holds
+  //    q0 | q1 << 3 | (q2 & 3) << 6 and byte 1 q2 >> 2 | q3 << 1 | ...
+  //  - scales, biases: [rows, cols/g], both f32, both bf16 or both f16.
+  // The CPU backend runs every combination (bits 4 and 8 on fast paths);
+  // a matmul with an affine weight equals, bitwise, the dense f32 matmul of
+  // the dequantized matrix, with f32 activations under either precision.
   Affine,
 };
 
@@ -38,6 +51,8 @@ struct Weight {
   bool empty() const { return values.empty() && rows * cols == 0; }
   Shape shape() const { return {rows, cols}; }
   Device device() const { return values.device(); }
+  // Bytes held: the values, and for an affine weight its scales and biases.
+  std::size_t nbytes() const { return values.nbytes() + scales.nbytes() + biases.nbytes(); }
   // "bf16 [256, 64]", "affine q4/64 [256, 64]".
   std::string describe() const;
   // Rows [begin, end) as a view (an expert of a stacked bank, a slice of a

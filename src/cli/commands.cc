@@ -16,6 +16,7 @@ const std::vector<Command>& commands() {
       {"perplexity", "measure a model's perplexity on a text file", run_perplexity},
       {"score", "write the logits of every position of a token sequence (.npy)", run_score},
       {"inspect", "show a model's architecture, size and KV cost per token", run_inspect},
+      {"quantize", "write an mlx-community (MLX affine) quantized copy of a model directory", run_quantize},
       {"bench", "measure forward speed against this machine's bandwidth and FMA peak", run_bench},
       {"tokenize", "print the token ids of a text", &tokenize_command},
       {"detokenize", "print the text of token ids", &detokenize_command},

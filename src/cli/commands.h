@@ -18,6 +18,7 @@ struct Command {
 int run_generate(const std::vector<std::string>& args);
 int run_score(const std::vector<std::string>& args);
 int run_inspect(const std::vector<std::string>& args);
+int run_quantize(const std::vector<std::string>& args);
 int run_bench(const std::vector<std::string>& args);
 int run_chat(const std::vector<std::string>& args);
 int run_batch(const std::vector<std::string>& args);

@@ -11,6 +11,7 @@
 #include "cli/runtime.h"
 #include "core/error.h"
 #include "kvcodec/codec.h"
+#include "model/mlx_checkpoint.h"
 
 namespace rowlm::cli {
 
@@ -55,6 +56,12 @@ int run_inspect(const std::vector<std::string>& argv) {
                  {"full_layers", n_full}, {"all_layers", total}};
   }
   j["kv_bytes_per_token"] = kv;
+  // Each stored tensor: its format (dtype, or qBITS/GROUP with the scales'
+  // dtype for an MLX-quantized matrix) and its bytes as stored.
+  const std::vector<TensorFormat> tensors = tensor_formats(args.get("MODEL_DIR"));
+  j["tensors"] = nlohmann::json::array();
+  for (const TensorFormat& t : tensors)
+    j["tensors"].push_back({{"name", t.name}, {"format", t.format}, {"shape", t.shape}, {"bytes", t.bytes}});
   if (args.flag_set("json")) {
     std::cout << j.dump(1) << "\n";
     return 0;
@@ -74,6 +81,17 @@ int run_inspect(const std::vector<std::string>& argv) {
     std::printf("  %-6s %14zu %14zu %14zu\n", codec, std::size_t(kv[codec]["per_sliding_layer"]),
                 std::size_t(kv[codec]["per_full_layer"]), std::size_t(kv[codec]["all_layers"]));
   }
+  std::map<std::string, std::pair<int, std::size_t>> by_format;
+  for (const TensorFormat& t : tensors) {
+    by_format[t.format].first += 1;
+    by_format[t.format].second += t.bytes;
+  }
+  std::printf("\nstored tensors by format\n");
+  for (const auto& [format, n] : by_format)
+    std::printf("  %-24s %6d tensors %14zu bytes\n", format.c_str(), n.first, n.second);
+  std::printf("\ntensors\n");
+  for (const TensorFormat& t : tensors)
+    std::printf("  %-64s %-24s %-18s %12zu\n", t.name.c_str(), t.format.c_str(), shape_str(t.shape).c_str(), t.bytes);
   return 0;
 }
 

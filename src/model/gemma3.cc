@@ -53,6 +53,7 @@ Config parse_config(const std::string& json_text, const std::string& source) {
   if (!top.is_object()) throw Error(source + ": not a JSON object");
   const Fields outer(top, "", source);
   Config c;
+  c.quantization = decoder::QuantizationConfig::parse(top, source);
   c.model_type = outer.string("model_type", "");
   const json* text = &top;
   std::string prefix;
@@ -201,7 +202,7 @@ void bind_all(Source& b, const Config& c, decoder::DecoderWeights& w) {
   // Gemma3ForConditionalGeneration's head is top-level lm_head (transformers
   // 5) or language_model.lm_head (4.x), Gemma3ForCausalLM's lm_head.
   if (!c.tie_word_embeddings)
-    w.lm_head = Weight::dense(b.first_of({"lm_head.weight", "language_model.lm_head.weight"}, {V, H}));
+    w.lm_head = b.first_matrix_of({"lm_head.weight", "language_model.lm_head.weight"}, {V, H});
   w.layers.resize(std::size_t(c.num_layers));
   for (int l = 0; l < c.num_layers; ++l) {
     decoder::LayerWeights& lw = w.layers[std::size_t(l)];
@@ -250,7 +251,7 @@ decoder::DecoderWeights load_weights(const std::string& model_dir, const Config&
   decoder::check_layer_count(ck, prefix, c.num_layers);
   decoder::DecoderWeights w;
   w.storage = ck.storage();
-  decoder::CheckpointSource b(ck, prefix, w);
+  decoder::CheckpointSource b(ck, prefix, w, c.quantization);
   bind_all(b, c, w);
   return w;
 }

@@ -19,12 +19,15 @@
 #include <vector>
 
 #include "model/decoder.h"
+#include "model/quantization_config.h"
 #include "model/model.h"
 #include "model/rope_config.h"
 
 namespace rowlm::gemma3 {
 
 struct Config {
+  // config.json's MLX quantization entry (none for a plain checkpoint).
+  decoder::QuantizationConfig quantization;
   std::string model_type;
   int vocab_size = 0;
   int hidden_size = 0;

@@ -148,6 +148,7 @@ Config parse_config(const std::string& json_text, const std::string& source) {
   const Fields outer(top, "", source);
 
   Config c;
+  c.quantization = decoder::QuantizationConfig::parse(top, source);
   if (!outer.has("model_type")) outer.fail("model_type", "is required");
   c.model_type = outer.string("model_type", "");
   const bool unified = c.model_type == "gemma4_unified";

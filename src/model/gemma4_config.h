@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "model/quantization_config.h"
+
 namespace rowlm::gemma4 {
 
 enum class LayerType { Sliding, Full };
@@ -36,6 +38,8 @@ struct LayerConfig {
 };
 
 struct Config {
+  // config.json's MLX quantization entry (none for a plain checkpoint).
+  decoder::QuantizationConfig quantization;
   std::string model_type;   // as found at the top level of config.json
   int vocab_size = 0;
   int hidden_size = 0;

@@ -33,21 +33,18 @@ void bind_experts(Source& b, const std::string& p, const Config& c, LayerWeights
   const bool mlx = b.has(p + "experts.switch_glu.gate_proj.weight");
   Weight gate, up, gate_up;
   if (mlx) {  // MLX: split gate and up stacks
-    gate = Weight::dense(b.tensor(p + "experts.switch_glu.gate_proj.weight", {E, Ie, H}).reshaped({E * Ie, H}));
-    up = Weight::dense(b.tensor(p + "experts.switch_glu.up_proj.weight", {E, Ie, H}).reshaped({E * Ie, H}));
+    gate = b.matrix(p + "experts.switch_glu.gate_proj.weight", {E, Ie, H});
+    up = b.matrix(p + "experts.switch_glu.up_proj.weight", {E, Ie, H});
   } else {  // transformers: one [E, 2·I_e, H] stack, gate rows first
-    gate_up = Weight::dense(
-        // The MLX name is never bound here (its branch is above); it is listed so
-        // that a checkpoint with neither layout gets an error naming both.
-        b.first_of({pre + p + "experts.gate_up_proj", pre + p + "experts.gate_up_proj.weight",
-                    pre + p + "experts.switch_glu.gate_proj.weight"},
-                   {E, 2 * Ie, H})
-            .reshaped({E * 2 * Ie, H}));
+    // The MLX name is never bound here (its branch is above); it is listed so
+    // that a checkpoint with neither layout gets an error naming both.
+    gate_up = b.first_matrix_of({pre + p + "experts.gate_up_proj", pre + p + "experts.gate_up_proj.weight",
+                                 pre + p + "experts.switch_glu.gate_proj.weight"},
+                                {E, 2 * Ie, H});
   }
-  const Weight down = Weight::dense(b.first_of({pre + p + "experts.down_proj", pre + p + "experts.down_proj.weight",
-                                                pre + p + "experts.switch_glu.down_proj.weight"},
-                                               {E, H, Ie})
-                                        .reshaped({E * H, Ie}));
+  const Weight down = b.first_matrix_of({pre + p + "experts.down_proj", pre + p + "experts.down_proj.weight",
+                                         pre + p + "experts.switch_glu.down_proj.weight"},
+                                        {E, H, Ie});
   lw.experts = mlx ? decoder::experts_from_stacks(gate, up, down, E) : decoder::experts_from_gate_up_stack(gate_up, down, E);
 }
 
@@ -64,7 +61,7 @@ void bind_all(Source& b, const Config& c, DecoderWeights& w) {
   w.final_norm = b.vector("norm.weight", H);
   if (!c.tie_word_embeddings) {
     const std::string mlx_head = prefix == "language_model.model." ? "language_model.lm_head.weight" : "lm_head.weight";
-    w.lm_head = Weight::dense(b.first_of({mlx_head, prefix + "lm_head.weight"}, {V, H}));
+    w.lm_head = b.first_matrix_of({mlx_head, prefix + "lm_head.weight"}, {V, H});
   }
   if (P > 0) {
     w.per_layer_embed = b.matrix("embed_tokens_per_layer.weight", {c.vocab_size_per_layer_input, L * P});
@@ -123,15 +120,16 @@ DecoderWeights load_weights(const std::string& model_dir, const Config& c) {
   check_checkpoint_matches_config(ck, prefix, c);
   DecoderWeights w;
   w.storage = ck.storage();
-  decoder::CheckpointSource b(ck, prefix, w);
+  decoder::CheckpointSource b(ck, prefix, w, c.quantization);
   bind_all(b, c, w);
   return w;
 }
 
-DecoderWeights make_synthetic_weights(const Config& c, uint64_t seed, float stddev) {
+DecoderWeights make_synthetic_weights(const Config& c, uint64_t seed, float stddev,
+                                      std::optional<quant::AffineSpec> quantize) {
   ROWLM_CHECK(int(c.layers.size()) == c.num_layers, "config is not resolved (use parse_config)");
   DecoderWeights w;
-  decoder::SyntheticSource source(seed, stddev, w);
+  decoder::SyntheticSource source(seed, stddev, w, quantize);
   bind_all(source, c, w);
   return w;
 }

@@ -5,6 +5,7 @@
 // norm weights and scalars are converted to owned f32. Tensors a layer lacks
 // stay empty. Design note: docs/design/families.md (Gemma 4, checkpoint layouts).
 
+#include <optional>
 #include <string>
 
 #include "model/decoder.h"
@@ -21,7 +22,9 @@ namespace rowlm::gemma4 {
 decoder::DecoderWeights load_weights(const std::string& model_dir, const Config& config);
 
 // Random weights with the shapes `config` implies (bf16 matrices ~ N(0, stddev),
-// norm weights near 1, layer scalars 1), for benchmarks and tests.
-decoder::DecoderWeights make_synthetic_weights(const Config& config, uint64_t seed, float stddev = 0.02f);
+// norm weights near 1, layer scalars 1), for benchmarks and tests; with
+// `quantize`, the matrices quantized with that spec (bf16 scales and biases).
+decoder::DecoderWeights make_synthetic_weights(const Config& config, uint64_t seed, float stddev = 0.02f,
+                                               std::optional<quant::AffineSpec> quantize = std::nullopt);
 
 }  // namespace rowlm::gemma4

@@ -379,13 +379,51 @@ TEST(Gemma4Weights, BadCheckpointsGiveErrorsNamingTensorAndFile) {
        {"'model.norm.weight'", "dtype i32", "expected f32, bf16 or f16"}},
       {"layer_scalar shape", [](Fixture& f) { f.tensors["model.layers.0.layer_scalar"] = Tensor(DType::F32, {2}); },
        {"'model.layers.0.layer_scalar'", "[2]"}},
-      {"MLX-quantized",
+      // MLX-quantized matrices (a .scales tensor beside .weight) whose
+      // tensors do not make an affine weight.
+      {"MLX-quantized without biases",
        [](Fixture& f) {
-         f.tensors["model.layers.0.mlp.gate_proj.weight"] = Tensor(DType::U32, {192, 8});
-         f.tensors["model.layers.0.mlp.gate_proj.scales"] = Tensor(DType::BF16, {192, 1});
-         f.tensors["model.layers.0.mlp.gate_proj.biases"] = Tensor(DType::BF16, {192, 1});
+         f.tensors["model.layers.0.mlp.gate_proj.weight"] = Tensor(DType::U32, {96, 8});
+         f.tensors["model.layers.0.mlp.gate_proj.scales"] = Tensor(DType::BF16, {96, 1});
        },
-       {"'model.layers.0.mlp.gate_proj.weight'", "quantized", "not supported yet"}},
+       {"'model.layers.0.mlp.gate_proj.scales'", "no 'model.layers.0.mlp.gate_proj.biases'"}},
+      {"MLX-quantized codes not u32",
+       [](Fixture& f) {
+         f.tensors["model.layers.0.mlp.gate_proj.scales"] = Tensor(DType::BF16, {96, 1});
+         f.tensors["model.layers.0.mlp.gate_proj.biases"] = Tensor(DType::BF16, {96, 1});
+       },
+       {"'model.layers.0.mlp.gate_proj.weight'", "dtype f32", "expected u32 codes"}},
+      {"MLX-quantized codes of 3.5 bits",
+       [](Fixture& f) {
+         f.tensors["model.layers.0.mlp.gate_proj.weight"] = Tensor(DType::U32, {96, 7});
+         f.tensors["model.layers.0.mlp.gate_proj.scales"] = Tensor(DType::BF16, {96, 1});
+         f.tensors["model.layers.0.mlp.gate_proj.biases"] = Tensor(DType::BF16, {96, 1});
+       },
+       {"'model.layers.0.mlp.gate_proj.weight'", "7 words of codes a row for 64 columns"}},
+      {"MLX-quantized groups of 8",
+       [](Fixture& f) {
+         f.tensors["model.layers.0.mlp.gate_proj.weight"] = Tensor(DType::U32, {96, 8});
+         f.tensors["model.layers.0.mlp.gate_proj.scales"] = Tensor(DType::BF16, {96, 8});
+         f.tensors["model.layers.0.mlp.gate_proj.biases"] = Tensor(DType::BF16, {96, 8});
+       },
+       {"'model.layers.0.mlp.gate_proj.scales'", "8 groups a row for 64 columns"}},
+      {"MLX-quantized biases unlike scales",
+       [](Fixture& f) {
+         f.tensors["model.layers.0.mlp.gate_proj.weight"] = Tensor(DType::U32, {96, 8});
+         f.tensors["model.layers.0.mlp.gate_proj.scales"] = Tensor(DType::BF16, {96, 1});
+         f.tensors["model.layers.0.mlp.gate_proj.biases"] = Tensor(DType::F16, {96, 1});
+       },
+       {"'model.layers.0.mlp.gate_proj.biases'", "is f16 [96, 1]", "is bf16 [96, 1]"}},
+      {"MLX-quantized rows unlike the config",
+       [](Fixture& f) {
+         f.tensors["model.layers.0.mlp.gate_proj.weight"] = Tensor(DType::U32, {48, 8});
+         f.tensors["model.layers.0.mlp.gate_proj.scales"] = Tensor(DType::BF16, {48, 1});
+         f.tensors["model.layers.0.mlp.gate_proj.biases"] = Tensor(DType::BF16, {48, 1});
+       },
+       {"'model.layers.0.mlp.gate_proj.weight'", "has shape [48, 8]", "implies [96, 64]"}},
+      {"MLX-quantized norm",
+       [](Fixture& f) { f.tensors["model.norm.scales"] = Tensor(DType::BF16, {1}); },
+       {"'model.norm.weight'", "MLX-quantized", "plain f32, bf16 or f16"}},
       {"more layers than the config",
        [](Fixture& f) { f.tensors["model.layers.4.input_layernorm.weight"] = Tensor(DType::F32, {64}); },
        {"'model.layers.4.input_layernorm.weight'", "num_hidden_layers 4"}},

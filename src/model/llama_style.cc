@@ -213,6 +213,7 @@ Config parse_config(const std::string& json_text, const std::string& source) {
   if (!top.is_object()) throw Error(source + ": not a JSON object");
   const Fields f(top, "", source);
   Config c;
+  c.quantization = decoder::QuantizationConfig::parse(top, source);
   c.model_type = f.string("model_type", "");
   const Variant* variant = find_variant(c.model_type);
   if (!variant) {
@@ -350,18 +351,17 @@ void bind_experts(Source& b, const std::string& p, const Config& c, decoder::Lay
     return;
   }
   if (b.has(p + "switch_mlp.gate_proj.weight")) {
-    const Weight gate = Weight::dense(b.tensor(p + "switch_mlp.gate_proj.weight", {E, I, H}).reshaped({E * I, H}));
-    const Weight up = Weight::dense(b.tensor(p + "switch_mlp.up_proj.weight", {E, I, H}).reshaped({E * I, H}));
-    const Weight down = Weight::dense(b.tensor(p + "switch_mlp.down_proj.weight", {E, H, I}).reshaped({E * H, I}));
+    const Weight gate = b.matrix(p + "switch_mlp.gate_proj.weight", {E, I, H});
+    const Weight up = b.matrix(p + "switch_mlp.up_proj.weight", {E, I, H});
+    const Weight down = b.matrix(p + "switch_mlp.down_proj.weight", {E, H, I});
     bank = decoder::experts_from_stacks(gate, up, down, E);
     return;
   }
   // The per-expert name is listed so that a checkpoint with no layout gets
   // an error naming the forms tried.
-  const Weight gate_up = Weight::dense(
-      b.first_of({pre + p + "experts.gate_up_proj", pre + p + "experts.0.gate_proj.weight"}, {E, 2 * I, H})
-          .reshaped({E * 2 * I, H}));
-  const Weight down = Weight::dense(b.first_of({pre + p + "experts.down_proj"}, {E, H, I}).reshaped({E * H, I}));
+  const Weight gate_up =
+      b.first_matrix_of({pre + p + "experts.gate_up_proj", pre + p + "experts.0.gate_proj.weight"}, {E, 2 * I, H});
+  const Weight down = b.first_matrix_of({pre + p + "experts.down_proj"}, {E, H, I});
   bank = decoder::experts_from_gate_up_stack(gate_up, down, E);
 }
 
@@ -371,7 +371,7 @@ void bind_all(Source& b, const Config& c, decoder::DecoderWeights& w) {
   const int64_t q = int64_t(c.num_heads) * c.head_dim, kv = int64_t(c.num_kv_heads) * c.head_dim, hd = c.head_dim;
   w.embed = b.matrix("embed_tokens.weight", {V, H});
   w.final_norm = b.vector("norm.weight", H);
-  if (!c.tie_word_embeddings) w.lm_head = Weight::dense(b.first_of({"lm_head.weight"}, {V, H}));
+  if (!c.tie_word_embeddings) w.lm_head = b.first_matrix_of({"lm_head.weight"}, {V, H});
   w.layers.resize(std::size_t(c.num_layers));
   for (int l = 0; l < c.num_layers; ++l) {
     decoder::LayerWeights& lw = w.layers[std::size_t(l)];
@@ -430,7 +430,7 @@ decoder::DecoderWeights load_weights(const std::string& model_dir, const Config&
   decoder::check_layer_count(ck, prefix, c.num_layers);
   decoder::DecoderWeights w;
   w.storage = ck.storage();
-  decoder::CheckpointSource b(ck, prefix, w);
+  decoder::CheckpointSource b(ck, prefix, w, c.quantization);
   bind_all(b, c, w);
   return w;
 }

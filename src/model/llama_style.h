@@ -24,12 +24,15 @@
 #include <vector>
 
 #include "model/decoder.h"
+#include "model/quantization_config.h"
 #include "model/model.h"
 #include "model/rope_config.h"
 
 namespace rowlm::llama_style {
 
 struct Config {
+  // config.json's MLX quantization entry (none for a plain checkpoint).
+  decoder::QuantizationConfig quantization;
   std::string model_type;
   std::string family;  // "Llama", "Mistral", "Qwen 2", "Qwen 3", "Qwen 3 MoE"
   int vocab_size = 0;

@@ -1,7 +1,9 @@
 #include "quant/affine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 
@@ -33,29 +35,29 @@ uint8_t to_code(float v, float n) {
 }  // namespace
 
 void check_spec(const AffineSpec& spec) {
-  if (spec.bits != 2 && spec.bits != 4 && spec.bits != 8)
-    throw Error("affine quantization: bits must be 2, 4 or 8, not " + std::to_string(spec.bits));
-  if (spec.group_size != 32 && spec.group_size != 64 && spec.group_size != 128)
-    throw Error("affine quantization: group size must be 32, 64 or 128, not " +
+  if (spec.bits < 2 || spec.bits > 8 || spec.bits == 7)
+    throw Error("affine quantization: bits must be 2, 3, 4, 5, 6 or 8, not " + std::to_string(spec.bits));
+  if (spec.group_size != 16 && spec.group_size != 32 && spec.group_size != 64 && spec.group_size != 128)
+    throw Error("affine quantization: group size must be 16, 32, 64 or 128, not " +
                 std::to_string(spec.group_size));
 }
 
 void pack_codes(std::span<const uint8_t> codes, int bits, std::span<uint32_t> out) {
-  const int per = codes_per_word(bits);
-  ROWLM_CHECK(codes.size() % per == 0 && out.size() * per == codes.size(), "pack_codes sizes");
-  for (std::size_t w = 0; w < out.size(); ++w) {
-    uint32_t word = 0;
-    for (int j = 0; j < per; ++j) word |= uint32_t(codes[w * per + j]) << (j * bits);
-    out[w] = word;
+  ROWLM_CHECK(codes.size() * bits % 32 == 0 && out.size() * 32 == codes.size() * bits, "pack_codes sizes");
+  std::fill(out.begin(), out.end(), 0u);
+  const uint32_t mask = uint32_t(max_code(bits));
+  for (std::size_t i = 0; i < codes.size(); ++i) {
+    const std::size_t bit = i * std::size_t(bits);
+    const int shift = int(bit % 32);
+    const uint64_t v = uint64_t(codes[i] & mask) << shift;
+    out[bit / 32] |= uint32_t(v);
+    if (shift + bits > 32) out[bit / 32 + 1] |= uint32_t(v >> 32);
   }
 }
 
 void unpack_codes(std::span<const uint32_t> packed, int bits, std::span<uint8_t> out) {
-  const int per = codes_per_word(bits);
-  ROWLM_CHECK(out.size() == packed.size() * per, "unpack_codes sizes");
-  const uint32_t mask = uint32_t(max_code(bits));
-  for (std::size_t w = 0; w < packed.size(); ++w)
-    for (int j = 0; j < per; ++j) out[w * per + j] = uint8_t((packed[w] >> (j * bits)) & mask);
+  ROWLM_CHECK(out.size() * bits == packed.size() * 32, "unpack_codes sizes");
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = uint8_t(code_at(packed.data(), int64_t(i), bits));
 }
 
 GroupParams quantize_group(const float* x, int group_size, int bits, uint8_t* codes) {
@@ -89,16 +91,20 @@ void quantize(std::span<const float> x, const AffineSpec& spec, DType param_dtyp
   if (n % spec.group_size != 0)
     throw Error("affine quantization: " + std::to_string(n) +
                 " values are not a whole number of groups of " + std::to_string(spec.group_size));
-  ROWLM_CHECK(int64_t(packed.size()) * codes_per_word(spec.bits) == n, "packed size");
-  uint8_t codes[128];
-  const int words_per_group = spec.group_size / codes_per_word(spec.bits);
+  if (n * spec.bits % 32 != 0)
+    throw Error("affine quantization: " + std::to_string(n) + " values of " + std::to_string(spec.bits) +
+                " bits do not fill whole 32-bit words");
+  ROWLM_CHECK(int64_t(packed.size()) == packed_words(n, spec.bits), "packed size");
+  // Codes of the whole vector first: a 3-, 5- or 6-bit group need not end on
+  // a word boundary.
+  std::vector<uint8_t> codes(static_cast<std::size_t>(n));
   for (int64_t g = 0; g < n / spec.group_size; ++g) {
-    const GroupParams p = quantize_group(x.data() + g * spec.group_size, spec.group_size, spec.bits, codes);
-    pack_codes({codes, std::size_t(spec.group_size)}, spec.bits,
-               packed.subspan(std::size_t(g * words_per_group), std::size_t(words_per_group)));
+    const GroupParams p = quantize_group(x.data() + g * spec.group_size, spec.group_size, spec.bits,
+                                         codes.data() + g * spec.group_size);
     store_param(scales, param_dtype, g, p.scale);
     store_param(biases, param_dtype, g, p.bias);
   }
+  pack_codes(codes, spec.bits, packed);
 }
 
 float load_param(const void* params, DType t, int64_t index) {
@@ -115,15 +121,13 @@ void dequantize(std::span<const uint32_t> packed, const void* scales, const void
                 DType param_dtype, const AffineSpec& spec, std::span<float> out) {
   check_spec(spec);
   check_param_dtype(param_dtype);
-  const int per = codes_per_word(spec.bits);
-  if (out.size() != packed.size() * per || out.size() % spec.group_size != 0)
+  if (out.size() * spec.bits != packed.size() * 32 || out.size() % spec.group_size != 0)
     throw Error("affine dequantization: " + std::to_string(packed.size()) + " packed words of " +
                 std::to_string(spec.bits) + "-bit codes do not fill " + std::to_string(out.size()) +
                 " outputs in groups of " + std::to_string(spec.group_size));
-  const uint32_t mask = uint32_t(max_code(spec.bits));
   for (std::size_t i = 0; i < out.size(); ++i) {
     const int64_t g = int64_t(i) / spec.group_size;
-    const float code = float((packed[i / per] >> ((i % per) * spec.bits)) & mask);
+    const float code = float(code_at(packed.data(), int64_t(i), spec.bits));
     const float scaled = load_param(scales, param_dtype, g) * code;
     out[i] = scaled + load_param(biases, param_dtype, g);
   }

@@ -98,6 +98,53 @@ TEST(Affine, PackingIsLittleEndFirst) {
   EXPECT_EQ(back, c2);
 }
 
+// 3-, 5- and 6-bit codes: MLX packs 8 codes in 3 bytes (3-bit), 8 in 5
+// bytes (5-bit) and 4 in 3 bytes (6-bit), low bits first, a code crossing a
+// byte boundary continuing in the next byte's low bits. The bytes below are
+// built by hand from that rule, per byte, independently of pack_codes.
+TEST(Affine, OddWidthsPackAsMlxBytePacks) {
+  std::mt19937 rng(11);
+  for (int bits : {3, 5, 6}) {
+    std::uniform_int_distribution<int> code(0, max_code(bits));
+    std::vector<uint8_t> c(32);  // 32 codes: a whole number of words and packs
+    for (auto& v : c) v = uint8_t(code(rng));
+    std::vector<uint8_t> bytes;
+    if (bits == 3) {
+      for (std::size_t p = 0; p < c.size(); p += 8) {
+        const uint8_t* q = &c[p];
+        bytes.push_back(uint8_t(q[0] | q[1] << 3 | (q[2] & 3) << 6));
+        bytes.push_back(uint8_t(q[2] >> 2 | q[3] << 1 | q[4] << 4 | (q[5] & 1) << 7));
+        bytes.push_back(uint8_t(q[5] >> 1 | q[6] << 2 | q[7] << 5));
+      }
+    } else if (bits == 5) {
+      for (std::size_t p = 0; p < c.size(); p += 8) {
+        const uint8_t* q = &c[p];
+        bytes.push_back(uint8_t(q[0] | (q[1] & 7) << 5));
+        bytes.push_back(uint8_t(q[1] >> 3 | q[2] << 2 | (q[3] & 1) << 7));
+        bytes.push_back(uint8_t(q[3] >> 1 | (q[4] & 15) << 4));
+        bytes.push_back(uint8_t(q[4] >> 4 | q[5] << 1 | (q[6] & 3) << 6));
+        bytes.push_back(uint8_t(q[6] >> 2 | q[7] << 3));
+      }
+    } else {
+      for (std::size_t p = 0; p < c.size(); p += 4) {
+        const uint8_t* q = &c[p];
+        bytes.push_back(uint8_t(q[0] | (q[1] & 3) << 6));
+        bytes.push_back(uint8_t(q[1] >> 2 | (q[2] & 15) << 4));
+        bytes.push_back(uint8_t(q[2] >> 4 | q[3] << 2));
+      }
+    }
+    std::vector<uint32_t> packed(static_cast<std::size_t>(bits));  // 32 codes · bits / 32
+    pack_codes(c, bits, packed);
+    ASSERT_EQ(bytes.size(), packed.size() * 4);
+    for (std::size_t i = 0; i < bytes.size(); ++i)
+      EXPECT_EQ(uint8_t(packed[i / 4] >> (8 * (i % 4))), bytes[i]) << bits << "-bit byte " << i;
+    std::vector<uint8_t> back(c.size());
+    unpack_codes(packed, bits, back);
+    EXPECT_EQ(back, c) << bits;
+    for (std::size_t i = 0; i < c.size(); ++i) EXPECT_EQ(code_at(packed.data(), int64_t(i), bits), c[i]);
+  }
+}
+
 // mlx-community checkpoints hold packed uint32 codes with bf16 scales and
 // biases; MLX documents dequantization as w = s * q + beta per group.
 // Hand-computed: codes 0..7 then 8..15 (twice) with s = 0.5, beta = -1 give
@@ -121,17 +168,17 @@ TEST(Affine, DequantizeMatchesMlxDocumentedFormula) {
 // round-trips.
 TEST(Affine, RandomGroupsRespectTheFormula) {
   std::mt19937 rng(7);
-  for (int bits : {2, 4, 8}) {
-    for (int g : {32, 64, 128}) {
+  for (int bits : {2, 3, 4, 5, 6, 8}) {
+    for (int g : {16, 32, 64, 128}) {
       for (int trial = 0; trial < 20; ++trial) {
         std::normal_distribution<float> dist(trial % 3 == 0 ? -2.0f : 0.5f, 1.0f + float(trial));
-        std::vector<float> x(std::size_t(g) * 3);
+        std::vector<float> x(std::size_t(g) * 4);  // 4 groups: whole words for every width
         for (float& v : x) v = dist(rng);
         std::vector<uint32_t> packed(x.size() * std::size_t(bits) / 32);
-        std::vector<float> scales(3), biases(3), back(x.size());
+        std::vector<float> scales(4), biases(4), back(x.size());
         quantize(x, {bits, g}, DType::F32, packed, scales.data(), biases.data());
         dequantize(packed, scales.data(), biases.data(), DType::F32, {bits, g}, back);
-        for (int grp = 0; grp < 3; ++grp) {
+        for (int grp = 0; grp < 4; ++grp) {
           float lo = INFINITY, hi = -INFINITY;
           for (int j = 0; j < g; ++j) {
             lo = std::min(lo, x[std::size_t(grp * g + j)]);
@@ -188,8 +235,12 @@ TEST(Affine, NonFiniteInputIsDefinedBehaviour) {
 }
 
 TEST(Affine, RejectsBadSpecs) {
-  EXPECT_THROW(check_spec({3, 64}), Error);
+  EXPECT_THROW(check_spec({7, 64}), Error);
+  EXPECT_THROW(check_spec({1, 64}), Error);
   EXPECT_THROW(check_spec({4, 48}), Error);
+  EXPECT_THROW(check_spec({4, 8}), Error);
+  for (int bits : {2, 3, 4, 5, 6, 8})
+    for (int g : {16, 32, 64, 128}) EXPECT_NO_THROW(check_spec({bits, g}));
   std::vector<float> x(48);
   std::vector<uint32_t> packed(6);
   float s[2], b[2];

@@ -147,8 +147,10 @@ class CpuBackend final : public Backend {
   }
 
   Weight prepare_weight(const Weight& w) override {
-    ROWLM_REQUIRE(w.format == WeightFormat::Dense,
-                  "prepare_weight: " + w.describe() + ": the CPU backend does not run quantized weights yet");
+    if (w.format == WeightFormat::Affine) {
+      check_affine(w, "prepare_weight");
+      return w;
+    }
     ROWLM_REQUIRE(!w.values.empty() || w.rows * w.cols == 0, "prepare_weight: tensor has no data");
     ROWLM_REQUIRE(w.values.on_host(), "prepare_weight: the source must be in host memory, got " + describe(w.values));
     ROWLM_REQUIRE(is_float_storage(w.values.dtype()) && w.values.rank() == 2 && w.values.dim(0) == w.rows &&
@@ -168,15 +170,25 @@ class CpuBackend final : public Backend {
   void matmul(const Tensor& x, const Weight& w, Tensor& y) override {
     ROWLM_REQUIRE(x.dtype() == DType::F32 && x.rank() == 2 && x.on_host(),
                   "matmul: x must be f32 [M, K], got " + describe(x));
-    ROWLM_REQUIRE(w.format == WeightFormat::Dense && w.values.on_host() && is_float_storage(w.values.dtype()),
-                  "matmul: w must be a dense f32, bf16 or f16 weight of this backend, got " + w.describe());
+    const bool affine = w.format == WeightFormat::Affine;
+    if (affine)
+      check_affine(w, "matmul");
+    else
+      ROWLM_REQUIRE(w.format == WeightFormat::Dense && w.values.on_host() && is_float_storage(w.values.dtype()),
+                    "matmul: w must be a dense f32, bf16 or f16 weight of this backend, got " + w.describe());
     const int64_t M = x.dim(0), K = x.dim(1), N = w.rows;
     ROWLM_REQUIRE(w.cols == K, "matmul: w " + w.describe() + " does not match x " + describe(x) + " in K");
     ROWLM_REQUIRE(y.dtype() == DType::F32 && y.rank() == 2 && y.dim(0) == M && y.dim(1) == N && y.on_host(),
                   "matmul: y must be f32 [" + std::to_string(M) + ", " + std::to_string(N) + "], got " + describe(y));
-    ROWLM_REQUIRE(!overlaps(y, x) && !overlaps(y, w.values), "matmul: y must not overlap x or w");
-    cpu::matmul(kernels_, pool_, x.data<float>(), M, K, cpu::WeightRows{w.values.dtype(), w.values.raw(), K}, N,
-                y.data<float>(), precision_);
+    ROWLM_REQUIRE(!overlaps(y, x) && !overlaps(y, w.values) && !overlaps(y, w.scales) && !overlaps(y, w.biases),
+                  "matmul: y must not overlap x or w");
+    // Affine weights run with f32 activations under either precision: their
+    // dequantized values are f32, not bf16 (as for dense f32 and f16 weights).
+    if (affine)
+      cpu::matmul_affine(kernels_, pool_, x.data<float>(), M, K, affine_rows(w), N, y.data<float>());
+    else
+      cpu::matmul(kernels_, pool_, x.data<float>(), M, K, cpu::WeightRows{w.values.dtype(), w.values.raw(), K}, N,
+                  y.data<float>(), precision_);
   }
 
   void add_bias(Tensor& y, const Tensor& bias) override {
@@ -192,13 +204,30 @@ class CpuBackend final : public Backend {
   }
 
   void embed(const Tensor& ids, const Weight& table, float scale, Tensor& out) override {
-    ROWLM_REQUIRE(table.format == WeightFormat::Dense && table.values.on_host() &&
-                      is_float_storage(table.values.dtype()),
-                  "embed: table must be a dense f32, bf16 or f16 [V, D] weight, got " + table.describe());
+    const bool affine = table.format == WeightFormat::Affine;
+    if (affine)
+      check_affine(table, "embed");
+    else
+      ROWLM_REQUIRE(table.format == WeightFormat::Dense && table.values.on_host() &&
+                        is_float_storage(table.values.dtype()),
+                    "embed: table must be a dense f32, bf16 or f16 [V, D] weight, got " + table.describe());
     const int64_t V = table.rows, D = table.cols, T = ids.numel();
     ROWLM_REQUIRE(out.dtype() == DType::F32 && out.rank() == 2 && out.dim(0) == T && out.dim(1) == D && out.on_host(),
                   "embed: out must be f32 [" + std::to_string(T) + ", " + std::to_string(D) + "], got " + describe(out));
     const int32_t* id = indices(ids, T, V, "embed", "ids", "the table");
+    if (affine) {
+      // The dequantized row, then · scale: the dense lookup's rounding of
+      // the dequantized table.
+      const cpu::AffineRows rows = affine_rows(table);
+      float* o = out.data<float>();
+      pool_.parallel_for(T, rows_grain(D), [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          kernels_.dequantize_affine(cpu::affine_rows_from(rows, id[t]), 1, D, o + t * D, D);
+          kernels_.scale(o + t * D, scale, D);
+        }
+      });
+      return;
+    }
     const std::size_t row_bytes = std::size_t(D) * dtype_size(table.values.dtype());
     const auto* base = static_cast<const std::byte*>(table.values.raw());
     float* o = out.data<float>();
@@ -515,6 +544,33 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // An affine weight this backend can run (weight.h's layout), or an Error
+  // naming `op` and what is wrong.
+  static void check_affine(const Weight& w, const char* op) {
+    const std::string at = std::string(op) + ": affine weight " + w.describe();
+    ROWLM_REQUIRE(w.bits == 2 || w.bits == 3 || w.bits == 4 || w.bits == 5 || w.bits == 6 || w.bits == 8,
+                  at + ": bits must be 2, 3, 4, 5, 6 or 8");
+    ROWLM_REQUIRE(w.group_size == 16 || w.group_size == 32 || w.group_size == 64 || w.group_size == 128,
+                  at + ": group size must be 16, 32, 64 or 128");
+    ROWLM_REQUIRE(w.rows >= 0 && w.cols >= 0 && w.cols % w.group_size == 0 && w.cols * w.bits % 32 == 0,
+                  at + ": columns must be whole groups and whole 32-bit words of codes");
+    ROWLM_REQUIRE(w.values.on_host() && w.scales.on_host() && w.biases.on_host(),
+                  at + ": codes, scales and biases must be in host memory");
+    ROWLM_REQUIRE(w.values.dtype() == DType::U32 && w.values.rank() == 2 && w.values.dim(0) == w.rows &&
+                      w.values.dim(1) == w.cols * w.bits / 32,
+                  at + ": codes must be u32 [" + std::to_string(w.rows) + ", " + std::to_string(w.cols * w.bits / 32) +
+                      "], got " + describe(w.values));
+    const Shape params{w.rows, w.cols / w.group_size};
+    for (const Tensor* t : {&w.scales, &w.biases})
+      ROWLM_REQUIRE(is_float_storage(t->dtype()) && t->shape() == params && t->dtype() == w.scales.dtype(),
+                    at + ": scales and biases must both be f32, bf16 or f16 " + shape_str(params) + ", got " +
+                        describe(w.scales) + " and " + describe(w.biases));
+  }
+  static cpu::AffineRows affine_rows(const Weight& w) {
+    return cpu::AffineRows{static_cast<const uint32_t*>(w.values.raw()), w.values.dim(1), w.scales.raw(),
+                           w.biases.raw(), w.scales.dim(1), w.scales.dtype(), w.bits, w.group_size};
+  }
+
   // Rows of `width` floats per parallel chunk so a chunk has enough work.
   static int64_t rows_grain(int64_t width) { return std::max<int64_t>(1, kElementGrain / std::max<int64_t>(width, 1)); }
 

@@ -10,7 +10,10 @@
 // AVX-512 copy for baseline code. For the same reason this header calls no
 // std:: templates that could be emitted out of line.
 //
-// V provides: R (16 floats), Mask, kMR (rows of x per matmul tile),
+// V provides: R (16 floats), codes4 / codes8 (16 consecutive 4-bit codes from
+// 2 words, 8-bit codes from 4 words, as floats), Table4 with table4(s, b) and
+// dequant4(table, words) (16 consecutive 4-bit codes dequantized as
+// add(mul(code, s), b): a lookup table on AVX-512, the arithmetic elsewhere), Mask, kMR (rows of x per matmul tile),
 // kAccumulators (R values that fit in registers besides the operands), zero, set1,
 // load/store (+ _partial for n < 16 lanes, zero-filling loads), load_bf16,
 // load_f16 (+ _partial), add, sub, mul, div, fma(a, b, c) = a·b + c, abs,
@@ -265,6 +268,198 @@ double bf16_dot_chains(int64_t iters, float* sink) {
   return double(iters) * kChains * kPairElements * 2;
 }
 
+// --------------------------------------------------------- affine matmul --
+
+// Affine weights (quant/affine.h): each 16-element step of a weight row is
+// dequantized in registers as w = scale·code + bias (V::mul then V::add, the
+// two roundings of quant::dequantize) and then meets x exactly as a dense
+// f32 weight would, in the canonical order of kernels.h. An affine matmul is
+// therefore bitwise the dense f32 matmul of the dequantized matrix, on every
+// ISA and for every M; so is the batched path, which dequantizes a tile into
+// f32 once (dequantize_affine) and runs dot_block over it.
+
+// One stored scale or bias as f32 (the widenings are exact).
+inline float affine_param(const void* p, DType t, int64_t i) {
+  if (t == DType::F32) return static_cast<const float*>(p)[i];
+  const uint16_t h = static_cast<const uint16_t*>(p)[i];
+  if (t == DType::F16) return f16_to_f32(h);  // out of line, in dtype.cc
+  const uint32_t u = uint32_t(h) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+
+// 16 codes of a row from code index k (a multiple of 16), as floats. B is
+// the bit width when known at compile time (4 or 8: whole words per step),
+// else 0 and `bits` says it: the bit-stream layout of quant/affine.h, where
+// a 3-, 5- or 6-bit code may straddle two words.
+template <class V, int B>
+inline typename V::R affine_codes(const uint32_t* row, int64_t k, int bits) {
+  if constexpr (B == 4) {
+    return V::codes4(row + k / 8);
+  } else if constexpr (B == 8) {
+    return V::codes8(row + k / 4);
+  } else {
+    alignas(64) float c[kLanes];
+    const uint32_t mask = (1u << bits) - 1u;
+    for (int j = 0; j < kLanes; ++j) {
+      const int64_t bit = (k + j) * bits;
+      const int shift = int(bit % 32);
+      uint64_t v = row[bit / 32] >> shift;
+      if (shift + bits > 32) v |= uint64_t(row[bit / 32 + 1]) << (32 - shift);
+      c[j] = float(uint32_t(v) & mask);
+    }
+    return V::load(c);
+  }
+}
+
+// A row's per-group dequantization state: its scale and bias broadcast, or
+// for 4-bit codes V's Table4 (each code's value scale·code + bias, computed
+// by the same two roundings).
+template <class V, int B>
+struct GroupDequant {
+  typename V::R s, b;
+  void set(float scale, float bias) {
+    s = V::set1(scale);
+    b = V::set1(bias);
+  }
+  typename V::R at(const uint32_t* row, int64_t k, int bits) const {
+    return V::add(V::mul(affine_codes<V, B>(row, k, bits), s), b);
+  }
+};
+template <class V>
+struct GroupDequant<V, 4> {
+  typename V::Table4 t;
+  void set(float scale, float bias) { t = V::table4(V::set1(scale), V::set1(bias)); }
+  typename V::R at(const uint32_t* row, int64_t k, int) const { return V::dequant4(t, row + k / 8); }
+};
+
+// One MR x NR tile: rows [0, MR) of x against weight rows [n0, n0 + NR).
+template <class V, int B, int MR, int NR>
+inline void affine_tile(const float* x, int64_t ldx, const AffineRows& w, int64_t n0, int64_t K, float* y,
+                        int64_t ldy) {
+  using R = typename V::R;
+  R acc[MR][NR];
+#pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 16
+    for (int n = 0; n < NR; ++n) acc[m][n] = V::zero();
+  const int64_t G = w.group_size;
+  const uint32_t* rows[NR];
+  int64_t params[NR];
+#pragma GCC unroll 16
+  for (int n = 0; n < NR; ++n) {
+    rows[n] = w.codes + (n0 + n) * w.code_ld;
+    params[n] = (n0 + n) * w.param_ld;
+  }
+  for (int64_t g = 0; g < K / G; ++g) {
+    GroupDequant<V, B> dq[NR];
+#pragma GCC unroll 16
+    for (int n = 0; n < NR; ++n)
+      dq[n].set(affine_param(w.scales, w.param_dtype, params[n] + g), affine_param(w.biases, w.param_dtype, params[n] + g));
+    for (int64_t k = g * G; k < (g + 1) * G; k += kLanes) {
+      R xv[MR];
+#pragma GCC unroll 16
+      for (int m = 0; m < MR; ++m) xv[m] = V::load(x + m * ldx + k);
+#pragma GCC unroll 16
+      for (int n = 0; n < NR; ++n) {
+        // As dot_tile: the next tile's rows into L2, one per cache line.
+        if constexpr (B != 0)
+          if (k * B % 512 == 0) __builtin_prefetch(rows[n] + NR * w.code_ld + k * B / 32, 0, 2);
+        const R wv = dq[n].at(rows[n], k, w.bits);
+#pragma GCC unroll 16
+        for (int m = 0; m < MR; ++m) acc[m][n] = V::fma(xv[m], wv, acc[m][n]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 16
+    for (int n = 0; n < NR; ++n) y[m * ldy + n] = V::reduce(acc[m][n]);
+}
+
+// The tile for m <= kM rows of x and n <= kN weight rows.
+template <class V, int B, int kM, int kN>
+inline void affine_tile_any(int m, int n, const float* x, int64_t ldx, const AffineRows& w, int64_t n0, int64_t K,
+                            float* y, int64_t ldy) {
+  if constexpr (kM > 0 && kN > 0) {
+    if (m < kM)
+      affine_tile_any<V, B, kM - 1, kN>(m, n, x, ldx, w, n0, K, y, ldy);
+    else if (n < kN)
+      affine_tile_any<V, B, kM, kN - 1>(m, n, x, ldx, w, n0, K, y, ldy);
+    else
+      affine_tile<V, B, kM, kN>(x, ldx, w, n0, K, y, ldy);
+  }
+}
+
+// Weight rows per affine tile for MR rows of x: as many as fit the
+// registers with each row's scale and bias beside its MR accumulators (the
+// MR x vectors and the dequantized step take what dot_tile's count leaves).
+template <class V, int MR>
+constexpr int affine_tile_rows() {
+  constexpr int fit = (V::kAccumulators + 2) / (MR + 2);
+  return fit < 1 ? 1 : fit > 8 ? 8 : fit;
+}
+
+template <class V, int B, int MR>
+void affine_rows(const float* x, int64_t ldx, int64_t M, const AffineRows& w, int64_t N, int64_t K, float* y,
+                 int64_t ldy) {
+  constexpr int NR = affine_tile_rows<V, MR>();
+  for (int64_t n = 0; n < N; n += NR) {
+    const int nr = int(N - n < NR ? N - n : NR);
+    for (int64_t m = 0; m < M; m += MR) {
+      const int mr = int(M - m < MR ? M - m : MR);
+      if (mr == MR && nr == NR)
+        affine_tile<V, B, MR, NR>(x + m * ldx, ldx, w, n, K, y + m * ldy + n, ldy);
+      else
+        affine_tile_any<V, B, MR, NR>(mr, nr, x + m * ldx, ldx, w, n, K, y + m * ldy + n, ldy);
+    }
+  }
+}
+
+// Fewer rows of x than a group: the tile shape made for that many rows.
+template <class V, int B, int kMax>
+inline void affine_rows_for(int64_t M, const float* x, int64_t ldx, const AffineRows& w, int64_t N, int64_t K,
+                            float* y, int64_t ldy) {
+  if constexpr (kMax > 1) {
+    if (M < kMax) return affine_rows_for<V, B, kMax - 1>(M, x, ldx, w, N, K, y, ldy);
+  }
+  affine_rows<V, B, kMax>(x, ldx, M, w, N, K, y, ldy);
+}
+
+template <class V>
+void dot_block_affine(const float* x, int64_t ldx, int64_t M, const AffineRows& w, int64_t N, int64_t K, float* y,
+                      int64_t ldy) {
+  if (M <= 0) return;
+  switch (w.bits) {
+    case 4: affine_rows_for<V, 4, V::kMR>(M, x, ldx, w, N, K, y, ldy); return;
+    case 8: affine_rows_for<V, 8, V::kMR>(M, x, ldx, w, N, K, y, ldy); return;
+    default: affine_rows_for<V, 0, V::kMR>(M, x, ldx, w, N, K, y, ldy); return;
+  }
+}
+
+template <class V, int B>
+void dequantize_affine_typed(const AffineRows& w, int64_t rows, int64_t K, float* out, int64_t ldo) {
+  const int64_t G = w.group_size;
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint32_t* codes = w.codes + r * w.code_ld;
+    for (int64_t g = 0; g < K / G; ++g) {
+      GroupDequant<V, B> dq;
+      dq.set(affine_param(w.scales, w.param_dtype, r * w.param_ld + g), affine_param(w.biases, w.param_dtype, r * w.param_ld + g));
+      for (int64_t k = g * G; k < (g + 1) * G; k += kLanes) V::store(out + r * ldo + k, dq.at(codes, k, w.bits));
+    }
+  }
+}
+
+template <class V>
+void dequantize_affine(const AffineRows& w, int64_t rows, int64_t K, float* out, int64_t ldo) {
+  switch (w.bits) {
+    case 4: dequantize_affine_typed<V, 4>(w, rows, K, out, ldo); return;
+    case 8: dequantize_affine_typed<V, 8>(w, rows, K, out, ldo); return;
+    default: dequantize_affine_typed<V, 0>(w, rows, K, out, ldo); return;
+  }
+}
+
 // ----------------------------------------------------------- elementwise --
 
 template <class V>
@@ -466,6 +661,8 @@ Kernels make_kernels(Isa isa, uint64_t (*stream_read)(const void*, std::size_t),
   k.mr = V::kMR;
   k.dot_block = &dot_block<V>;
   k.dot_block_bf16 = &dot_block_bf16<V>;
+  k.dot_block_affine = &dot_block_affine<V>;
+  k.dequantize_affine = &dequantize_affine<V>;
   k.bf16_dot_chains = &bf16_dot_chains<V>;
   k.convert_scale = &convert_scale<V>;
   k.sum_squares = &sum_squares<V>;

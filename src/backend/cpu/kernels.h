@@ -27,6 +27,21 @@ struct WeightRows {
   int64_t ld = 0;
 };
 
+// Rows of an affine-quantized weight (quant/affine.h, backend/weight.h):
+// row r's codes start at word r * code_ld of `codes`, its scales and biases
+// at entry r * param_ld of `scales` and `biases` (param_dtype F32, BF16 or
+// F16). bits 2, 3, 4, 5, 6 or 8; group_size a multiple of 16 dividing K.
+struct AffineRows {
+  const uint32_t* codes = nullptr;
+  int64_t code_ld = 0;
+  const void* scales = nullptr;
+  const void* biases = nullptr;
+  int64_t param_ld = 0;
+  DType param_dtype = DType::BF16;
+  int bits = 4;
+  int group_size = 64;
+};
+
 struct Kernels {
   Isa isa = Isa::Scalar;
   int mr = 1;  // rows of x per matmul tile
@@ -45,6 +60,18 @@ struct Kernels {
   // Whether dot_block_bf16 runs VDPBF16PS natively rather than emulating it
   // (bitwise the same either way; only the speed differs).
   bool native_bf16 = false;
+
+  // The affine matmul for few rows of x (M <= mr is what the driver sends):
+  // y as dot_block would compute it against the dequantized rows of w, each
+  // 16-element step of a weight row dequantized in registers as
+  // scale·code + bias (two roundings, as quant::dequantize) and used by all
+  // M rows of x. Bitwise dot_block on dequantize_affine's output.
+  void (*dot_block_affine)(const float* x, int64_t ldx, int64_t M, const AffineRows& w, int64_t N, int64_t K,
+                           float* y, int64_t ldy);
+  // out[r·ldo + k] = scale·code + bias of rows [0, rows) of w, K columns:
+  // quant::dequantize's values, for the batched matmul (dequantized once per
+  // tile, then met by every row of x) and the embedding lookup.
+  void (*dequantize_affine)(const AffineRows& w, int64_t rows, int64_t K, float* out, int64_t ldo);
 
   // out[i] = float(src[i]) · scale.
   void (*convert_scale)(DType dtype, const void* src, int64_t n, float scale, float* out);

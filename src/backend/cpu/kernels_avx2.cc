@@ -51,6 +51,22 @@ struct VAvx2 {
     std::memcpy(buf, p, sizeof(uint16_t) * n);
     return load_f16(buf);
   }
+  static R widen_codes(__m128i c) {  // 16 bytes of codes
+    return {_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(c, 8)))};
+  }
+  static R codes4(const uint32_t* p) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    const __m128i m = _mm_set1_epi8(0x0f);
+    // Code 2i is byte i's low nibble, code 2i + 1 its high one.
+    return widen_codes(_mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m)));
+  }
+  static R codes8(const uint32_t* p) { return widen_codes(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  // 4-bit dequantization by arithmetic (AVX-512 uses a lookup table).
+  struct Table4 {
+    R s, b;
+  };
+  static Table4 table4(const R& s, const R& b) { return {s, b}; }
+  static R dequant4(const Table4& t, const uint32_t* p) { return add(mul(codes4(p), t.s), t.b); }
   static void store(float* p, const R& a) {
     _mm256_storeu_ps(p, a.lo);
     _mm256_storeu_ps(p + 8, a.hi);

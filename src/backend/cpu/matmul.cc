@@ -22,8 +22,50 @@ constexpr int64_t kChunkRowMultiple = 24;
 // 2560x10240 bf16 weights 203 vs 144-193 GFLOP/s, bf16 path 330 vs 275.
 constexpr int64_t kPanelBytes = int64_t(1) << 20;
 
+// Dequantized f32 weight rows per tile of the batched affine matmul: they
+// stay in L2 while the rows of x pass over them.
+constexpr int64_t kDequantizedTileBytes = int64_t(256) << 10;
+
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+// How a call's work is split: weight rows in chunks of `chunk`, rows of x
+// in parts of `m_part` (a multiple of the tile height), items numbered
+// chunk-major.
+struct Schedule {
+  int64_t threads = 1, chunk = 1, chunks = 1, m_part = 1, m_parts = 1;
+  int64_t items() const { return m_parts * chunks; }
+  int64_t n0(int64_t item) const { return item / m_parts * chunk; }
+  int64_t m_begin(int64_t item) const { return item % m_parts * m_part; }
+};
+
+Schedule schedule(const Kernels& kernels, ThreadPool& pool, int64_t M, int64_t K, int64_t N, int64_t row_bytes,
+                  const MatmulTuning& tuning) {
+  Schedule s;
+  const int64_t depth = std::max<int64_t>(K, 1);
+  s.threads = M * N * depth < kMinParallelMacs ? 1 : pool.size();
+  // At least 4 chunks per thread when N allows, so a thread the OS preempts
+  // holds up the call by one chunk at most.
+  int64_t chunk = std::min(ceil_div(std::max<int64_t>(tuning.chunk_bytes, 1), std::max<int64_t>(row_bytes, 1)),
+                           ceil_div(N, 4 * s.threads));
+  s.chunk = round_up(std::max<int64_t>(chunk, 1), kChunkRowMultiple);
+  s.chunks = ceil_div(N, s.chunk);
+  // Too few chunks for the threads (small N): split the rows of x as well.
+  const int64_t mr = kernels.mr;
+  s.m_part = round_up(M, mr);
+  if (s.chunks < 2 * s.threads) s.m_part = round_up(ceil_div(M, ceil_div(2 * s.threads, s.chunks)), mr);
+  s.m_parts = ceil_div(M, s.m_part);
+  return s;
+}
+
+template <class F>
+void run_items(ThreadPool& pool, const Schedule& s, const F& run_item) {
+  if (s.threads == 1 || s.items() == 1) {
+    for (int64_t item = 0; item < s.items(); ++item) run_item(item);
+  } else {
+    pool.run(s.items(), run_item);
+  }
+}
 
 }  // namespace
 
@@ -41,23 +83,11 @@ void matmul(const Kernels& kernels, ThreadPool& pool, const float* x, int64_t M,
       for (int64_t i = begin; i < end; ++i) x_bf16[std::size_t(i)] = f32_to_bf16(x[i]);
     });
   }
-  const int64_t depth = std::max<int64_t>(K, 1);
-  const int64_t threads = M * N * depth < kMinParallelMacs ? 1 : pool.size();
-  const int64_t row_bytes = depth * int64_t(dtype_size(w.dtype));
-  // At least 4 chunks per thread when N allows, so a thread the OS preempts
-  // holds up the call by one chunk at most.
-  int64_t chunk = std::min(ceil_div(std::max<int64_t>(tuning.chunk_bytes, 1), row_bytes), ceil_div(N, 4 * threads));
-  chunk = round_up(std::max<int64_t>(chunk, 1), kChunkRowMultiple);
-  const int64_t chunks = ceil_div(N, chunk);
-  // Too few chunks for the threads (small N): split the rows of x as well.
+  const Schedule s = schedule(kernels, pool, M, K, N, std::max<int64_t>(K, 1) * int64_t(dtype_size(w.dtype)), tuning);
   const int64_t mr = kernels.mr;
-  int64_t m_part = round_up(M, mr);
-  if (chunks < 2 * threads) m_part = round_up(ceil_div(M, ceil_div(2 * threads, chunks)), mr);
-  const int64_t m_parts = ceil_div(M, m_part);
-
-  auto run_item = [&](int64_t item) {
-    const int64_t n0 = item / m_parts * chunk, n_count = std::min(chunk, N - n0);
-    const int64_t m_begin = item % m_parts * m_part, m_end = std::min(M, m_begin + m_part);
+  run_items(pool, s, [&](int64_t item) {
+    const int64_t n0 = s.n0(item), n_count = std::min(s.chunk, N - n0);
+    const int64_t m_begin = s.m_begin(item), m_end = std::min(M, m_begin + s.m_part);
     const WeightRows rows{w.dtype, static_cast<const char*>(w.data) + n0 * w.ld * int64_t(dtype_size(w.dtype)), w.ld};
     const int64_t x_bytes = (m_end - m_begin) * K * (bf16_dot ? 2 : 4);
     const int64_t rows_per_call = x_bytes <= kPanelBytes ? m_end - m_begin : mr;
@@ -69,13 +99,50 @@ void matmul(const Kernels& kernels, ThreadPool& pool, const float* x, int64_t M,
       else
         kernels.dot_block(x + m0 * K, K, rows_of_x, rows, n_count, K, y + m0 * N + n0, N);
     }
-  };
-  const int64_t items = chunks * m_parts;
-  if (threads == 1 || items == 1) {
-    for (int64_t item = 0; item < items; ++item) run_item(item);
-  } else {
-    pool.run(items, run_item);
-  }
+  });
+}
+
+AffineRows affine_rows_from(const AffineRows& w, int64_t first_row) {
+  AffineRows r = w;
+  const int64_t param_bytes = int64_t(dtype_size(w.param_dtype));
+  r.codes = w.codes + first_row * w.code_ld;
+  r.scales = static_cast<const char*>(w.scales) + first_row * w.param_ld * param_bytes;
+  r.biases = static_cast<const char*>(w.biases) + first_row * w.param_ld * param_bytes;
+  return r;
+}
+
+void matmul_affine(const Kernels& kernels, ThreadPool& pool, const float* x, int64_t M, int64_t K,
+                   const AffineRows& w, int64_t N, float* y, const MatmulTuning& tuning) {
+  if (M <= 0 || N <= 0) return;
+  const int64_t row_bytes = w.code_ld * 4 + 2 * w.param_ld * int64_t(dtype_size(w.param_dtype));
+  const Schedule s = schedule(kernels, pool, M, K, N, row_bytes, tuning);
+  const int64_t mr = kernels.mr;
+  run_items(pool, s, [&](int64_t item) {
+    const int64_t n0 = s.n0(item), n_count = std::min(s.chunk, N - n0);
+    const int64_t m_begin = s.m_begin(item), m_end = std::min(M, m_begin + s.m_part);
+    if (m_end - m_begin <= mr) {
+      // Decode: the codes stream once, dequantized in registers.
+      kernels.dot_block_affine(x + m_begin * K, K, m_end - m_begin, affine_rows_from(w, n0), n_count, K,
+                               y + m_begin * N + n0, N);
+      return;
+    }
+    // Batched: each tile of weight rows dequantized once into f32 (in L2)
+    // and met by every row of x, through the dense kernel.
+    const int64_t tile = std::clamp<int64_t>(kDequantizedTileBytes / (4 * std::max<int64_t>(K, 1)) / 12 * 12, 12,
+                                             round_up(n_count, 12));
+    std::vector<float> dequantized(std::size_t(tile * K));
+    const WeightRows tile_rows{DType::F32, dequantized.data(), K};
+    const int64_t x_bytes = (m_end - m_begin) * K * 4;
+    const int64_t rows_per_call = x_bytes <= kPanelBytes ? m_end - m_begin : mr;
+    for (int64_t n = n0; n < n0 + n_count; n += tile) {
+      const int64_t rows_of_w = std::min(tile, n0 + n_count - n);
+      kernels.dequantize_affine(affine_rows_from(w, n), rows_of_w, K, dequantized.data(), K);
+      for (int64_t m0 = m_begin; m0 < m_end; m0 += rows_per_call) {
+        const int64_t rows_of_x = std::min(rows_per_call, m_end - m0);
+        kernels.dot_block(x + m0 * K, K, rows_of_x, tile_rows, rows_of_w, K, y + m0 * N + n, N);
+      }
+    }
+  });
 }
 
 }  // namespace rowlm::cpu

@@ -28,4 +28,15 @@ void matmul(const Kernels& kernels, ThreadPool& pool, const float* x, int64_t M,
             const WeightRows& w, int64_t N, float* y, MatmulPrecision precision = MatmulPrecision::F32,
             const MatmulTuning& tuning = {});
 
+// The same for an affine-quantized w (N rows of K columns): bitwise the
+// dense f32 matmul of the dequantized matrix, whatever M, the thread count
+// or the chunking (kernels.h, dot_block_affine). Rows of x up to the tile
+// height run against the codes directly (decode); more rows meet tiles
+// dequantized once per call and item.
+void matmul_affine(const Kernels& kernels, ThreadPool& pool, const float* x, int64_t M, int64_t K,
+                   const AffineRows& w, int64_t N, float* y, const MatmulTuning& tuning = {});
+
+// w's rows from `first_row` on.
+AffineRows affine_rows_from(const AffineRows& w, int64_t first_row);
+
 }  // namespace rowlm::cpu

@@ -3,11 +3,14 @@
 
 #include <cstdint>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/dtype.h"
@@ -86,6 +89,41 @@ inline int64_t ulp_distance(float a, float b) {
   };
   const int64_t d = key(a) - key(b);
   return d < 0 ? -d : d;
+}
+
+// The canonical order, written as plainly as possible: lane j = k mod 16
+// accumulates x·w with FMA in increasing k over a zero-padded K; then lanes
+// j and j+8, j and j+4, j and j+2, j and j+1 are added.
+inline float canonical_dot(const float* x, const float* w, int64_t K) {
+  float lane[16] = {};
+  const int64_t padded = (K + 15) / 16 * 16;
+  for (int64_t k = 0; k < padded; ++k) {
+    const float xv = k < K ? x[k] : 0.0f, wv = k < K ? w[k] : 0.0f;
+    lane[k % 16] = std::fma(xv, wv, lane[k % 16]);
+  }
+  for (int width = 8; width >= 1; width /= 2)
+    for (int j = 0; j < width; ++j) lane[j] = lane[j] + lane[j + width];
+  return lane[0];
+}
+
+inline std::vector<float> oracle_matmul(const Tensor& x, const std::vector<float>& w, int64_t N) {
+  const int64_t M = x.dim(0), K = x.dim(1);
+  std::vector<float> y(std::size_t(M * N));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) y[m * N + n] = canonical_dot(x.data<float>() + m * K, w.data() + n * K, K);
+  return y;
+}
+
+inline void expect_bitwise(const Tensor& y, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(y.numel(), int64_t(want.size())) << what;
+  int64_t mismatches = 0;
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    if (float_bits(y.data<float>()[i]) != float_bits(want[i])) {
+      if (++mismatches <= 3)
+        ADD_FAILURE() << what << ": element " << i << " is " << y.data<float>()[i] << ", canonical " << want[i];
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << what;
 }
 
 }  // namespace rowlm::testing
