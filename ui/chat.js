@@ -18,7 +18,14 @@
       return fallback;  // unreadable storage: start afresh rather than fail
     }
   }
-  const save = (key, value) => localStorage.setItem(key, JSON.stringify(value));
+  // A full or disabled localStorage loses what could not be saved, not the page.
+  function save(key, value) {
+    try {
+      localStorage.setItem(key, JSON.stringify(value));
+    } catch (e) {
+      console.warn(`rowlm: could not save ${key}: ${e}`);
+    }
+  }
 
   let conversations = load(STORE.conversations, []).filter((c) => c && Array.isArray(c.messages));
   let current = load(STORE.current, null);

@@ -212,6 +212,13 @@ test('model output with HTML and script markup is shown as text, never run', asy
     '<script>window.pwned = 3</script>',
     '```',
     '[a link](javascript:window.pwned=4) and [a real one](https://example.com/)',
+    '## Steps <i>now</i>',
+    '- one',
+    '- *two*',
+    '3. third',
+    '> quoted <u>text</u>',
+    '```',
+    'a block the reply never closes',
   ].join('\n');
   const server = await startScripted(reply);
   const { context, page, problems } = await openPage(server.url);
@@ -229,10 +236,17 @@ test('model output with HTML and script markup is shown as text, never run', asy
     assert.ok(text.includes('<img src=x onerror="window.pwned = 2">'), text);
     assert.equal(await body.locator('strong').textContent(), 'bold');
     assert.equal(await body.locator('p code').textContent(), '<b>code</b>');
-    assert.equal(await body.locator('pre code').textContent(), '<script>window.pwned = 3</script>');
-    assert.equal(await body.locator('pre').getAttribute('data-lang'), 'html');
+    assert.equal(await body.locator('pre code').first().textContent(), '<script>window.pwned = 3</script>');
+    assert.equal(await body.locator('pre').first().getAttribute('data-lang'), 'html');
     const links = await body.locator('a').evaluateAll((as) => as.map((a) => a.href));
     assert.deepEqual(links, ['https://example.com/']);
+    assert.equal(await body.locator('h4').textContent(), 'Steps <i>now</i>');
+    assert.deepEqual(await body.locator('ul li').allTextContents(), ['one', 'two']);
+    assert.equal(await body.locator('ul li em').textContent(), 'two');
+    assert.equal(await body.locator('ol').getAttribute('start'), '3');
+    assert.equal(await body.locator('blockquote').textContent(), 'quoted <u>text</u>');
+    assert.equal(await body.locator('pre code').nth(1).textContent(), 'a block the reply never closes');
+    assert.equal(await page.locator('#messages i, #messages u').count(), 0);
     await shot(page, 'markup.png');
     assert.deepEqual(problems, []);
   } finally {
