@@ -1,7 +1,8 @@
 #pragma once
 // rowlm's HTTP API over one Engine: OpenAI's /v1/chat/completions and
 // /v1/completions, Anthropic's /v1/messages, /v1/models, /health,
-// /metrics (Prometheus) and a chat page at / (ui/). Every request shares the engine's continuous batch.
+// /metrics (Prometheus) and a chat page at / (ui/). Every request shares
+// the engine's continuous batch.
 //
 //   HttpServer server(*engine, options);
 //   int port = server.bind();
