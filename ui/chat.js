@@ -86,7 +86,14 @@
       return;
     }
     $('key-form').hidden = true;
-    const model = (await res.json()).data?.[0];
+    let model;
+    try {
+      if (!res.ok) throw new Error(`HTTP ${res.status}`);
+      model = (await res.json()).data?.[0];
+    } catch (e) {
+      $('model-name').textContent = `models: ${e.message}`;  // e.g. 503 while the server shuts down
+      return;
+    }
     modelId = model?.id ?? null;
     $('model-name').textContent = modelId ?? 'no model';
     $('model-device').textContent = model?.device ? `on ${model.device}` : '';
