@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 
 packages=(g++ cmake ninja-build pkg-config libgtest-dev libgmock-dev nlohmann-json3-dev
           libpcre2-dev libutf8proc-dev libcpp-httplib-dev
-          curl)  # the server integration tests check raw SSE framing with curl
+          libcurl4-openssl-dev libssl-dev ca-certificates  # rowlm pull: HTTPS, checksums, the Hub's CA
+          curl       # the server integration tests check raw SSE framing with curl
+          chromium)  # the chat page's browser test (headless, driven by playwright-core)
 # Node.js runs the reference-tokenizer and API-client tests (npm packages as
 # test assets only).
 command -v node >/dev/null 2>&1 || packages+=(nodejs)

@@ -11,16 +11,20 @@ namespace rowlm {
 // What a matmul does with activations that meet bf16 weights.
 enum class MatmulPrecision {
   // Activations stay f32 (bf16/f16 weights are widened exactly): faithful to
-  // an f32 reference. The default.
+  // an f32 reference. On the GPU, the CPU backend's bits exactly (slow).
   F32,
   // Activations are rounded to bf16 (nearest even) and multiplied with bf16
-  // weights in pairs, accumulating in f32 (VDPBF16PS on the CPU): twice the
-  // multiply-add rate of f32 where the hardware has it, for compute-bound
-  // batches. f32 and f16 weights keep the F32 path. Still batch-invariant.
+  // weights, accumulating in f32: on the CPU in pairs (VDPBF16PS), twice the
+  // multiply-add rate of f32 where the hardware has it; on the GPU on tensor
+  // cores (backend/cuda/gemm_bf16.h). f32 and f16 weights keep the F32 path.
+  // Batch-invariant on both; the two backends' bits differ in this mode.
   Bf16,
+  // The backend's own default, resolved when the backend is made: F32 on the
+  // CPU, Bf16 on the GPU. Backend::matmul_precision() never returns Auto.
+  Auto,
 };
-std::string_view matmul_precision_name(MatmulPrecision p);  // "f32", "bf16"
-// "f32" or "bf16"; anything else is an Error naming the value.
+std::string_view matmul_precision_name(MatmulPrecision p);  // "f32", "bf16", "auto"
+// "f32", "bf16" or "auto"; anything else is an Error naming the value.
 MatmulPrecision parse_matmul_precision(std::string_view name);
 
 struct BackendOptions {
@@ -28,7 +32,7 @@ struct BackendOptions {
   // CPU), "cpu", "cuda" or "cuda:N".
   std::string device = "auto";
   int threads = 0;  // host threads for the CPU backend; 0 = one per core
-  MatmulPrecision matmul_precision = MatmulPrecision::F32;
+  MatmulPrecision matmul_precision = MatmulPrecision::Auto;
 };
 
 }  // namespace rowlm

@@ -43,10 +43,11 @@ struct EngineOptions {
   std::string model_dir;
   std::string device = "auto";        // where the model runs: auto, cpu, cuda, cuda:N (rowlm::make_backend)
   int threads = 0;                    // CPU threads; 0 = one per core
-  // F32: activations stay f32 in every matmul (faithful; the default). Bf16:
-  // rounded to bf16 where they meet bf16 weights (about 2x the compute rate
-  // on CPUs with AVX512-BF16; for large batches). Still batch-invariant.
-  MatmulPrecision matmul_precision = MatmulPrecision::F32;
+  // F32: activations stay f32 in every matmul (faithful). Bf16: rounded to
+  // bf16 where they meet bf16 weights (about 2x the compute rate on CPUs
+  // with AVX512-BF16; tensor cores on the GPU). Auto (the default): F32 on
+  // the CPU, Bf16 on the GPU. Batch-invariant in every mode.
+  MatmulPrecision matmul_precision = MatmulPrecision::Auto;
   std::string kv_codec = "bf16";      // f32, bf16, f16, q8, q4[:group], or a per-layer map
   std::size_t kv_budget_bytes = 0;    // KV pool; 0 = a default from the machine's free memory
   std::size_t prefix_cache_bytes = 0; // unused cached prefix blocks kept; 0 = a quarter of the budget

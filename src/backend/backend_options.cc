@@ -8,13 +8,17 @@
 namespace rowlm {
 
 std::string_view matmul_precision_name(MatmulPrecision p) {
-  return p == MatmulPrecision::Bf16 ? "bf16" : "f32";
+  switch (p) {
+    case MatmulPrecision::Bf16: return "bf16";
+    case MatmulPrecision::Auto: return "auto";
+    default: return "f32";
+  }
 }
 
 MatmulPrecision parse_matmul_precision(std::string_view name) {
-  for (MatmulPrecision p : {MatmulPrecision::F32, MatmulPrecision::Bf16})
+  for (MatmulPrecision p : {MatmulPrecision::F32, MatmulPrecision::Bf16, MatmulPrecision::Auto})
     if (name == matmul_precision_name(p)) return p;
-  throw Error("unknown matmul precision '" + std::string(name) + "' (expected f32 or bf16)");
+  throw Error("unknown matmul precision '" + std::string(name) + "' (expected f32, bf16 or auto)");
 }
 
 std::string_view activation_name(Activation a) { return a == Activation::Silu ? "silu" : "gelu_tanh"; }

@@ -51,6 +51,8 @@ struct Weight {
   bool empty() const { return values.empty() && rows * cols == 0; }
   Shape shape() const { return {rows, cols}; }
   Device device() const { return values.device(); }
+  // Bytes held: the values, and for an affine weight its scales and biases.
+  std::size_t nbytes() const { return values.nbytes() + scales.nbytes() + biases.nbytes(); }
   // "bf16 [256, 64]", "affine q4/64 [256, 64]".
   std::string describe() const;
   // Rows [begin, end) as a view (an expert of a stacked bank, a slice of a

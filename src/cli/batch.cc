@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/model_source.h"
 #include "cli/request_options.h"
 #include "cli/runtime.h"
 #include "core/error.h"
@@ -20,7 +21,7 @@ int run_batch(const std::vector<std::string>& argv) {
                      "temperature (default 1), top_p, top_k, min_p, seed, stop, logprobs, presence_penalty,\n"
                      "frequency_penalty, repetition_penalty, logit_bias, ignore_eos, arrival_step (the engine\n"
                      "step at which the request is submitted; default 0).");
-  args.positional("MODEL_DIR", "a Hugging Face model directory")
+  add_model_argument(args)
       .option("input", "FILE", "requests, one JSON object per line ('-' = stdin)")
       .option("output", "FILE", "results, one JSON object per line ('-' = stdout)", "-");
   add_engine_options(args);
@@ -57,7 +58,7 @@ int run_batch(const std::vector<std::string>& argv) {
   }
   std::ostream& out = out_path == "-" ? std::cout : out_file;
 
-  EngineOptions opt = engine_options_from(args, args.get("MODEL_DIR"), /*background=*/false);
+  EngineOptions opt = engine_options_from(args, model_source_from(args).dir, /*background=*/false);
   opt.max_waiting = std::max<int>(opt.max_waiting, int(lines.size()));
   auto engine = open_engine(opt);
   std::vector<std::shared_ptr<RequestHandle>> handles(lines.size());

@@ -13,9 +13,11 @@
 
 #include "backend/factory/make_backend.h"
 #include "cli/commands.h"
+#include "cli/model_source.h"
 #include "cli/runtime.h"
 #include "core/error.h"
 #include "model/gemma4.h"
+#include "model/mlx_checkpoint.h"
 #include "rowlm/engine.h"
 
 namespace rowlm::cli {
@@ -59,15 +61,27 @@ nlohmann::json shape_config(const std::string& shape, int layers) {
   return j;
 }
 
-// Bytes of the matrices a decode step streams (every linear layer and the
-// tied output head; embedding rows are gathered, not streamed).
-std::size_t streamed_weight_bytes(const decoder::DecoderWeights& w) {
-  std::size_t b = w.embed.values.nbytes() + w.per_layer_model_projection.values.nbytes();
+// The matrices a decode step streams (every linear layer and the tied
+// output head; embedding rows are gathered, not streamed): their bytes as
+// held (codes, scales and biases for a quantized one) and their elements.
+struct Streamed {
+  std::size_t bytes = 0;
+  double elements = 0;
+};
+Streamed streamed_weights(const decoder::DecoderWeights& w) {
+  Streamed s;
+  auto add = [&](const Weight& m) {
+    if (m.empty()) return;
+    s.bytes += m.nbytes();
+    s.elements += double(m.rows) * double(m.cols);
+  };
+  add(w.embed);
+  add(w.per_layer_model_projection);
   for (const auto& l : w.layers)
     for (const Weight* m : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj,
                             &l.per_layer_gate, &l.per_layer_projection})
-      b += m->empty() ? 0 : m->values.nbytes();
-  return b;
+      add(*m);
+  return s;
 }
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -135,7 +149,7 @@ int concurrency_bench(const Args& args, const std::string& concurrency, const st
   std::unique_ptr<Engine> engine;
   std::string source;
   if (auto dir = args.get_opt("model")) {
-    eo.model_dir = *dir;
+    eo.model_dir = resolve_model(*dir, false).dir;
     engine = Engine::create(eo);
     source = *dir;
   } else {
@@ -180,6 +194,8 @@ int run_bench(const std::vector<std::string>& argv) {
       .option("decode-steps", "N", "decode steps per batch size", "16")
       .option("batch", "B,B,...", "decode batch sizes", "1,8")
       .option("context", "N", "tokens already in each row before decode steps", "64")
+      .option("quantize", "BITS/GROUP",
+              "quantize the random matrices as MLX does (e.g. 4/64: mlx-community q4), bf16 scales and biases")
       .flag("no-ceilings", "skip the bandwidth and FMA measurements")
       .option("concurrency", "C,C,...",
               "instead: run C requests at once through the engine, for each C (continuous batching)")
@@ -202,8 +218,11 @@ int run_bench(const std::vector<std::string>& argv) {
   const nlohmann::json cfg_json = shape_config(shape, layers);
   gemma4::Config cfg = gemma4::parse_config(cfg_json.dump(), "bench:" + shape);
   std::fprintf(stderr, "bench: building random %s weights with %d layers...\n", shape.c_str(), layers);
-  decoder::DecoderWeights weights = gemma4::make_synthetic_weights(cfg, 1);
-  const std::size_t streamed = streamed_weight_bytes(weights);
+  std::optional<quant::AffineSpec> quantize;
+  if (auto q = args.get_opt("quantize")) quantize = parse_quantize_spec(*q);
+  decoder::DecoderWeights weights = gemma4::make_synthetic_weights(cfg, 1, 0.02f, quantize);
+  const Streamed streamed_all = streamed_weights(weights);
+  const std::size_t streamed = streamed_all.bytes;
   const int64_t params = weights.parameter_count;
   auto model = gemma4::make_model(cfg, std::move(weights), *backend);
 
@@ -214,6 +233,8 @@ int run_bench(const std::vector<std::string>& argv) {
   out["kv_codec"] = args.get("kv-codec");
   out["parameters"] = params;
   out["streamed_weight_bytes_per_step"] = streamed;
+  out["weights"] = quantize ? "affine q" + std::to_string(quantize->bits) + "/" + std::to_string(quantize->group_size)
+                            : std::string("bf16");
   out["matmul_precision"] = matmul_precision_name(backend->matmul_precision());
   out["backend"] = backend->name();
   // Prefill is judged against the peak of the arithmetic its matmuls run.
@@ -249,7 +270,7 @@ int run_bench(const std::vector<std::string>& argv) {
     }
     // Linear-layer flops: 2 per weight per token (the head only for the last token).
     const double head = double(cfg.vocab_size) * cfg.hidden_size;
-    const double linear = double(streamed) / 2.0 - head;
+    const double linear = streamed_all.elements - head;
     const double flops = 2.0 * linear * double(prefill) + 2.0 * head;
     out["prefill"] = {{"tokens", prefill}, {"seconds", best}, {"tokens_per_s", prefill / best},
                       {"linear_gflop_s", flops / best / 1e9}};

@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/model_source.h"
 #include "cli/request_options.h"
 #include "cli/runtime.h"
 #include "core/error.h"
@@ -32,14 +33,14 @@ extern "C" void on_sigint(int) { g_interrupted.store(true); }
 int run_chat(const std::vector<std::string>& argv) {
   Args args("chat", "An interactive chat with MODEL_DIR in the terminal. Type a message and press Enter.\n"
                     "/reset forgets the conversation, /exit (or Ctrl-D) leaves, Ctrl-C stops an answer.");
-  args.positional("MODEL_DIR", "a Hugging Face model directory")
+  add_model_argument(args)
       .option("system", "TEXT", "a system message")
       .option("chat-format", "NAME", "override the chat format: gemma4, gemma3, chatml, llama3")
       .flag("stats", "print token counts and speed after each answer");
   add_sampling_options(args, 0.7f);
   add_engine_options(args);
   if (!args.parse(argv)) return 0;
-  const std::string dir = args.get("MODEL_DIR");
+  const std::string dir = model_source_from(args).dir;
   Request base;
   apply_sampling_options(args, base);
   const EngineOptions eo = engine_options_from(args, dir, /*background=*/true);

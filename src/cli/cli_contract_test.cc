@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/cli_test_util.h"
 #include "core/npy.h"
 
 namespace rowlm {
@@ -24,31 +25,12 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct CommandRun {
-  int status;
-  std::string out, err;
-};
+using cli::testing::CommandRun;
 
 const std::string kSource = ROWLM_SOURCE_DIR;
 
 // Runs `rowlm ARGS` with stdin from `input`, capturing both streams.
-CommandRun rowlm(const std::string& args, const std::string& input = "") {
-  const fs::path dir = fs::temp_directory_path() / ("rowlm_cli_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  std::ofstream(dir / "in") << input;
-  const std::string cmd = std::string(ROWLM_BINARY_DIR) + "/rowlm " + args + " <" + (dir / "in").string() +
-                          " >" + (dir / "out").string() + " 2>" + (dir / "err").string();
-  const int rc = std::system(cmd.c_str());
-  auto slurp = [](const fs::path& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
-  CommandRun r{WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, slurp(dir / "out"), slurp(dir / "err")};
-  fs::remove_all(dir);
-  return r;
-}
+CommandRun rowlm(const std::string& args, const std::string& input = "") { return cli::testing::run_rowlm(args, input); }
 
 json fixture(const std::string& path) {
   std::ifstream in(kSource + "/tests/fixtures/" + path);
@@ -200,6 +182,45 @@ TEST(Cli, InspectReportsSizeAndKvCost) {
   EXPECT_EQ(j["kv_bytes_per_token"]["bf16"]["all_layers"].get<int64_t>(), 5 * 2 * 64 * 2 + 2 * 128 * 2);
   EXPECT_LT(j["kv_bytes_per_token"]["q4"]["all_layers"].get<double>(),
             0.3 * j["kv_bytes_per_token"]["bf16"]["all_layers"].get<double>() + 1);
+}
+
+// rowlm quantize writes a directory every command reads: inspect lists each
+// tensor's format and bytes (adding up to the weight bytes), generate runs
+// on it, and bad requests exit 1 naming the problem.
+TEST(Cli, QuantizeWritesACheckpointTheOtherCommandsRun) {
+  const fs::path dst = fs::temp_directory_path() / ("rowlm_quantize_" + std::to_string(::getpid()));
+  fs::remove_all(dst);
+  const CommandRun q = rowlm("quantize " + kSource + "/models/rowlm-tiny " + dst.string() +
+                             " --bits 4 --group-size 64 --override mlp.down_proj=8/32");
+  ASSERT_EQ(q.status, 0) << q.err;
+  EXPECT_NE(q.err.find("quantized 74 matrices to q4/64"), std::string::npos) << q.err;
+  EXPECT_TRUE(fs::exists(dst / "tokenizer.json"));
+  const CommandRun r = rowlm("inspect " + dst.string() + " --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = json::parse(r.out);
+  std::size_t bytes = 0, q4 = 0, q8 = 0;
+  for (const json& t : j["tensors"]) {
+    bytes += t["bytes"].get<std::size_t>();
+    const std::string format = t["format"];
+    q4 += format.rfind("q4/64 (bf16 scales)", 0) == 0;
+    q8 += format.rfind("q8/32 (bf16 scales)", 0) == 0;
+  }
+  EXPECT_EQ(q8, 10u);  // one down_proj per layer
+  EXPECT_EQ(q4, 64u);
+  EXPECT_EQ(bytes, j["weight_bytes"].get<std::size_t>());
+  EXPECT_EQ(j["parameters"].get<int64_t>(), 17790944 + 10);  // a quantized matrix counts its values
+  const CommandRun g = rowlm("generate " + dst.string() + " --ids 2,651,1602 --max-tokens 8 --json");
+  ASSERT_EQ(g.status, 0) << g.err;
+  EXPECT_EQ(json::parse(g.out)["token_ids"].size(), 8u);
+  const CommandRun again = rowlm("quantize " + dst.string() + " " + dst.string() + "_2");
+  EXPECT_EQ(again.status, 1);
+  EXPECT_NE(again.err.find("already quantized"), std::string::npos) << again.err;
+  const CommandRun bad = rowlm("quantize " + kSource + "/models/rowlm-tiny " + dst.string() + "_3 --bits 7");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("bits must be"), std::string::npos) << bad.err;
+  fs::remove_all(dst);
+  fs::remove_all(dst.string() + "_2");
+  fs::remove_all(dst.string() + "_3");
 }
 
 // Qwen 3, the second family: every command runs on its fixtures, with the

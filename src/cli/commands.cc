@@ -20,6 +20,11 @@ const std::vector<Command>& commands() {
       {"bench", "measure forward speed against this machine's bandwidth and FMA peak", run_bench},
       {"tokenize", "print the token ids of a text", &tokenize_command},
       {"detokenize", "print the text of token ids", &detokenize_command},
+#ifdef ROWLM_HAVE_HUB
+      {"pull", "download a model from the Hugging Face Hub into the Hub cache", run_pull},
+      {"list", "list the models in the Hub cache", run_list},
+      {"rm", "remove a model from the Hub cache", run_rm},
+#endif
 #ifdef ROWLM_HAVE_SERVER
       {"serve", "serve a model over HTTP (OpenAI- and Anthropic-compatible API)", run_serve},
 #endif

@@ -24,6 +24,9 @@ int run_chat(const std::vector<std::string>& args);
 int run_batch(const std::vector<std::string>& args);
 int run_perplexity(const std::vector<std::string>& args);
 int run_serve(const std::vector<std::string>& args);
+int run_pull(const std::vector<std::string>& args);  // the Hub cache (hub_commands.cc)
+int run_list(const std::vector<std::string>& args);
+int run_rm(const std::vector<std::string>& args);
 
 // Every subcommand, in the order `rowlm --help` lists them.
 const std::vector<Command>& commands();

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/model_source.h"
 #include "cli/request_options.h"
 #include "cli/runtime.h"
 #include "core/error.h"
@@ -20,7 +21,7 @@ int run_generate(const std::vector<std::string>& argv) {
             "Generates a continuation of PROMPT (or of --ids) and streams it to stdout; a summary goes to\n"
             "stderr. Decoding is greedy unless --temperature is given. With --chat, PROMPT is the user's turn\n"
             "in the model's chat format.");
-  args.positional("MODEL_DIR", "a Hugging Face model directory")
+  add_model_argument(args)
       .positional("PROMPT", "the prompt text", false)
       .option("ids", "ID,ID,...", "the prompt as token ids instead of text")
       .flag("chat", "render PROMPT as a user turn of the model's chat format")
@@ -30,7 +31,7 @@ int run_generate(const std::vector<std::string>& argv) {
   add_sampling_options(args, 0.0f);
   add_engine_options(args);
   if (!args.parse(argv)) return 0;
-  const std::string dir = args.get("MODEL_DIR");
+  const std::string dir = model_source_from(args).dir;
   const bool json = args.flag_set("json");
   Request req;
   if (auto ids = args.get_opt("ids")) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/model_source.h"
 #include "cli/runtime.h"
 #include "core/error.h"
 #include "kvcodec/codec.h"
@@ -17,10 +18,10 @@ namespace rowlm::cli {
 int run_inspect(const std::vector<std::string>& argv) {
   Args args("inspect", "Prints a model's architecture, parameter count, weight bytes, and the KV cache\n"
                        "bytes per token for each layer type and KV codec.");
-  args.positional("MODEL_DIR", "a Hugging Face model directory").flag("json", "print JSON");
+  add_model_argument(args).flag("json", "print JSON");
   add_runtime_options(args, "bf16");
   if (!args.parse(argv)) return 0;
-  Runtime rt = open_runtime(args, args.get("MODEL_DIR"));
+  Runtime rt = open_runtime(args, model_source_from(args).dir);
   const ModelInfo& info = rt.model->info();
 
   nlohmann::json j;

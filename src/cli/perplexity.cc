@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/model_source.h"
 #include "cli/runtime.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
@@ -23,7 +24,7 @@ namespace rowlm::cli {
 int run_perplexity(const std::vector<std::string>& argv) {
   Args args("perplexity", "Computes the model's perplexity on a text file: consecutive windows of CTX-1 tokens,\n"
                           "each scored after <bos>; prints JSON.");
-  args.positional("MODEL_DIR", "a Hugging Face model directory")
+  add_model_argument(args)
       .option("file", "TEXT_FILE", "the text to score")
       .option("ctx", "N", "window length including <bos>", "512")
       .option("chunk", "N", "tokens per forward step", "512");
@@ -38,7 +39,7 @@ int run_perplexity(const std::vector<std::string>& argv) {
   std::stringstream ss;
   ss << in.rdbuf();
 
-  const std::string dir = args.get("MODEL_DIR");
+  const std::string dir = model_source_from(args).dir;
   Runtime rt = open_runtime(args, dir);
   const Tokenizer tok = Tokenizer::load(dir);
   const std::vector<int32_t> ids = tok.encode(ss.str(), false);

@@ -1,5 +1,6 @@
 #include "cli/request_options.h"
 
+#include "cli/model_source.h"
 #include "cli/runtime.h"
 #include "core/error.h"
 
@@ -17,7 +18,7 @@ void add_engine_options(Args& args, int default_max_waiting) {
       .option("token-budget", "N", "most tokens per forward step (prefill is chunked to fit)", "256")
       .option("max-waiting", "N", "most queued requests", std::to_string(default_max_waiting))
       .flag("no-prefix-cache", "do not reuse cached prompt prefixes")
-      .option("draft", "MODEL_DIR|ngram", "speculative decoding with a draft model or n-gram prompt lookup")
+      .option("draft", "MODEL_DIR|ngram", "speculative decoding with a draft model (a directory or ORG/REPO) or n-gram prompt lookup")
       .option("draft-tokens", "N", "tokens drafted per row per round", "3");
   add_matmul_precision_option(args);
 }
@@ -41,6 +42,7 @@ EngineOptions engine_options_from(const Args& args, const std::string& model_dir
   o.max_waiting = ranged("max-waiting", 0, 1 << 24);
   o.prefix_cache = !args.flag_set("no-prefix-cache");
   o.draft = args.get_opt("draft").value_or("");
+  if (!o.draft.empty() && o.draft != "ngram") o.draft = resolve_model(o.draft, args.flag_set("pull")).dir;
   o.draft_tokens = ranged("draft-tokens", 1, 64);
   o.background = background;
   return o;

@@ -28,9 +28,10 @@ void add_device_option(Args& args) {
 
 void add_matmul_precision_option(Args& args) {
   args.option("matmul-precision", "P",
-              "f32: activations stay f32 in every matmul (faithful); bf16: rounded to bf16 where they meet "
-              "bf16 weights (faster for large batches)",
-              "f32");
+              "f32: activations stay f32 in every matmul (faithful; on the GPU, the CPU's bits); bf16: rounded "
+              "to bf16 where they meet bf16 weights (CPU: faster for large batches; GPU: tensor cores); auto: "
+              "f32 on the CPU, bf16 on the GPU",
+              "auto");
 }
 
 MatmulPrecision matmul_precision_from(const Args& args) {

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/model_source.h"
 #include "cli/runtime.h"
 #include "core/error.h"
 #include "core/npy.h"
@@ -14,7 +15,7 @@ namespace rowlm::cli {
 int run_score(const std::vector<std::string>& argv) {
   Args args("score", "Writes the float32 logits [T, vocab] that the model gives at every position of a\n"
                      "token sequence, computed with f32 activations, as a NumPy .npy file.");
-  args.positional("MODEL_DIR", "a Hugging Face model directory")
+  add_model_argument(args)
       .option("ids", "ID,ID,...", "the token ids, comma-separated")
       .option("logits-out", "FILE.npy", "where to write the logits")
       .option("chunk", "N", "tokens per forward step", "256");
@@ -26,7 +27,7 @@ int run_score(const std::vector<std::string>& argv) {
   if (chunk < 1) throw Error("--chunk must be at least 1");
   if (ids.empty()) throw Error("--ids is empty");
 
-  Runtime rt = open_runtime(args, args.get("MODEL_DIR"));
+  Runtime rt = open_runtime(args, model_source_from(args).dir);
   auto cache = rt.make_cache();
   const kv::RowId row = cache->create_row();
   const int64_t V = rt.model->info().vocab_size, T = int64_t(ids.size());

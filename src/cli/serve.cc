@@ -11,6 +11,7 @@
 #include <pthread.h>
 
 #include "cli/commands.h"
+#include "cli/model_source.h"
 #include "cli/request_options.h"
 #include "cli/runtime.h"
 #include "core/error.h"
@@ -62,16 +63,17 @@ class ShutdownSignals {
 int run_serve(const std::vector<std::string>& argv) {
   Args args("serve",
             "Serves a model over HTTP: OpenAI's /v1/chat/completions and /v1/completions, Anthropic's\n"
-            "/v1/messages, /v1/models, /health and Prometheus /metrics. All requests share one continuous\n"
-            "batch. SIGINT or SIGTERM stops accepting, lets running requests finish (up to --shutdown-grace),\n"
-            "cancels the rest and exits 0.");
-  args.positional("MODEL_DIR", "a Hugging Face model directory")
+            "/v1/messages, /v1/models, /health, Prometheus /metrics and a chat page at / (open it in a\n"
+            "browser; --no-ui turns it off). All requests share one continuous batch. SIGINT or SIGTERM\n"
+            "stops accepting, lets running requests finish (up to --shutdown-grace), cancels the rest and\n"
+            "exits 0.");
+  add_model_argument(args)
       .option("host", "ADDR", "address to listen on", "127.0.0.1")
       .option("port", "N", "port to listen on; 0 picks a free one (the address is printed on stderr)", "8080")
       .option("api-key", "KEY",
               "require this key on /v1/* (Authorization: Bearer KEY, or x-api-key: KEY); default: the "
               "ROWLM_API_KEY environment variable, if set")
-      .option("served-model-name", "NAME", "the model id clients send (default: MODEL_DIR's name)")
+      .option("served-model-name", "NAME", "the model id clients send (default: ORG/REPO, or MODEL_DIR's name)")
       .option("chat-format", "NAME", "chat format instead of the one detected from MODEL_DIR")
       .option("max-body", "BYTES", "largest request body; larger ones get 413", "8M")
       .option("http-threads", "N", "connections served at once (default: max-running + max-waiting + 8)")
@@ -80,19 +82,21 @@ int run_serve(const std::vector<std::string>& argv) {
               "together (each its own SSE event); 0 writes every token as it comes",
               "10")
       .option("shutdown-grace", "SECONDS", "on SIGINT/SIGTERM, how long running requests may finish", "10")
-      .flag("quiet", "no log line per request");
+      .flag("quiet", "no log line per request")
+      .flag("no-ui", "do not serve the chat page at / (GET / answers 404)");
   // Every queued request holds a connection thread (see --http-threads); a
   // CPU server's queue of 256 is already many seconds of work.
   add_engine_options(args, /*default_max_waiting=*/256);
   if (!args.parse(argv)) return 0;
-  const EngineOptions eo = engine_options_from(args, args.get("MODEL_DIR"), /*background=*/true);
+  const ModelSource model = model_source_from(args);
+  const EngineOptions eo = engine_options_from(args, model.dir, /*background=*/true);
 
   server::ServerOptions so;
   so.host = args.get("host");
   so.port = int_option(args, "port", 0, 65535);
   if (auto key = args.get_opt("api-key")) so.api_key = *key;
   else if (const char* env = std::getenv("ROWLM_API_KEY")) so.api_key = env;
-  so.model_name = args.get_opt("served-model-name").value_or("");
+  so.model_name = args.get_opt("served-model-name").value_or(model.repo);  // empty: the directory's name
   so.chat_format = args.get_opt("chat-format").value_or("");
   so.max_body_bytes = parse_bytes(args.get("max-body"), "--max-body");
   // Each request holds a connection thread while it waits or streams; with
@@ -101,6 +105,7 @@ int run_serve(const std::vector<std::string>& argv) {
   so.http_threads = args.has("http-threads") ? int_option(args, "http-threads", 1, 100000)
                                              : eo.max_running + eo.max_waiting + 8;
   so.log_requests = !args.flag_set("quiet");
+  so.chat_page = !args.flag_set("no-ui");
   so.stream_interval_ms = int_option(args, "stream-interval", 0, 10000);
   const double grace = parse_double(args.get("shutdown-grace"), "--shutdown-grace");
   if (!(grace >= 0 && grace <= 86400)) throw Error("--shutdown-grace must be in [0, 86400] seconds");

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli/args.h"
+#include "cli/model_source.h"
 #include "core/error.h"
 #include "engine/model_files.h"
 #include "tokenizer/tokenizer.h"
@@ -44,14 +45,14 @@ Tokenizer tokenizer_at(const std::string& path) {
 
 int tokenize_command(const std::vector<std::string>& argv) {
   Args args("tokenize", "Prints the token ids of a text: {\"ids\":[...]}.");
-  args.option("tokenizer", "PATH", "a tokenizer.json, a model directory holding one, or a GGUF file")
+  args.option("tokenizer", "PATH", "a tokenizer.json, a GGUF file, or a model directory (or ORG/REPO in the Hub cache) holding one")
       .option("text", "STR", "the text to tokenize")
       .flag("jsonl", "read one JSON string per line from stdin; print one JSON id array per line")
       .flag("no-special", "do not add the tokenizer's special tokens (e.g. <bos>)");
   if (!args.parse(argv)) return 0;
   const bool jsonl = args.flag_set("jsonl");
   if (jsonl == args.has("text")) throw Error("tokenize: give either --text or --jsonl");
-  const Tokenizer tok = tokenizer_at(args.get("tokenizer"));
+  const Tokenizer tok = tokenizer_at(resolve_model(args.get("tokenizer"), false).dir);
   const bool add_special = !args.flag_set("no-special");
   if (!jsonl) {
     std::cout << to_json({{"ids", tok.encode(args.get("text"), add_special)}}) << "\n";
@@ -69,14 +70,14 @@ int tokenize_command(const std::vector<std::string>& argv) {
 
 int detokenize_command(const std::vector<std::string>& argv) {
   Args args("detokenize", "Prints the text of token ids: {\"text\":\"...\"}.");
-  args.option("tokenizer", "PATH", "a tokenizer.json, a model directory holding one, or a GGUF file")
+  args.option("tokenizer", "PATH", "a tokenizer.json, a GGUF file, or a model directory (or ORG/REPO in the Hub cache) holding one")
       .option("ids", "LIST", "comma-separated token ids, e.g. 2,9259,1902")
       .flag("jsonl", "read one JSON id array per line from stdin; print one JSON string per line")
       .flag("skip-special", "leave out special tokens (e.g. <bos>)");
   if (!args.parse(argv)) return 0;
   const bool jsonl = args.flag_set("jsonl");
   if (jsonl == args.has("ids")) throw Error("detokenize: give either --ids or --jsonl");
-  const Tokenizer tok = tokenizer_at(args.get("tokenizer"));
+  const Tokenizer tok = tokenizer_at(resolve_model(args.get("tokenizer"), false).dir);
   const bool skip = args.flag_set("skip-special");
   if (!jsonl) {
     const std::string list = args.get("ids");

@@ -45,11 +45,13 @@ struct Spec {
   std::vector<int32_t> stop_token_ids = {};
   int32_t top_k = 0;
   int32_t logprobs = 2;
+  std::vector<int32_t> prompt_ids = {};  // used instead of prompt when non-empty
 };
 
 inline Request make_request(const Spec& s) {
   Request r;
   r.prompt = s.prompt;
+  r.prompt_ids = s.prompt_ids;
   r.sampling.temperature = s.temperature;
   r.sampling.seed = s.seed;
   r.sampling.max_tokens = s.max_tokens;

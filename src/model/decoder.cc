@@ -47,9 +47,9 @@ void check_config(const DecoderConfig& c) {
         fail(where + "reads layer " + std::to_string(a.kv_source) + ", whose K/V do not match it");
     }
     const FfnConfig& f = c.layers[i].ffn;
-    if (f.intermediate <= 0) fail(where + "the MLP needs a positive width");
-    if (f.kind == FfnKind::DenseAndExperts && (f.experts <= 0 || f.top_k <= 0 || f.top_k > f.experts))
-      fail(where + "experts and top_k must be positive, top_k at most the experts");
+    if (f.kind != FfnKind::Experts && f.intermediate <= 0) fail(where + "the MLP needs a positive width");
+    if (f.kind != FfnKind::Dense && (f.experts <= 0 || f.top_k <= 0 || f.top_k > f.experts || f.expert_intermediate <= 0))
+      fail(where + "experts, top_k and the experts' width must be positive, top_k at most the experts");
   }
 }
 
@@ -338,8 +338,20 @@ Tensor DecoderModel::feed_forward(const LayerConfig& lc, const LayerWeights& lw,
     if (lc.post_ffn_norm) norm_in_place(f, lw.post_ffn_norm);
     return f;
   }
-  // Gemma 4's MoE block: the dense "shared expert" branch ...
   const int64_t T = h.dim(0), H = h.dim(1);
+  if (fc.kind == FfnKind::Experts) {
+    // Routed experts alone: the router and the experts read the same normed stream.
+    Tensor x = norm(h, lw.ffn_norm);
+    Tensor router_logits = linear(x, lw.router);  // [T, E]
+    Tensor experts = be_.workspace().tensor(DType::I32, {T, fc.top_k});
+    Tensor weights = scratch({T, fc.top_k});
+    be_.moe_route(router_logits, fc.top_k, fc.renormalize, nullptr, experts, weights);
+    Tensor f = scratch({T, H});
+    be_.moe_experts(x, experts, weights, lw.experts, fc.activation, f);
+    if (lc.post_ffn_norm) norm_in_place(f, lw.post_ffn_norm);
+    return f;
+  }
+  // Gemma 4's MoE block: the dense "shared expert" branch ...
   Tensor dense = mlp(lw, fc.activation, norm(h, lw.ffn_norm));
   norm_in_place(dense, lw.dense_post_norm);
   // ... the router, reading the post-attention stream itself ...

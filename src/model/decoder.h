@@ -15,6 +15,8 @@
 //   o   = attention(q, K/V of kv_source) · Wo (+ bo), norm(o) if post_attention_norm
 //   h  += o
 //   f   = Dense: mlp(norm(h, ffn_norm)), norm(f) if post_ffn_norm
+//         Experts (Qwen 3 MoE; Mixtral's form): experts(x), x = norm(h, ffn_norm), routed
+//         on x·W_router
 //         DenseAndExperts (Gemma 4): norm1(mlp(norm(h))) + norm2(experts(norm(h)))
 //         routed on norm(h, router_scale)/√H, then the post-ffn norm
 //   h  += f
@@ -61,14 +63,15 @@ struct AttentionConfig {
 
 enum class FfnKind {
   Dense,            // a gated MLP
+  Experts,          // routed experts in place of the MLP (Qwen 3 MoE): router and experts read norm(h, ffn_norm)
   DenseAndExperts,  // Gemma 4 MoE: the dense MLP beside routed experts, summed
 };
 
 struct FfnConfig {
   FfnKind kind = FfnKind::Dense;
   Activation activation = Activation::Silu;
-  int intermediate = 0;         // dense MLP width
-  int experts = 0;              // DenseAndExperts
+  int intermediate = 0;         // dense MLP width (not used by Experts)
+  int experts = 0;              // Experts, DenseAndExperts
   int top_k = 0;
   int expert_intermediate = 0;
   bool renormalize = true;      // routing weights divided by the chosen k's sum

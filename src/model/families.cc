@@ -5,18 +5,31 @@
 #include "core/error.h"
 #include "model/config_fields.h"
 #include "model/gemma4.h"
+#include "model/gemma3.h"
 #include "model/gguf_model.h"
-#include "model/qwen3.h"
+#include "model/llama_style.h"
 
 namespace rowlm {
 namespace {
 
 constexpr std::array<std::string_view, 3> kGemma4Types = {"gemma4", "gemma4_text", "gemma4_unified"};
+constexpr std::array<std::string_view, 2> kGemma3Types = {"gemma3", "gemma3_text"};
+constexpr std::array<std::string_view, 1> kLlamaTypes = {"llama"};
+constexpr std::array<std::string_view, 1> kMistralTypes = {"mistral"};
+constexpr std::array<std::string_view, 1> kQwen2Types = {"qwen2"};
 constexpr std::array<std::string_view, 1> kQwen3Types = {"qwen3"};
+constexpr std::array<std::string_view, 1> kQwen3MoeTypes = {"qwen3_moe"};
 
-const std::array<ModelFamily, 2> kFamilies = {{
+// The Llama-style families share one loader (llama_style.h), which reads
+// model_type again to pick the family's defaults and features.
+const std::array<ModelFamily, 7> kFamilies = {{
     {"Gemma 4", kGemma4Types, &gemma4::load},
-    {"Qwen 3", kQwen3Types, &qwen3::load},
+    {"Gemma 3", kGemma3Types, &gemma3::load},
+    {"Llama", kLlamaTypes, &llama_style::load},
+    {"Mistral", kMistralTypes, &llama_style::load},
+    {"Qwen 2", kQwen2Types, &llama_style::load},
+    {"Qwen 3", kQwen3Types, &llama_style::load},
+    {"Qwen 3 MoE", kQwen3MoeTypes, &llama_style::load},
 }};
 
 }  // namespace

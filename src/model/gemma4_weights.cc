@@ -31,32 +31,22 @@ template <class Source>
 void bind_experts(Source& b, const std::string& p, const Config& c, LayerWeights& lw) {
   const int64_t E = c.num_experts, Ie = c.moe_intermediate_size, H = c.hidden_size;
   const std::string& pre = b.prefix();
-  ExpertBank& bank = lw.experts;
-  bank.gate.resize(E);
-  bank.up.resize(E);
-  bank.down.resize(E);
-  if (b.has(p + "experts.switch_glu.gate_proj.weight")) {  // MLX: split gate and up stacks
-    const Weight gate = b.matrix(p + "experts.switch_glu.gate_proj.weight", {E, Ie, H});
-    const Weight up = b.matrix(p + "experts.switch_glu.up_proj.weight", {E, Ie, H});
-    for (int64_t e = 0; e < E; ++e) {
-      bank.gate[e] = gate.row_range(e * Ie, (e + 1) * Ie);
-      bank.up[e] = up.row_range(e * Ie, (e + 1) * Ie);
-    }
+  const bool mlx = b.has(p + "experts.switch_glu.gate_proj.weight");
+  Weight gate, up, gate_up;
+  if (mlx) {  // MLX: split gate and up stacks
+    gate = b.matrix(p + "experts.switch_glu.gate_proj.weight", {E, Ie, H});
+    up = b.matrix(p + "experts.switch_glu.up_proj.weight", {E, Ie, H});
   } else {  // transformers: one [E, 2·I_e, H] stack, gate rows first
     // The MLX name is never bound here (its branch is above); it is listed so
     // that a checkpoint with neither layout gets an error naming both.
-    const Weight gate_up = b.first_matrix_of({pre + p + "experts.gate_up_proj", pre + p + "experts.gate_up_proj.weight",
-                                              pre + p + "experts.switch_glu.gate_proj.weight"},
-                                             {E, 2 * Ie, H});
-    for (int64_t e = 0; e < E; ++e) {
-      bank.gate[e] = gate_up.row_range(2 * e * Ie, 2 * e * Ie + Ie);
-      bank.up[e] = gate_up.row_range(2 * e * Ie + Ie, 2 * (e + 1) * Ie);
-    }
+    gate_up = b.first_matrix_of({pre + p + "experts.gate_up_proj", pre + p + "experts.gate_up_proj.weight",
+                                 pre + p + "experts.switch_glu.gate_proj.weight"},
+                                {E, 2 * Ie, H});
   }
   const Weight down = b.first_matrix_of({pre + p + "experts.down_proj", pre + p + "experts.down_proj.weight",
                                          pre + p + "experts.switch_glu.down_proj.weight"},
                                         {E, H, Ie});
-  for (int64_t e = 0; e < E; ++e) bank.down[e] = down.row_range(e * H, (e + 1) * H);
+  lw.experts = mlx ? decoder::experts_from_stacks(gate, up, down, E) : decoder::experts_from_gate_up_stack(gate_up, down, E);
 }
 
 // Every tensor the config calls for, taken from `b` (a CheckpointSource or a
@@ -146,10 +136,11 @@ DecoderWeights load_gguf_weights(const gguf::File& file, const Config& c) {
   return w;
 }
 
-DecoderWeights make_synthetic_weights(const Config& c, uint64_t seed, float stddev) {
+DecoderWeights make_synthetic_weights(const Config& c, uint64_t seed, float stddev,
+                                      std::optional<quant::AffineSpec> quantize) {
   ROWLM_CHECK(int(c.layers.size()) == c.num_layers, "config is not resolved (use parse_config)");
   DecoderWeights w;
-  decoder::SyntheticSource source(seed, stddev, w);
+  decoder::SyntheticSource source(seed, stddev, w, quantize);
   bind_all(source, c, w);
   return w;
 }

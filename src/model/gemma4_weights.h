@@ -5,6 +5,7 @@
 // norm weights and scalars are converted to owned f32. Tensors a layer lacks
 // stay empty. Design note: docs/design/families.md (Gemma 4, checkpoint layouts).
 
+#include <optional>
 #include <string>
 
 #include "io/gguf.h"
@@ -21,12 +22,14 @@ namespace rowlm::gemma4 {
 // the file and the tensor.
 decoder::DecoderWeights load_weights(const std::string& model_dir, const Config& config);
 
-// Random weights with the shapes `config` implies (bf16 matrices ~ N(0, stddev),
-// norm weights near 1, layer scalars 1), for benchmarks and tests.
 // llama.cpp's names from a GGUF file (gguf_model.h); every tensor of the file
 // but rope_freqs (the RoPE the config already describes) must be used.
 decoder::DecoderWeights load_gguf_weights(const gguf::File& file, const Config& config);
 
-decoder::DecoderWeights make_synthetic_weights(const Config& config, uint64_t seed, float stddev = 0.02f);
+// Random weights with the shapes `config` implies (bf16 matrices ~ N(0, stddev),
+// norm weights near 1, layer scalars 1), for benchmarks and tests; with
+// `quantize`, the matrices quantized with that spec (bf16 scales and biases).
+decoder::DecoderWeights make_synthetic_weights(const Config& config, uint64_t seed, float stddev = 0.02f,
+                                               std::optional<quant::AffineSpec> quantize = std::nullopt);
 
 }  // namespace rowlm::gemma4

@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "io/gguf_affine.h"
 #include "model/gemma4.h"
-#include "model/qwen3.h"
+#include "model/llama_style.h"
 
 namespace rowlm {
 namespace {
@@ -224,8 +224,8 @@ std::unique_ptr<Model> load_gguf_model(const std::string& path, Backend& backend
     const gemma4::Config config = gemma4::parse_config(hf.dump(), source);
     return gemma4::make_model(config, gemma4::load_gguf_weights(file, config), backend, path);
   }
-  const qwen3::Config config = qwen3::parse_config(hf.dump(), source);
-  return qwen3::make_model(config, qwen3::load_gguf_weights(file, config), backend, path);
+  const llama_style::Config config = llama_style::parse_config(hf.dump(), source);
+  return llama_style::make_model(config, llama_style::load_gguf_weights(file, config), backend, path);
 }
 
 }  // namespace rowlm

@@ -78,32 +78,37 @@ json spec_json(const quant::AffineSpec& s) { return {{"group_size", s.group_size
 
 }  // namespace
 
+quant::AffineSpec parse_quantize_spec(const std::string& text) {
+  quant::AffineSpec spec{0, 64};
+  const auto slash = text.find('/');
+  auto number = [&](const std::string& part) {
+    std::size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (part.empty() || used != part.size()) throw Error("'" + text + "' is not BITS or BITS/GROUP (e.g. 4/64)");
+    return v;
+  };
+  spec.bits = number(text.substr(0, slash));
+  if (slash != std::string::npos) spec.group_size = number(text.substr(slash + 1));
+  quant::check_spec(spec);
+  return spec;
+}
+
 QuantizeOverride parse_quantize_override(const std::string& text) {
   const auto eq = text.rfind('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
     throw Error("override '" + text + "': expected PATTERN=BITS, PATTERN=BITS/GROUP or PATTERN=none");
   QuantizeOverride o{text.substr(0, eq), std::nullopt};
-  const std::string value = text.substr(eq + 1);
-  if (value == "none") return o;
-  quant::AffineSpec spec{0, 64};
-  const auto slash = value.find('/');
+  if (text.substr(eq + 1) == "none") return o;
   try {
-    std::size_t used = 0;
-    spec.bits = std::stoi(value.substr(0, slash), &used);
-    if (used != value.substr(0, slash).size()) throw std::invalid_argument("bits");
-    if (slash != std::string::npos) {
-      spec.group_size = std::stoi(value.substr(slash + 1), &used);
-      if (used != value.size() - slash - 1) throw std::invalid_argument("group");
-    }
-  } catch (const std::exception&) {
-    throw Error("override '" + text + "': '" + value + "' is not BITS, BITS/GROUP or none");
-  }
-  try {
-    quant::check_spec(spec);
+    o.spec = parse_quantize_spec(text.substr(eq + 1));
   } catch (const Error& e) {
     throw Error("override '" + text + "': " + e.what());
   }
-  o.spec = spec;
   return o;
 }
 

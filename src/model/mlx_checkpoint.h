@@ -21,6 +21,9 @@ struct QuantizeOverride {
   std::string pattern;
   std::optional<quant::AffineSpec> spec;
 };
+// "BITS" (group 64) or "BITS/GROUP", e.g. "4/64"; an Error naming `text`
+// otherwise.
+quant::AffineSpec parse_quantize_spec(const std::string& text);
 // "PATTERN=BITS", "PATTERN=BITS/GROUP" or "PATTERN=none" (for --override);
 // an Error naming `text` otherwise.
 QuantizeOverride parse_quantize_override(const std::string& text);

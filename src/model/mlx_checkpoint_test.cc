@@ -208,6 +208,10 @@ TEST(MlxCheckpoint, QuantizeRefusesBadRequests) {
   EXPECT_NE(message([] { parse_quantize_override("mlp=9"); }).find("bits must be"), std::string::npos);
   EXPECT_NE(message([] { parse_quantize_override("mlp"); }).find("PATTERN=BITS"), std::string::npos);
   EXPECT_NE(message([] { parse_quantize_override("mlp=4/x"); }).find("not BITS"), std::string::npos);
+  EXPECT_NE(message([] { parse_quantize_spec("4/"); }).find("'4/' is not BITS"), std::string::npos);
+  EXPECT_NE(message([] { parse_quantize_spec("4/48"); }).find("group size must be"), std::string::npos);
+  EXPECT_EQ(parse_quantize_spec("8"), (quant::AffineSpec{8, 64}));
+  EXPECT_EQ(parse_quantize_spec("3/128"), (quant::AffineSpec{3, 128}));
   const QuantizeOverride o = parse_quantize_override("layers.3.=6/32");
   EXPECT_EQ(o.pattern, "layers.3.");
   EXPECT_EQ(o.spec, (quant::AffineSpec{6, 32}));

@@ -229,6 +229,42 @@ float SyntheticSource::normal() {
   return (sum - 2.0f) * 1.7320508f;
 }
 
+namespace {
+
+// Expert e's down projection: row block e of the [E·H, I] stack.
+void split_down(const Weight& down, int64_t E, ExpertBank& bank) {
+  const int64_t H = down.rows / E;
+  bank.down.resize(std::size_t(E));
+  for (int64_t e = 0; e < E; ++e) bank.down[std::size_t(e)] = down.row_range(e * H, (e + 1) * H);
+}
+
+}  // namespace
+
+ExpertBank experts_from_stacks(const Weight& gate, const Weight& up, const Weight& down, int64_t E) {
+  ROWLM_CHECK(E > 0 && gate.rows % E == 0 && up.rows == gate.rows && down.rows % E == 0,
+              "expert stacks do not hold E equal blocks");
+  const int64_t I = gate.rows / E;
+  ExpertBank bank;
+  for (int64_t e = 0; e < E; ++e) {
+    bank.gate.push_back(gate.row_range(e * I, (e + 1) * I));
+    bank.up.push_back(up.row_range(e * I, (e + 1) * I));
+  }
+  split_down(down, E, bank);
+  return bank;
+}
+
+ExpertBank experts_from_gate_up_stack(const Weight& gate_up, const Weight& down, int64_t E) {
+  ROWLM_CHECK(E > 0 && gate_up.rows % (2 * E) == 0 && down.rows % E == 0, "expert stacks do not hold E equal blocks");
+  const int64_t I = gate_up.rows / (2 * E);
+  ExpertBank bank;
+  for (int64_t e = 0; e < E; ++e) {
+    bank.gate.push_back(gate_up.row_range(2 * e * I, 2 * e * I + I));
+    bank.up.push_back(gate_up.row_range(2 * e * I + I, 2 * (e + 1) * I));
+  }
+  split_down(down, E, bank);
+  return bank;
+}
+
 void check_layer_count(const Checkpoint& ck, const std::string& prefix, int num_layers) {
   const std::string layers = prefix + "layers.";
   for (const std::string& name : ck.names()) {

@@ -94,6 +94,14 @@ class SyntheticSource {
   std::string prefix_;
 };
 
+// An expert bank from stacked expert tensors, each viewed as a matrix of E
+// equal row blocks: gate and up [E·I, H] and down [E·H, I] (MLX's
+// switch_glu / switch_mlp), or one gate_up [E·2I, H] whose block e is
+// expert e's gate rows then its up rows (transformers' Mixtral-style
+// experts). The experts are row views of the stacks.
+ExpertBank experts_from_stacks(const Weight& gate, const Weight& up, const Weight& down, int64_t experts);
+ExpertBank experts_from_gate_up_stack(const Weight& gate_up, const Weight& down, int64_t experts);
+
 // An affine Weight holding `t` ([rows, cols] f32, bf16 or f16 values)
 // quantized with `spec`, scales and biases stored as `params`: what MLX's
 // quantizer computes (quant/affine.h) and `rowlm quantize` writes, owned by

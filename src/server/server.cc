@@ -20,6 +20,7 @@
 #include "server/sse.h"
 #include "engine/model_files.h"
 #include "tokenizer/chat_format.h"
+#include "ui/chat_page.h"
 
 namespace rowlm::server {
 
@@ -244,6 +245,17 @@ void HttpServer::Impl::install() {
   http.Post("/v1/messages", [this](const httplib::Request& q, httplib::Response& r) {
     generate(q, r, Endpoint::kMessages);
   });
+  if (options.chat_page) {
+    // Outside /v1/, so no API key: the page asks for the key and sends it.
+    http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      const ui::ChatPage page = ui::chat_page();
+      res.set_header("Content-Security-Policy", std::string(page.content_security_policy));
+      res.set_header("X-Content-Type-Options", "nosniff");
+      res.set_header("Referrer-Policy", "no-referrer");
+      res.set_header("Cache-Control", "no-cache");
+      res.set_content(page.html.data(), page.html.size(), "text/html; charset=utf-8");
+    });
+  }
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     const bool ok = !draining.load();
     res.status = ok ? 200 : 503;

@@ -1,7 +1,8 @@
 #pragma once
 // rowlm's HTTP API over one Engine: OpenAI's /v1/chat/completions and
-// /v1/completions, Anthropic's /v1/messages, /v1/models, /health and
-// /metrics (Prometheus). Every request shares the engine's continuous batch.
+// /v1/completions, Anthropic's /v1/messages, /v1/models, /health,
+// /metrics (Prometheus) and a chat page at / (ui/). Every request shares
+// the engine's continuous batch.
 //
 //   HttpServer server(*engine, options);
 //   int port = server.bind();
@@ -37,6 +38,7 @@ struct ServerOptions {
   // every token as it comes. 10 ms is invisible to a reader and groups tokens
   // only when one request streams faster than 100 tokens/s.
   int stream_interval_ms = 10;
+  bool chat_page = true;                  // GET / serves the chat page (ui/); false: 404
 };
 
 class HttpServer {

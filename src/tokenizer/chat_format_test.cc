@@ -249,6 +249,14 @@ TEST(ChatFormat, ChoosesFromTheModelDirectory) {
     d.write("config.json", R"({"model_type": "qwen3"})");
     EXPECT_EQ(ChatFormat::from_model_dir(d.path()).name(), "chatml");
   }
+  // Every family rowlm loads (model/families.h) without a template, by model_type.
+  for (const auto& [model_type, format] : {std::pair{"qwen2", "chatml"}, std::pair{"qwen3_moe", "chatml"},
+                                           std::pair{"gemma3", "gemma3"}, std::pair{"gemma3_text", "gemma3"},
+                                           std::pair{"gemma4_text", "gemma4"}}) {
+    ModelDir d;
+    d.write("config.json", std::string(R"({"model_type": ")") + model_type + "\"}");
+    EXPECT_EQ(ChatFormat::from_model_dir(d.path()).name(), format) << model_type;
+  }
 }
 
 TEST(ChatFormat, ModelDirectoryErrorsNameTheProblem) {

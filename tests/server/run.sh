@@ -4,12 +4,16 @@
 # reinstalled only when the lockfile changes) and runs the Node test files,
 # which start the servers they need.
 #
-#   run.sh ROWLM_BIN SCRIPTED_SERVER_BIN MODEL_DIR
+#   run.sh ROWLM_BIN SCRIPTED_SERVER_BIN MODEL_DIR [TEST_FILE...]
+#
+# TEST_FILEs (relative to tests/server) default to ./*.test.mjs; the chat
+# page's browser test (browser/) is its own CTest test, run by naming it.
 #
 # Exit status: the tests'; 77 (skip) when the npm registry cannot be reached.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 export ROWLM_BIN="$1" ROWLM_SCRIPTED_BIN="$2" ROWLM_MODEL="$3"
+shift 3
 for tool in node npm curl; do
   command -v "$tool" >/dev/null 2>&1 || { echo "run.sh: $tool is not installed (scripts/setup.sh installs it)" >&2; exit 1; }
 done
@@ -36,4 +40,5 @@ fi
 flock -u 9
 
 cd "$here"
-exec node --test --test-concurrency=1 --test-reporter=spec ./*.test.mjs
+(($#)) || set -- ./*.test.mjs
+exec node --test --test-concurrency=1 --test-reporter=spec "$@"

@@ -94,7 +94,7 @@ class CpuBackend final : public Backend {
   CpuBackend(int threads, cpu::Isa isa, MatmulPrecision precision)
       : kernels_(cpu::kernels_for(isa)),
         pool_(threads),
-        precision_(precision),
+        precision_(precision == MatmulPrecision::Auto ? MatmulPrecision::F32 : precision),
         workspace_(Device::host(), [](std::size_t bytes) {
           void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
           if (!p) throw OutOfMemory("workspace: out of host memory for " + std::to_string(bytes) + " bytes");

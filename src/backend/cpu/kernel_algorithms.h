@@ -11,7 +11,9 @@
 // std:: templates that could be emitted out of line.
 //
 // V provides: R (16 floats), codes4 / codes8 (16 consecutive 4-bit codes from
-// 2 words, 8-bit codes from 4 words, as floats), Mask, kMR (rows of x per matmul tile),
+// 2 words, 8-bit codes from 4 words, as floats), Table4 with table4(s, b) and
+// dequant4(table, words) (16 consecutive 4-bit codes dequantized as
+// add(mul(code, s), b): a lookup table on AVX-512, the arithmetic elsewhere), Mask, kMR (rows of x per matmul tile),
 // kAccumulators (R values that fit in registers besides the operands), zero, set1,
 // load/store (+ _partial for n < 16 lanes, zero-filling loads), load_bf16,
 // load_f16 (+ _partial), add, sub, mul, div, fma(a, b, c) = a·b + c, abs,
@@ -311,6 +313,27 @@ inline typename V::R affine_codes(const uint32_t* row, int64_t k, int bits) {
   }
 }
 
+// A row's per-group dequantization state: its scale and bias broadcast, or
+// for 4-bit codes V's Table4 (each code's value scale·code + bias, computed
+// by the same two roundings).
+template <class V, int B>
+struct GroupDequant {
+  typename V::R s, b;
+  void set(float scale, float bias) {
+    s = V::set1(scale);
+    b = V::set1(bias);
+  }
+  typename V::R at(const uint32_t* row, int64_t k, int bits) const {
+    return V::add(V::mul(affine_codes<V, B>(row, k, bits), s), b);
+  }
+};
+template <class V>
+struct GroupDequant<V, 4> {
+  typename V::Table4 t;
+  void set(float scale, float bias) { t = V::table4(V::set1(scale), V::set1(bias)); }
+  typename V::R at(const uint32_t* row, int64_t k, int) const { return V::dequant4(t, row + k / 8); }
+};
+
 // One MR x NR tile: rows [0, MR) of x against weight rows [n0, n0 + NR).
 template <class V, int B, int MR, int NR>
 inline void affine_tile(const float* x, int64_t ldx, const AffineRows& w, int64_t n0, int64_t K, float* y,
@@ -330,12 +353,10 @@ inline void affine_tile(const float* x, int64_t ldx, const AffineRows& w, int64_
     params[n] = (n0 + n) * w.param_ld;
   }
   for (int64_t g = 0; g < K / G; ++g) {
-    R s[NR], b[NR];
+    GroupDequant<V, B> dq[NR];
 #pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) {
-      s[n] = V::set1(affine_param(w.scales, w.param_dtype, params[n] + g));
-      b[n] = V::set1(affine_param(w.biases, w.param_dtype, params[n] + g));
-    }
+    for (int n = 0; n < NR; ++n)
+      dq[n].set(affine_param(w.scales, w.param_dtype, params[n] + g), affine_param(w.biases, w.param_dtype, params[n] + g));
     for (int64_t k = g * G; k < (g + 1) * G; k += kLanes) {
       R xv[MR];
 #pragma GCC unroll 16
@@ -345,7 +366,7 @@ inline void affine_tile(const float* x, int64_t ldx, const AffineRows& w, int64_
         // As dot_tile: the next tile's rows into L2, one per cache line.
         if constexpr (B != 0)
           if (k * B % 512 == 0) __builtin_prefetch(rows[n] + NR * w.code_ld + k * B / 32, 0, 2);
-        const R wv = V::add(V::mul(affine_codes<V, B>(rows[n], k, w.bits), s[n]), b[n]);
+        const R wv = dq[n].at(rows[n], k, w.bits);
 #pragma GCC unroll 16
         for (int m = 0; m < MR; ++m) acc[m][n] = V::fma(xv[m], wv, acc[m][n]);
       }
@@ -423,10 +444,9 @@ void dequantize_affine_typed(const AffineRows& w, int64_t rows, int64_t K, float
   for (int64_t r = 0; r < rows; ++r) {
     const uint32_t* codes = w.codes + r * w.code_ld;
     for (int64_t g = 0; g < K / G; ++g) {
-      const auto s = V::set1(affine_param(w.scales, w.param_dtype, r * w.param_ld + g));
-      const auto b = V::set1(affine_param(w.biases, w.param_dtype, r * w.param_ld + g));
-      for (int64_t k = g * G; k < (g + 1) * G; k += kLanes)
-        V::store(out + r * ldo + k, V::add(V::mul(affine_codes<V, B>(codes, k, w.bits), s), b));
+      GroupDequant<V, B> dq;
+      dq.set(affine_param(w.scales, w.param_dtype, r * w.param_ld + g), affine_param(w.biases, w.param_dtype, r * w.param_ld + g));
+      for (int64_t k = g * G; k < (g + 1) * G; k += kLanes) V::store(out + r * ldo + k, dq.at(codes, k, w.bits));
     }
   }
 }

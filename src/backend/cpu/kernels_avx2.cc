@@ -61,6 +61,12 @@ struct VAvx2 {
     return widen_codes(_mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m)));
   }
   static R codes8(const uint32_t* p) { return widen_codes(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  // 4-bit dequantization by arithmetic (AVX-512 uses a lookup table).
+  struct Table4 {
+    R s, b;
+  };
+  static Table4 table4(const R& s, const R& b) { return {s, b}; }
+  static R dequant4(const Table4& t, const uint32_t* p) { return add(mul(codes4(p), t.s), t.b); }
   static void store(float* p, const R& a) {
     _mm256_storeu_ps(p, a.lo);
     _mm256_storeu_ps(p + 8, a.hi);

@@ -58,6 +58,23 @@ struct VAvx512 {
   static R codes8(const uint32_t* p) {
     return {_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))))};
   }
+  // 4-bit dequantization by lookup: the table holds scale·c + bias for the
+  // 16 codes c (the same two roundings as the arithmetic), and each code
+  // picks its lane with VPERMPS, which reads an index's low 4 bits only, so
+  // the nibbles need no masking.
+  struct Table4 {
+    __m512 v;
+  };
+  static Table4 table4(R s, R b) {
+    const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return {_mm512_add_ps(_mm512_mul_ps(codes, s.v), b.v)};
+  }
+  static R dequant4(const Table4& t, const uint32_t* p) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    // Byte 2i: byte i (code 2i in its low nibble); byte 2i + 1: byte i >> 4 (code 2i + 1).
+    const __m128i c = _mm_unpacklo_epi8(b, _mm_srli_epi16(b, 4));
+    return {_mm512_permutexvar_ps(_mm512_cvtepu8_epi32(c), t.v)};
+  }
   static void store(float* p, R a) { _mm512_storeu_ps(p, a.v); }
   static void store_partial(float* p, R a, int n) { _mm512_mask_storeu_ps(p, first(n), a.v); }
 

@@ -44,6 +44,12 @@ struct VScalar {
   }
   static R codes4(const uint32_t* p) { return map([&](int i) { return float((p[i / 8] >> (4 * (i % 8))) & 15u); }); }
   static R codes8(const uint32_t* p) { return map([&](int i) { return float((p[i / 4] >> (8 * (i % 4))) & 255u); }); }
+  // 4-bit dequantization by arithmetic (AVX-512 uses a lookup table).
+  struct Table4 {
+    R s, b;
+  };
+  static Table4 table4(const R& s, const R& b) { return {s, b}; }
+  static R dequant4(const Table4& t, const uint32_t* p) { return add(mul(codes4(p), t.s), t.b); }
   static void store(float* p, const R& a) { std::memcpy(p, a.v, sizeof a.v); }
   static void store_partial(float* p, const R& a, int n) { std::memcpy(p, a.v, sizeof(float) * n); }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cuda/dense_kernels.h"
+#include "backend/cuda/gemm_bf16.h"
 #include "backend/cuda/kv_kernels.h"
 #include "backend/kv_block_layout.h"
 #include "backend/kv_checks.h"
@@ -256,7 +257,9 @@ class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, const BackendOptions& options)
       : device_(device),
-        precision_(options.matmul_precision),
+        // The GPU's default is the tensor cores; f32 (the CPU's bits) on request.
+        precision_(options.matmul_precision == MatmulPrecision::Auto ? MatmulPrecision::Bf16
+                                                                      : options.matmul_precision),
         workspace_(Device::cuda(device), [device](std::size_t bytes) {
           auto p = device_alloc(device, bytes, "workspace");
           return Workspace::Chunk{static_cast<std::byte*>(p.get()), p};
@@ -319,14 +322,18 @@ class CudaBackend final : public Backend {
     }
     return best;
   }
-  double measure_matmul_peak(MatmulPrecision, int repeats) override {
+  // F32: FMA chains on the CUDA cores; Bf16: mma chains on the tensor
+  // cores (the instruction gemm_bf16 issues).
+  double measure_matmul_peak(MatmulPrecision precision, int repeats) override {
     DeviceGuard guard(device_);
     double best = 0;
+    const bool tensor = precision == MatmulPrecision::Bf16;
     for (int r = 0; r < std::max(1, repeats) + 1; ++r) {
       check(cudaStreamSynchronize(stream_), "FMA probe");
       const auto t0 = std::chrono::steady_clock::now();
-      const double flops = cuda::fma_chains(int64_t(1) << 16, static_cast<float*>(sink_.get()),
-                                            props_.multiProcessorCount, stream_);
+      float* sink = static_cast<float*>(sink_.get());
+      const double flops = tensor ? cuda::mma_chains(int64_t(1) << 14, sink, props_.multiProcessorCount, stream_)
+                                  : cuda::fma_chains(int64_t(1) << 16, sink, props_.multiProcessorCount, stream_);
       check_launch("FMA probe");
       check(cudaStreamSynchronize(stream_), "FMA probe");
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -412,9 +419,15 @@ class CudaBackend final : public Backend {
     ROWLM_REQUIRE(!overlaps(y, x) && !overlaps(y, w.values), "matmul: y must not overlap x or w");
     DeviceGuard guard(device_);
     if (precision_ == MatmulPrecision::Bf16 && w.values.dtype() == DType::BF16) {
+      // Tensor cores (gemm_bf16.h): bf16 activations, f32 accumulation, one
+      // summation order for every M.
       Tensor xb = workspace_.tensor(DType::BF16, {M, K});
       cuda::round_to_bf16(x.data<float>(), xb.data<uint16_t>(), M * K, stream_);
-      cuda::matmul_bf16_pairs(xb.data<uint16_t>(), w.values.data<uint16_t>(), y.data<float>(), M, N, K, stream_);
+      const std::size_t scratch_bytes = cuda::gemm_bf16_scratch_bytes(M, N, K, props_.multiProcessorCount);
+      Tensor scratch;
+      if (scratch_bytes) scratch = workspace_.tensor(DType::F32, {int64_t(scratch_bytes / sizeof(float))});
+      cuda::gemm_bf16(xb.data<uint16_t>(), w.values.data<uint16_t>(), y.data<float>(), M, N, K,
+                      scratch_bytes ? scratch.data<float>() : nullptr, props_.multiProcessorCount, stream_);
     } else {
       cuda::matmul_f32(x.data<float>(), w.values.raw(), storage_of(w.values.dtype()), y.data<float>(), M, N, K,
                        stream_);

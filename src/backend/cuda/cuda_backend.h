@@ -3,21 +3,29 @@
 // with activations (a device workspace), weights (uploaded once) and the KV
 // arenas in its memory.
 //
-// Numerics: every kernel performs the CPU backend's sequence of IEEE
-// operations (the canonical 16-lane matmul and sum-of-squares order, the
-// bf16 pair step, the same exp/tanh polynomials, RoPE cos/sin from the
-// host's std::cos/std::sin, the attention kernel's block-by-block online
-// softmax), built with --fmad=false so that no multiply and add fuse unless
-// written as fmaf. A tensor computed here equals the CPU's bit for bit; in
-// particular a row's output does not depend on the batch, and KV blocks hold
-// the same bytes as on the CPU (the layout of backend/kv_block_layout.h).
-// MoE routing and grouping run on the host with the CPU's code.
+// Numerics. Two matmul precisions (BackendOptions::matmul_precision):
+//  - Bf16, the GPU's default (Auto): activations are rounded to bf16 where
+//    they meet bf16 weights and multiplied on tensor cores with f32
+//    accumulation (gemm_bf16.h), in one summation order for every batch
+//    size and tile configuration; f32 and f16 weights keep the f32 path.
+//  - F32: every kernel performs the CPU backend's sequence of IEEE
+//    operations (the canonical 16-lane matmul and sum-of-squares order, the
+//    same exp/tanh polynomials, RoPE cos/sin from the host's std::cos/sin),
+//    built with --fmad=false so that no multiply and add fuse unless written
+//    as fmaf: a tensor computed here equals the CPU's bit for bit.
+// Every other kernel (norms, RoPE, attention's block-by-block online softmax,
+// the KV codecs) is the CPU's arithmetic in both precisions. In both, a row's
+// output does not depend on the batch, and KV blocks have the CPU's layout
+// (backend/kv_block_layout.h), so a row saved on one backend restores on
+// the other. MoE routing and grouping run on the host with the CPU's code.
 //
-// Status: correctness first. Kernels are simple (one half-warp per dot
-// product). Host data is staged in pinned memory and copied asynchronously;
-// kernels check the indices they read and raise an error flag reported at
-// the next synchronisation (a copy to the host, or the next step's workspace
-// reset). Speed (tensor cores, CUDA graphs) is the GPU performance work's.
+// Status: the matmul, attention (one block per query head, K/V blocks staged
+// in shared memory by cp.async) and norms are built for speed; decode steps
+// are not yet captured in CUDA graphs, attention does not yet split long
+// contexts, and sampling runs on the host. Host data is staged in pinned
+// memory and copied asynchronously; kernels check the indices they read and
+// raise an error flag reported at the next synchronisation (a copy to the
+// host, or the next step's workspace reset).
 //
 // Threads: one caller at a time; every call selects the backend's device.
 

@@ -54,29 +54,6 @@ __global__ void round_to_bf16_kernel(const float* x, uint16_t* out, int64_t n) {
   if (i < n) out[i] = f32_to_bf16(x[i]);
 }
 
-// Lane j owns the element pairs (2p, 2p+1), p ≡ j (mod 16), over K rounded up
-// to 32 (zeros beyond): the odd element's product first, then the even one's,
-// each one rounding of acc + a·b, with VDPBF16PS's flushes.
-__global__ void matmul_bf16_kernel(const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N, int64_t K) {
-  const int64_t out = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;
-  if (out >= M * N) return;
-  const int lane = threadIdx.x & 15;
-  const int64_t m = out / N, n = out % N;
-  const uint16_t* xr = x + m * K;
-  const uint16_t* wr = w + n * K;
-  const int64_t padded = (K + 31) / 32 * 32;
-  float acc = 0.0f;
-  for (int64_t k0 = 0; k0 < padded; k0 += 32) {
-    const int64_t even = k0 + 2 * lane, odd = even + 1;
-    const uint16_t xo = odd < K ? xr[odd] : 0, wo = odd < K ? wr[odd] : 0;
-    const uint16_t xe = even < K ? xr[even] : 0, we = even < K ? wr[even] : 0;
-    acc = ftz(fmaf(bf16_daz(xo), bf16_daz(wo), ftz(acc)));
-    acc = ftz(fmaf(bf16_daz(xe), bf16_daz(we), acc));
-  }
-  acc = half_warp_tree(acc, half_warp_mask());
-  if (lane == 0) y[out] = acc;
-}
-
 __global__ void add_bias_kernel(float* y, const float* bias, int64_t M, int64_t N) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < M * N) y[i] = y[i] + bias[i % N];
@@ -110,7 +87,17 @@ __global__ void rms_norm_kernel(const float* x, const void* w, Storage ws, int n
   const float* xr = x + row * D;
   const int64_t padded = (D + 15) / 16 * 16;
   float acc = 0.0f;
-  for (int64_t i = lane; i < padded; i += 16) {
+  // Eight loads in flight before their FMAs (the chain keeps its order): a
+  // row then costs a few memory latencies, not one per element.
+  int64_t i = lane;
+  for (; i + 16 * 7 < D; i += 16 * 8) {
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = xr[i + 16 * j];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc = fmaf(v[j], v[j], acc);
+  }
+  for (; i < padded; i += 16) {
     const float v = i < D ? xr[i] : 0.0f;
     acc = fmaf(v, v, acc);
   }
@@ -119,14 +106,63 @@ __global__ void rms_norm_kernel(const float* x, const void* w, Storage ws, int n
   const float ss = __shfl_sync(mask, acc, 0, 16);
   const float mean = ss / float(D);
   const float inv = 1.0f / sqrtf(mean + eps);
-  for (int64_t i = lane; i < D; i += 16) {
-    float v = xr[i] * inv;
+  // y may be x (in place): each group's loads come before its stores.
+  for (int64_t i0 = lane; i0 < D; i0 += 16 * 8) {
+    float v[8], g[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int64_t i = i0 + 16 * j;
+      v[j] = i < D ? xr[i] : 0.0f;
+      g[j] = i < D && norm != 2 ? load_weight(w, ws, i) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int64_t i = i0 + 16 * j;
+      if (i >= D) break;
+      float r = v[j] * inv;
+      if (norm != 2) r = r * (norm == 1 ? 1.0f + g[j] : g[j]);
+      y[row * D + i] = r;
+    }
+  }
+}
+
+// The same arithmetic with one block per row: the row is first staged in
+// shared memory by every thread (its loads all in flight at once), then one
+// half-warp sums the squares in the canonical order from there, and every
+// thread scales its share. For rows that fit in shared memory.
+constexpr int kNormThreads = 128;
+constexpr int64_t kNormMaxStaged = 12 * 1024;  // floats: 48 KiB
+
+__global__ void __launch_bounds__(kNormThreads) rms_norm_staged_kernel(const float* x, const void* w, Storage ws,
+                                                                       int norm, float eps, float* y, int64_t D) {
+  extern __shared__ float row[];
+  __shared__ float sum_of_squares;
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * D;
+  for (int64_t i = threadIdx.x; i < D; i += kNormThreads) row[i] = xr[i];
+  __syncthreads();
+  if (threadIdx.x < 16) {
+    const int lane = int(threadIdx.x);
+    const int64_t padded = (D + 15) / 16 * 16;
+    float acc = 0.0f;
+    for (int64_t i = lane; i < padded; i += 16) {
+      const float v = i < D ? row[i] : 0.0f;
+      acc = fmaf(v, v, acc);
+    }
+    acc = half_warp_tree(acc, 0xffffu);
+    if (lane == 0) sum_of_squares = acc;
+  }
+  __syncthreads();
+  const float mean = sum_of_squares / float(D);
+  const float inv = 1.0f / sqrtf(mean + eps);
+  for (int64_t i = threadIdx.x; i < D; i += kNormThreads) {
+    float v = row[i] * inv;
     if (norm != 2) {
       float g = load_weight(w, ws, i);
       if (norm == 1) g = 1.0f + g;
       v = v * g;
     }
-    y[row * D + i] = v;
+    y[r * D + i] = v;
   }
 }
 
@@ -222,12 +258,6 @@ void round_to_bf16(const float* x, uint16_t* out, int64_t n, cudaStream_t stream
   round_to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, out, n);
 }
 
-void matmul_bf16_pairs(const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N, int64_t K,
-                       cudaStream_t stream) {
-  if (M * N == 0) return;
-  matmul_bf16_kernel<<<blocks_for(M * N * 16), kThreads, 0, stream>>>(x, w, y, M, N, K);
-}
-
 void add_bias(float* y, const float* bias, int64_t M, int64_t N, cudaStream_t stream) {
   if (M * N == 0) return;
   add_bias_kernel<<<blocks_for(M * N), kThreads, 0, stream>>>(y, bias, M, N);
@@ -242,7 +272,11 @@ void embed(const int32_t* ids, int64_t T, const void* table, Storage ts, int64_t
 void rms_norm(const float* x, const void* w, Storage ws, int norm, float eps, float* y, int64_t rows, int64_t D,
               cudaStream_t stream) {
   if (rows == 0) return;
-  rms_norm_kernel<<<blocks_for(rows * 16), kThreads, 0, stream>>>(x, w, ws, norm, eps, y, rows, D);
+  if (D <= kNormMaxStaged)
+    rms_norm_staged_kernel<<<unsigned(rows), kNormThreads, std::size_t(D) * sizeof(float), stream>>>(x, w, ws, norm,
+                                                                                                      eps, y, D);
+  else
+    rms_norm_kernel<<<blocks_for(rows * 16), kThreads, 0, stream>>>(x, w, ws, norm, eps, y, rows, D);
 }
 
 void rope(float* x, const int32_t* positions, int64_t T, int64_t heads, int64_t half, const float* cos_sin,

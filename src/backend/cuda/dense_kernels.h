@@ -21,10 +21,6 @@ void matmul_f32(const float* x, const void* w, Storage ws, float* y, int64_t M, 
                 cudaStream_t stream);
 // x rounded to bf16, nearest even, element by element.
 void round_to_bf16(const float* x, uint16_t* out, int64_t n, cudaStream_t stream);
-// The bf16-pair matmul (VDPBF16PS semantics, backend/cpu/kernel_algorithms.h
-// PairStep) on bf16 x and w.
-void matmul_bf16_pairs(const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N, int64_t K,
-                       cudaStream_t stream);
 
 void add_bias(float* y, const float* bias, int64_t M, int64_t N, cudaStream_t stream);
 // Index arguments are checked in the kernels: an index outside [0, bound)

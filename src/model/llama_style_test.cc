@@ -1,8 +1,10 @@
-// Qwen 3 configs and checkpoints: what config.json may say (transformers 5
-// and older serialisations), what it must not, and errors that name the file
-// and the field or tensor. The numerics are in transformers_reference_test.cc.
+// Llama-style configs and checkpoints (Qwen 3 here; Llama, Mistral, Qwen 2
+// and Qwen 3 MoE in llama_style_families_test.cc): what config.json may say
+// (transformers 5 and older serialisations), what it must not, and errors
+// that name the file and the field or tensor. The numerics are in
+// transformers_reference_test.cc.
 
-#include "model/qwen3.h"
+#include "model/llama_style.h"
 
 #include <gtest/gtest.h>
 
@@ -18,7 +20,7 @@
 #include "model/families.h"
 #include "model/model.h"
 
-namespace rowlm::qwen3 {
+namespace rowlm::llama_style {
 namespace {
 
 using json = nlohmann::json;
@@ -44,7 +46,7 @@ TEST(Qwen3Config, ReadsTheFieldsTransformersWrites) {
   EXPECT_EQ(c.num_layers, 2);
   EXPECT_EQ(c.head_dim, 12);  // not hidden / heads
   EXPECT_EQ(c.num_kv_heads, 2);
-  EXPECT_EQ(c.rope_theta, 5e5);
+  EXPECT_EQ(c.rope.theta, 5e5);
   EXPECT_TRUE(c.tie_word_embeddings);
   EXPECT_EQ(c.sliding_window, 0);
   const decoder::DecoderConfig d = decoder_config(c);
@@ -62,13 +64,13 @@ TEST(Qwen3Config, OlderSerialisationsAndDefaults) {
   j.erase("rope_parameters");
   j["rope_theta"] = 1e6;
   j["rope_scaling"] = nullptr;
-  EXPECT_EQ(parse_config(j.dump(), "c").rope_theta, 1e6);
+  EXPECT_EQ(parse_config(j.dump(), "c").rope.theta, 1e6);
   j.erase("num_key_value_heads");
   EXPECT_NE(error_of(j).find("num_attention_heads"), std::string::npos);  // absent: transformers' 32
   j["num_key_value_heads"] = nullptr;
   EXPECT_EQ(parse_config(j.dump(), "c").num_kv_heads, 4);  // null: one per query head
   j.erase("rope_theta");
-  EXPECT_EQ(parse_config(j.dump(), "c").rope_theta, 10000.0);
+  EXPECT_EQ(parse_config(j.dump(), "c").rope.theta, 10000.0);
   j.erase("tie_word_embeddings");
   EXPECT_FALSE(parse_config(j.dump(), "c").tie_word_embeddings);  // transformers 5's default
   // Sliding layers: use_sliding_window turns max_window_layers (or layer_types) on.
@@ -90,8 +92,8 @@ TEST(Qwen3Config, OlderSerialisationsAndDefaults) {
   j["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1e6}}},
                           {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 1e4}}}};
   const Config keyed = parse_config(j.dump(), "c");
-  EXPECT_EQ(keyed.rope_theta, 1e6);
-  EXPECT_EQ(keyed.rope_theta_sliding, 1e4);
+  EXPECT_EQ(keyed.rope.theta, 1e6);
+  EXPECT_EQ(keyed.rope_sliding.theta, 1e4);
   const decoder::DecoderConfig dk = decoder_config(keyed);
   EXPECT_NE(dk.ropes[std::size_t(dk.layers[0].attention.rope)].inv_freq[1],
             dk.ropes[std::size_t(dk.layers[1].attention.rope)].inv_freq[1]);
@@ -103,7 +105,7 @@ TEST(Qwen3Config, BadFieldsAreNamed) {
     j[key] = std::move(value);
     return j;
   };
-  EXPECT_NE(error_of(with("model_type", "qwen3_moe")).find("model_type"), std::string::npos);
+  EXPECT_NE(error_of(with("model_type", "qwen4")).find("model_type"), std::string::npos);
   EXPECT_NE(error_of(with("hidden_act", "gelu")).find("hidden_act"), std::string::npos);
   EXPECT_NE(error_of(with("num_key_value_heads", 3)).find("num_attention_heads"), std::string::npos);
   EXPECT_NE(error_of(with("head_dim", 13)).find("head_dim"), std::string::npos);
@@ -146,7 +148,7 @@ TEST(Qwen3Weights, MissingOrMisshapenTensorsAreNamed) {
 }
 
 // The family registry: an unknown model_type is an error that lists what
-// is supported; qwen3 and the gemma4 types are found.
+// is supported; every family's types are found.
 TEST(ModelFamilies, UnknownTypesAreNamedWithTheSupportedOnes) {
   auto backend = make_backend({"cpu", 1});
   TempDir dir;
@@ -163,8 +165,14 @@ TEST(ModelFamilies, UnknownTypesAreNamedWithTheSupportedOnes) {
   ASSERT_NE(find_model_family("qwen3"), nullptr);
   EXPECT_EQ(find_model_family("qwen3")->name, "Qwen 3");
   EXPECT_EQ(find_model_family("gemma4_unified")->name, "Gemma 4");
-  EXPECT_EQ(find_model_family("qwen3_moe"), nullptr);
+  for (const char* t : {"llama", "mistral", "qwen2", "qwen3_moe", "gemma3", "gemma3_text"}) {
+    EXPECT_NE(find_model_family(t), nullptr) << t;
+    EXPECT_NE(supported_model_types().find(t), std::string::npos) << t;
+  }
+  EXPECT_EQ(find_model_family("qwen3_moe")->name, "Qwen 3 MoE");
+  EXPECT_EQ(find_model_family("gemma3")->name, "Gemma 3");
+  EXPECT_EQ(find_model_family("mixtral"), nullptr);
 }
 
 }  // namespace
-}  // namespace rowlm::qwen3
+}  // namespace rowlm::llama_style

@@ -1,0 +1,149 @@
+// rowlm's batch-invariant tensor-core GEMM (backend/cuda/gemm_bf16.h)
+// against cuBLAS's own choice (cublasGemmEx, default algorithm: whatever
+// kernel its heuristics pick for each shape, not batch-invariant) on the
+// Linear shapes of a model, for M = 1, 8, 64, 512, 4096. Prints one JSON
+// object per line: the shape, both times (best of `reps`), the ratio, and
+// the achieved TFLOP/s and weight GB/s. Usage: gemm_bench [e2b|e4b] [reps]
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/gemm_bf16.h"
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "gemm_bench: %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "gemm_bench: %s: cuBLAS status %d\n", what, int(s));
+    std::exit(1);
+  }
+}
+
+struct DeviceFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+using DeviceBuffer = std::unique_ptr<void, DeviceFree>;
+
+DeviceBuffer device_buffer(std::size_t bytes) {
+  void* p = nullptr;
+  check(cudaMalloc(&p, std::max<std::size_t>(bytes, 16)), "cudaMalloc");
+  return DeviceBuffer(p);
+}
+
+// Random bf16 values (the bits of N(0, scale) rounded toward zero: enough for timing).
+DeviceBuffer random_bf16(int64_t n, float scale, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<uint16_t> host(static_cast<std::size_t>(n));
+  for (auto& v : host) {
+    const float f = dist(rng);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    v = uint16_t(u >> 16);
+  }
+  auto d = device_buffer(host.size() * 2);
+  check(cudaMemcpy(d.get(), host.data(), host.size() * 2, cudaMemcpyHostToDevice), "upload");
+  return d;
+}
+
+template <class F>
+double best_seconds(int reps, cudaStream_t stream, F&& run) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  run();  // warm-up
+  float best = 1e30f;
+  for (int r = 0; r < reps; ++r) {
+    check(cudaEventRecord(a, stream), "event");
+    run();
+    check(cudaEventRecord(b, stream), "event");
+    check(cudaEventSynchronize(b), "event");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a, b), "event");
+    best = std::min(best, ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return double(best) / 1e3;
+}
+
+struct Linear {
+  const char* name;
+  int64_t N, K;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string shape = argc > 1 ? argv[1] : "e4b";
+  const int reps = argc > 2 ? std::atoi(argv[2]) : 20;
+  // Gemma 4 shapes (../shared/docs/gemma4-spec.md): hidden, attention
+  // projections, the MLP and the tied head.
+  std::vector<Linear> linears;
+  if (shape == "e2b")
+    linears = {{"q_proj", 2048, 1536}, {"o_proj", 1536, 2048}, {"gate_up", 6144, 1536},
+               {"down_proj", 1536, 6144}, {"lm_head", 262144, 1536}};
+  else if (shape == "e4b")
+    linears = {{"q_proj", 2048, 2560}, {"o_proj", 2560, 2048}, {"gate_up", 10240, 2560},
+               {"down_proj", 2560, 10240}, {"lm_head", 262144, 2560}};
+  else {
+    std::fprintf(stderr, "gemm_bench: unknown shape '%s' (expected e2b or e4b)\n", shape.c_str());
+    return 2;
+  }
+  int device = 0, sms = 0;
+  check(cudaGetDevice(&device), "device");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
+  cudaStream_t stream;
+  check(cudaStreamCreate(&stream), "stream");
+  cublasHandle_t blas;
+  check(cublasCreate(&blas), "cublasCreate");
+  check(cublasSetStream(blas, stream), "cublasSetStream");
+  std::mt19937 rng(5);
+  for (const Linear& lin : linears)
+    for (int64_t M : {1, 8, 64, 512, 4096}) {
+      auto x = random_bf16(M * lin.K, 1.0f, rng), w = random_bf16(lin.N * lin.K, 0.02f, rng);
+      auto y = device_buffer(std::size_t(M * lin.N) * 4);
+      const std::size_t scratch_bytes = rowlm::cuda::gemm_bf16_scratch_bytes(M, lin.N, lin.K, sms);
+      auto scratch = device_buffer(scratch_bytes);
+      const auto* xp = static_cast<const uint16_t*>(x.get());
+      const auto* wp = static_cast<const uint16_t*>(w.get());
+      auto* yp = static_cast<float*>(y.get());
+      const double ours = best_seconds(reps, stream, [&] {
+        rowlm::cuda::gemm_bf16(xp, wp, yp, M, lin.N, lin.K, static_cast<float*>(scratch.get()), sms, stream);
+      });
+      // Row-major y[M, N] = x[M, K] · w[N, K]ᵀ is column-major yᵀ = w-as-[K, N]ᵀ · xᵀ.
+      const float alpha = 1.0f, beta = 0.0f;
+      const double theirs = best_seconds(reps, stream, [&] {
+        check(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(lin.N), int(M), int(lin.K), &alpha, wp, CUDA_R_16BF,
+                           int(lin.K), xp, CUDA_R_16BF, int(lin.K), &beta, yp, CUDA_R_32F, int(lin.N),
+                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              "cublasGemmEx");
+      });
+      const double flops = 2.0 * double(M) * double(lin.N) * double(lin.K);
+      const double weight_bytes = 2.0 * double(lin.N) * double(lin.K);
+      std::printf(
+          "{\"shape\":\"%s\",\"linear\":\"%s\",\"M\":%lld,\"N\":%lld,\"K\":%lld,\"rowlm_us\":%.2f,\"cublas_us\":%.2f,"
+          "\"rowlm_over_cublas_speed\":%.3f,\"rowlm_tflop_s\":%.1f,\"cublas_tflop_s\":%.1f,\"rowlm_weight_gb_s\":%.0f,"
+          "\"cublas_weight_gb_s\":%.0f}\n",
+          shape.c_str(), lin.name, (long long)M, (long long)lin.N, (long long)lin.K, ours * 1e6, theirs * 1e6,
+          theirs / ours, flops / ours / 1e12, flops / theirs / 1e12, weight_bytes / ours / 1e9,
+          weight_bytes / theirs / 1e9);
+      std::fflush(stdout);
+    }
+  cublasDestroy(blas);
+  cudaStreamDestroy(stream);
+  return 0;
+}

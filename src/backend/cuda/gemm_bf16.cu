@@ -1,0 +1,273 @@
+#include "backend/cuda/gemm_bf16.h"
+
+#include <algorithm>
+
+namespace rowlm::cuda {
+namespace {
+
+// --- PTX wrappers (sm_80 and later)
+
+__device__ __forceinline__ unsigned smem_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global → shared, asynchronously; `valid == false` writes zeros.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(const void* p, unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(smem_address(p)));
+}
+
+// d = a · b + d for one 16×8 tile over 16 k (bf16 in, f32 accumulate).
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// --- The kernel, one template for every configuration
+
+template <int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_>
+struct Config {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, STAGES = STAGES_;
+  static constexpr int kThreads = 32 * WM * WN;
+  static constexpr int kWarpM = BM / WM, kWarpN = BN / WN;
+  static constexpr int kMt = kWarpM / 16, kNt = kWarpN / 8;
+  // Rows padded by 8 elements (16 bytes): the 8 rows an ldmatrix reads then
+  // start in 8 different 16-byte bank groups.
+  static constexpr int kStride = BK + 8;
+  static constexpr int kStageElems = (BM + BN) * kStride;
+  static constexpr int kSmemBytes = STAGES * kStageElems * 2;
+  static_assert(BM % (16 * WM) == 0 && BN % (16 * WN) == 0, "warp tiles are whole 16×16 tiles");
+  static_assert(kGemmChunk % BK == 0 && BK % 16 == 0, "chunks are whole k tiles");
+};
+
+using SmallTile = Config<16, 64, 64, 1, 4, 4>;     // M ≤ 16 (decode): bandwidth
+using MediumTile = Config<64, 64, 64, 2, 2, 3>;    // M ≤ 128
+using LargeTile = Config<128, 128, 32, 2, 4, 3>;   // prefill: tensor-core rate
+
+// Copies rows [row0, row0 + ROWS) × k [k0, k0 + BK) of a [rows, K] bf16
+// matrix into shared memory (zeros outside). kAligned: K % 8 == 0 and the
+// base is 16-byte aligned, so whole 16-byte vectors move by cp.async.
+template <class C, int ROWS, bool kAligned>
+__device__ __forceinline__ void load_tile(uint16_t* smem, const uint16_t* g, int64_t rows, int64_t K, int64_t row0,
+                                          int64_t k0) {
+  constexpr int kVectors = ROWS * C::BK / 8;
+  for (int v = threadIdx.x; v < kVectors; v += C::kThreads) {
+    const int r = v / (C::BK / 8), c = (v % (C::BK / 8)) * 8;
+    const int64_t gr = row0 + r, gk = k0 + c;
+    uint16_t* dst = smem + r * C::kStride + c;
+    if constexpr (kAligned) {
+      const bool valid = gr < rows && gk < K;
+      cp_async_16(dst, valid ? g + gr * K + gk : g, valid);
+    } else {
+      for (int e = 0; e < 8; ++e) dst[e] = (gr < rows && gk + e < K) ? g[gr * K + gk + e] : uint16_t(0);
+    }
+  }
+}
+
+// One block: a BM × BN tile of y over k in [k_begin, k_end). Unsplit
+// (partials == nullptr), it covers all of K and folds each chunk's sum into
+// its total; split, it covers exactly one chunk and writes that chunk's sum
+// to partials[chunk][m][n].
+template <class C, bool kAligned>
+__global__ void __launch_bounds__(C::kThreads)
+    gemm_kernel(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w, float* __restrict__ y,
+                float* __restrict__ partials, int64_t M, int64_t N, int64_t K) {
+  extern __shared__ __align__(16) uint16_t smem[];
+  const int64_t row0 = int64_t(blockIdx.y) * C::BM, col0 = int64_t(blockIdx.x) * C::BN;
+  const bool split = partials != nullptr;
+  const int64_t k_begin = split ? int64_t(blockIdx.z) * kGemmChunk : 0;
+  const int64_t k_end = split ? std::min<int64_t>(K, k_begin + kGemmChunk) : K;
+  const int tiles = int((k_end - k_begin + C::BK - 1) / C::BK);
+  constexpr int kTilesPerChunk = int(kGemmChunk / C::BK);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp_m = warp / C::WN, warp_n = warp % C::WN;
+
+  float part[C::kMt][C::kNt][4], total[C::kMt][C::kNt][4];
+  for (int i = 0; i < C::kMt; ++i)
+    for (int j = 0; j < C::kNt; ++j)
+      for (int e = 0; e < 4; ++e) part[i][j][e] = total[i][j][e] = 0.0f;
+
+  auto stage_a = [&](int s) { return smem + s * C::kStageElems; };
+  auto stage_b = [&](int s) { return smem + s * C::kStageElems + C::BM * C::kStride; };
+  auto load = [&](int t) {
+    const int s = t % C::STAGES;
+    const int64_t k0 = k_begin + int64_t(t) * C::BK;
+    load_tile<C, C::BM, kAligned>(stage_a(s), x, M, K, row0, k0);
+    load_tile<C, C::BN, kAligned>(stage_b(s), w, N, K, col0, k0);
+  };
+
+  for (int t = 0; t < C::STAGES - 1; ++t) {
+    if (t < tiles) load(t);
+    cp_async_commit();
+  }
+  for (int t = 0; t < tiles; ++t) {
+    cp_async_wait<C::STAGES - 2>();
+    __syncthreads();
+    if (t + C::STAGES - 1 < tiles) load(t + C::STAGES - 1);
+    cp_async_commit();
+
+    const uint16_t* As = stage_a(t % C::STAGES);
+    const uint16_t* Bs = stage_b(t % C::STAGES);
+    const int64_t k0 = k_begin + int64_t(t) * C::BK;
+#pragma unroll
+    for (int kk = 0; kk < C::BK / 16; ++kk) {
+      // The canonical order ends at the last 16-wide step starting below K,
+      // whatever BK this configuration loads.
+      if (k0 + kk * 16 >= K) break;
+      unsigned a[C::kMt][4];
+#pragma unroll
+      for (int i = 0; i < C::kMt; ++i) {
+        const int r = warp_m * C::kWarpM + i * 16 + (lane % 16);
+        ldmatrix_x4(As + r * C::kStride + kk * 16 + (lane / 16) * 8, a[i][0], a[i][1], a[i][2], a[i][3]);
+      }
+#pragma unroll
+      for (int j = 0; j < C::kNt; j += 2) {
+        const int n = warp_n * C::kWarpN + j * 8 + (lane % 8) + (lane / 16) * 8;
+        unsigned b0, b1, b2, b3;
+        ldmatrix_x4(Bs + n * C::kStride + kk * 16 + ((lane / 8) % 2) * 8, b0, b1, b2, b3);
+#pragma unroll
+        for (int i = 0; i < C::kMt; ++i) {
+          mma_bf16(part[i][j], a[i], b0, b1);
+          mma_bf16(part[i][j + 1], a[i], b2, b3);
+        }
+      }
+    }
+    if (!split && ((t + 1) % kTilesPerChunk == 0 || t + 1 == tiles)) {
+#pragma unroll
+      for (int i = 0; i < C::kMt; ++i)
+#pragma unroll
+        for (int j = 0; j < C::kNt; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            total[i][j][e] = total[i][j][e] + part[i][j][e];
+            part[i][j][e] = 0.0f;
+          }
+    }
+  }
+  cp_async_wait<0>();
+
+  float* out = split ? partials + int64_t(blockIdx.z) * M * N : y;
+#pragma unroll
+  for (int i = 0; i < C::kMt; ++i)
+#pragma unroll
+    for (int j = 0; j < C::kNt; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t m = row0 + warp_m * C::kWarpM + i * 16 + lane / 4 + (e / 2) * 8;
+        const int64_t n = col0 + warp_n * C::kWarpN + j * 8 + (lane % 4) * 2 + (e % 2);
+        if (m < M && n < N) out[m * N + n] = split ? part[i][j][e] : total[i][j][e];
+      }
+}
+
+// y = the chunks' sums added to 0.0f in chunk order (step 3 above).
+__global__ void sum_chunks_kernel(const float* __restrict__ partials, float* __restrict__ y, int64_t MN, int chunks) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= MN) return;
+  float total = 0.0f;
+  for (int c = 0; c < chunks; ++c) total = total + partials[int64_t(c) * MN + i];
+  y[i] = total;
+}
+
+int64_t chunks_of(int64_t K) { return (K + kGemmChunk - 1) / kGemmChunk; }
+
+template <class C>
+void launch(bool split, const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N, int64_t K,
+            float* scratch, cudaStream_t stream) {
+  const int64_t chunks = chunks_of(K);
+  split = split && chunks > 1;
+  const dim3 grid(unsigned((N + C::BN - 1) / C::BN), unsigned((M + C::BM - 1) / C::BM),
+                  unsigned(split ? chunks : 1));
+  const bool aligned = K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  auto kernel = aligned ? gemm_kernel<C, true> : gemm_kernel<C, false>;
+  // Above 48 KiB of shared memory a kernel must opt in; a host-side
+  // attribute, cheap, and idempotent.
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(x, w, y, split ? scratch : nullptr, M, N, K);
+  if (split) {
+    const int64_t MN = M * N;
+    sum_chunks_kernel<<<unsigned((MN + 255) / 256), 256, 0, stream>>>(scratch, y, MN, int(chunks));
+  }
+}
+
+GemmTile tile_for(int64_t M) {
+  if (M <= 16) return GemmTile::Small;
+  if (M <= 128) return GemmTile::Medium;
+  return GemmTile::Large;
+}
+
+int64_t tiles_of(GemmTile tile, int64_t M, int64_t N) {
+  switch (tile) {
+    case GemmTile::Small: return ((M + SmallTile::BM - 1) / SmallTile::BM) * ((N + SmallTile::BN - 1) / SmallTile::BN);
+    case GemmTile::Medium:
+      return ((M + MediumTile::BM - 1) / MediumTile::BM) * ((N + MediumTile::BN - 1) / MediumTile::BN);
+    default: return ((M + LargeTile::BM - 1) / LargeTile::BM) * ((N + LargeTile::BN - 1) / LargeTile::BN);
+  }
+}
+
+// Split over K when the tiles alone would leave SMs idle (fewer than four
+// waves' worth of blocks).
+bool should_split(int64_t M, int64_t N, int64_t K, int sms) {
+  return chunks_of(K) > 1 && tiles_of(tile_for(M), M, N) < 4 * int64_t(sms);
+}
+
+// Eight independent accumulator chains per warp keep the tensor pipe full.
+__global__ void mma_chains_kernel(int64_t iters, float* sink) {
+  unsigned a[4] = {threadIdx.x, threadIdx.x * 3u, threadIdx.x * 5u, threadIdx.x * 7u};
+  float d[8][4] = {};
+  for (int64_t i = 0; i < iters; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) mma_bf16(d[j], a, a[j % 4], a[(j + 1) % 4]);
+  float s = 0.0f;
+  for (int j = 0; j < 8; ++j) s += d[j][0] + d[j][1] + d[j][2] + d[j][3];
+  if (s == 12345.678f) *sink = s;
+}
+
+}  // namespace
+
+double mma_chains(int64_t iters, float* sink, int sms, cudaStream_t stream) {
+  const int blocks = sms * 4, threads = 256;
+  mma_chains_kernel<<<blocks, threads, 0, stream>>>(iters, sink);
+  // Each warp-wide mma is 16 × 8 × 16 multiply-adds.
+  return double(blocks) * (threads / 32) * 8 * double(iters) * 16 * 8 * 16 * 2;
+}
+
+std::size_t gemm_bf16_split_scratch_bytes(int64_t M, int64_t N, int64_t K) {
+  return std::size_t(chunks_of(K)) * std::size_t(M) * std::size_t(N) * sizeof(float);
+}
+
+std::size_t gemm_bf16_scratch_bytes(int64_t M, int64_t N, int64_t K, int sms) {
+  return should_split(M, N, K, sms) ? gemm_bf16_split_scratch_bytes(M, N, K) : 0;
+}
+
+void gemm_bf16_with(GemmTile tile, bool split, const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N,
+                    int64_t K, float* scratch, cudaStream_t stream) {
+  if (M == 0 || N == 0) return;
+  switch (tile) {
+    case GemmTile::Small: launch<SmallTile>(split, x, w, y, M, N, K, scratch, stream); break;
+    case GemmTile::Medium: launch<MediumTile>(split, x, w, y, M, N, K, scratch, stream); break;
+    case GemmTile::Large: launch<LargeTile>(split, x, w, y, M, N, K, scratch, stream); break;
+  }
+}
+
+void gemm_bf16(const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N, int64_t K, float* scratch,
+               int sms, cudaStream_t stream) {
+  gemm_bf16_with(tile_for(M), should_split(M, N, K, sms), x, w, y, M, N, K, scratch, stream);
+}
+
+}  // namespace rowlm::cuda

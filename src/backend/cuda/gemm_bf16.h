@@ -1,0 +1,50 @@
+#pragma once
+// The CUDA backend's bf16 matmul on tensor cores: y[m, n] = Σ_k x[m, k] · w[n, k]
+// with x and w bf16 (row-major, k contiguous: w is a checkpoint's [out, in]
+// Linear weight as stored) and f32 accumulation.
+//
+// Batch invariance. Every output element is summed in one canonical order,
+// whatever M is and whichever tile configuration runs:
+//   1. K is cut into chunks of kGemmChunk elements at fixed offsets (0, 512, …).
+//   2. Within a chunk, mma.m16n8k16 accumulates the products 16 k at a time,
+//      from 0.0f, in increasing k; a chunk's last step is the last 16-wide
+//      step that starts below K (elements past K are zeros).
+//   3. The chunks' sums are added to 0.0f in increasing chunk order.
+// Element (m, n) depends only on row m of x and row n of w. The launcher picks
+// tile sizes and whether chunks run in separate blocks (split over K, summed
+// in a second kernel in chunk order) from M, N, K and the SM count: that
+// choice changes the speed, never the bits. So a row's result is the same
+// alone, in a batch of 1,000 rows, in prefill or in decode.
+//
+// All pointers are device pointers; launches are asynchronous on `stream`.
+// The caller validates shapes.
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace rowlm::cuda {
+
+inline constexpr int64_t kGemmChunk = 512;
+
+// Device bytes of f32 scratch gemm_bf16 needs for this shape (0 when it will
+// not split over K); pass at least that much as `scratch`.
+std::size_t gemm_bf16_scratch_bytes(int64_t M, int64_t N, int64_t K, int sms);
+
+void gemm_bf16(const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N, int64_t K, float* scratch,
+               int sms, cudaStream_t stream);
+
+// Ceiling probe: chains of mma.m16n8k16 on registers (no memory traffic) on
+// every SM; returns the flops it issues (time it on the stream).
+double mma_chains(int64_t iters, float* sink, int sms, cudaStream_t stream);
+
+// The configurations, exposed so the tests can run each one on the same
+// inputs and check the bits agree (gemm_bf16 picks among them by shape).
+enum class GemmTile : int { Small, Medium, Large };
+void gemm_bf16_with(GemmTile tile, bool split, const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N,
+                    int64_t K, float* scratch, cudaStream_t stream);
+// Scratch for gemm_bf16_with(…, split = true, …).
+std::size_t gemm_bf16_split_scratch_bytes(int64_t M, int64_t N, int64_t K);
+
+}  // namespace rowlm::cuda

@@ -1,0 +1,162 @@
+// The tensor-core matmul (gemm_bf16.h): every tile configuration, split over
+// K or not, gives the same bits (the property that makes a row's result
+// independent of its batch); the result is within f32 rounding of a
+// double-precision host sum; and through the backend, a row's output is the
+// same alone and in batches of every size the dispatcher treats differently.
+
+#include "backend/cuda/gemm_bf16.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "core/dtype.h"
+
+namespace rowlm {
+namespace {
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+struct DeviceFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+using DevicePtr = std::unique_ptr<void, DeviceFree>;
+
+DevicePtr device_copy(const void* host, std::size_t bytes) {
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, std::max<std::size_t>(bytes, 16)), cudaSuccess);
+  if (bytes) {
+    EXPECT_EQ(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  return DevicePtr(p);
+}
+
+std::vector<uint16_t> random_bf16(std::mt19937& rng, int64_t n, float scale) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<uint16_t> v(static_cast<std::size_t>(n));
+  for (auto& e : v) e = f32_to_bf16(dist(rng));
+  return v;
+}
+
+class GemmBf16 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device or driver on this machine: GPU tests skipped";
+  }
+  // y = x · wᵀ with one configuration, copied back.
+  static std::vector<float> run(cuda::GemmTile tile, bool split, const std::vector<uint16_t>& x,
+                                const std::vector<uint16_t>& w, int64_t M, int64_t N, int64_t K) {
+    auto dx = device_copy(x.data(), x.size() * 2), dw = device_copy(w.data(), w.size() * 2);
+    std::vector<float> y(std::size_t(M * N), -7.0f);
+    auto dy = device_copy(y.data(), y.size() * 4);
+    const std::size_t scratch_bytes = cuda::gemm_bf16_split_scratch_bytes(M, N, K);
+    auto scratch = device_copy(nullptr, 0);
+    if (scratch_bytes) {
+      void* p = nullptr;
+      EXPECT_EQ(cudaMalloc(&p, scratch_bytes), cudaSuccess);
+      scratch.reset(p);
+    }
+    cuda::gemm_bf16_with(tile, split, static_cast<const uint16_t*>(dx.get()), static_cast<const uint16_t*>(dw.get()),
+                         static_cast<float*>(dy.get()), M, N, K, static_cast<float*>(scratch.get()), nullptr);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(y.data(), dy.get(), y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    return y;
+  }
+  std::mt19937 rng{11};
+};
+
+TEST_F(GemmBf16, EveryConfigurationGivesTheSameBitsWithinFloatRoundingOfTheExactSum) {
+  struct Shape3 {
+    int64_t M, N, K;
+  };
+  const std::vector<Shape3> shapes = {{1, 1, 1},      {3, 5, 15},      {17, 33, 16},    {1, 130, 17},
+                                      {100, 64, 100}, {300, 130, 257}, {17, 200, 513},  {129, 65, 1030},
+                                      {2, 96, 2560},  {260, 40, 1024}, {33, 257, 1537}, {1, 8, 4096}};
+  for (const Shape3& s : shapes) {
+    const auto x = random_bf16(rng, s.M * s.K, 1.0f), w = random_bf16(rng, s.N * s.K, 0.5f);
+    const std::string what = "M" + std::to_string(s.M) + " N" + std::to_string(s.N) + " K" + std::to_string(s.K);
+    const std::vector<float> want = run(cuda::GemmTile::Small, false, x, w, s.M, s.N, s.K);
+    // Within f32 rounding of the exact sum (bf16 products are exact in f32;
+    // each of the K/16 accumulation steps rounds once, plus the chunk sums).
+    int64_t bad = 0;
+    for (int64_t m = 0; m < s.M && bad < 3; ++m)
+      for (int64_t n = 0; n < s.N && bad < 3; ++n) {
+        double exact = 0, magnitude = 0;
+        for (int64_t k = 0; k < s.K; ++k) {
+          const double p = double(bf16_to_f32(x[std::size_t(m * s.K + k)])) * bf16_to_f32(w[std::size_t(n * s.K + k)]);
+          exact += p;
+          magnitude += std::fabs(p);
+        }
+        const double bound = (double(s.K) / 16 + 4) * std::ldexp(1.0, -22) * magnitude + 1e-30;
+        const double got = want[std::size_t(m * s.N + n)];
+        if (!(std::fabs(got - exact) <= bound)) {
+          ADD_FAILURE() << what << " (" << m << ", " << n << "): " << got << ", exact " << exact << ", bound " << bound;
+          ++bad;
+        }
+      }
+    for (cuda::GemmTile tile : {cuda::GemmTile::Small, cuda::GemmTile::Medium, cuda::GemmTile::Large})
+      for (bool split : {false, true}) {
+        const std::vector<float> got = run(tile, split, x, w, s.M, s.N, s.K);
+        int64_t diff = 0;
+        for (std::size_t i = 0; i < got.size(); ++i) diff += bits(got[i]) != bits(want[i]);
+        EXPECT_EQ(diff, 0) << what << ": tile " << int(tile) << (split ? " split" : "") << " differs in " << diff
+                           << " of " << got.size() << " elements";
+      }
+  }
+}
+
+// Through the backend: the dispatcher picks the tile and the split from M
+// (and N, K, the SM count); a row's bits must not follow.
+TEST_F(GemmBf16, ARowIsTheSameAloneAndInEveryBatchSize) {
+  auto gpu = make_cuda_backend(0, BackendOptions{"cuda", 0, MatmulPrecision::Bf16});
+  ASSERT_EQ(gpu->matmul_precision(), MatmulPrecision::Bf16);
+  const int64_t K = 2560, M = 700;
+  for (int64_t N : {int64_t(300), int64_t(20000)}) {
+    Tensor x(DType::F32, {M, K}), w(DType::BF16, {N, K});
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = dist(rng);
+    for (int64_t i = 0; i < w.numel(); ++i) w.data<uint16_t>()[i] = f32_to_bf16(0.05f * dist(rng));
+    const Weight gw = gpu->prepare_weight(Weight::dense(w));
+    const Tensor gx = gpu->upload(x);
+    auto product = [&](int64_t begin, int64_t rows) {
+      Tensor y = gpu->upload(Tensor(DType::F32, {rows, N}));
+      gpu->matmul(gx.rows(begin, begin + rows), gw, y);
+      Tensor host(DType::F32, {rows, N});
+      gpu->copy_to_host(y, host.raw());
+      return host;
+    };
+    const Tensor all = product(0, M);
+    for (int64_t rows : {int64_t(1), int64_t(5), int64_t(16), int64_t(17), int64_t(64), int64_t(129), int64_t(300)}) {
+      const int64_t begin = (M - rows) / 2;
+      const Tensor part = product(begin, rows);
+      int64_t diff = 0;
+      for (int64_t i = 0; i < rows * N; ++i) diff += bits(part.data<float>()[i]) != bits(all.data<float>()[begin * N + i]);
+      EXPECT_EQ(diff, 0) << rows << " rows of " << M << ", N " << N << ": " << diff << " elements differ";
+    }
+    // The CPU's bf16 mode rounds the same inputs and sums in another order:
+    // the two agree within f32 accumulation error.
+    auto cpu = make_cpu_backend(2, MatmulPrecision::Bf16);
+    const int64_t rows = 3;
+    Tensor want(DType::F32, {rows, N});
+    cpu->matmul(x.rows(0, rows), cpu->prepare_weight(Weight::dense(w)), want);
+    double worst = 0;
+    for (int64_t i = 0; i < rows * N; ++i)
+      worst = std::max(worst, double(std::fabs(want.data<float>()[i] - all.data<float>()[i])));
+    EXPECT_LT(worst, 1e-4) << "N " << N << ": the GPU's and the CPU's bf16 matmuls differ by " << worst;
+  }
+}
+
+}  // namespace
+}  // namespace rowlm
