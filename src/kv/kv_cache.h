@@ -198,9 +198,12 @@ class KvCache {
   // --- Prefix cache ------------------------------------------------------
   // Content-addressed full blocks: a block's key is its parent block's key,
   // its tokens and the layout. Published blocks are shared by reference
-  // count; blocks no row uses stay cached within prefix_cache_bytes (least
-  // recently used evicted first) and are evicted on demand before a capacity
-  // failure.
+  // count; blocks no row uses stay cached within prefix_cache_bytes and are
+  // evicted on demand before a capacity failure. Eviction takes whole chain
+  // positions (every layer's block of one cached block position), least
+  // recently released first; retire() releases a row tail first, so chains
+  // shrink from their tails, and a position that lost a full layer's block
+  // is dropped with its descendants (no prefix could use them).
   //
   // publish: registers the row's committed full blocks (positions below its
   // length, or below its round start inside a round). `tokens` are the
