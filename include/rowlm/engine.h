@@ -52,6 +52,12 @@ struct EngineOptions {
   std::size_t kv_budget_bytes = 0;    // KV pool; 0 = a default from the machine's free memory
   std::size_t prefix_cache_bytes = 0; // unused cached prefix blocks kept; 0 = a quarter of the budget
   bool prefix_cache = true;           // reuse cached prompt prefixes
+  // Admission holds KV room for every running request to reach its prompt
+  // plus max_tokens (capped by the context), so admitted requests are not
+  // preempted for room. With kv_overcommit, requests are admitted on what
+  // they hold now: more run at once, and the most recently admitted is
+  // preempted (and recomputed) when their growth outruns the pool.
+  bool kv_overcommit = false;
   int max_running = 64;               // most requests in the running batch
   int token_budget = 256;             // most tokens in one step (prefill chunks + decode)
   int max_waiting = 1024;             // most queued requests; submit() beyond it throws QueueFull

@@ -17,6 +17,8 @@ void add_engine_options(Args& args, int default_max_waiting) {
       .option("token-budget", "N", "most tokens per forward step (prefill is chunked to fit)", "256")
       .option("max-waiting", "N", "most queued requests", std::to_string(default_max_waiting))
       .flag("no-prefix-cache", "do not reuse cached prompt prefixes")
+      .flag("kv-overcommit",
+            "admit requests on the KV they hold now, not what they may reach (more run at once; growth preempts)")
       .option("draft", "MODEL_DIR|ngram", "speculative decoding with a draft model or n-gram prompt lookup")
       .option("draft-tokens", "N", "tokens drafted per row per round", "3");
   add_matmul_precision_option(args);
@@ -40,6 +42,7 @@ EngineOptions engine_options_from(const Args& args, const std::string& model_dir
   o.token_budget = ranged("token-budget", 1, 1 << 20);
   o.max_waiting = ranged("max-waiting", 0, 1 << 24);
   o.prefix_cache = !args.flag_set("no-prefix-cache");
+  o.kv_overcommit = args.flag_set("kv-overcommit");
   o.draft = args.get_opt("draft").value_or("");
   o.draft_tokens = ranged("draft-tokens", 1, 64);
   o.background = background;

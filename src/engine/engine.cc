@@ -155,6 +155,7 @@ EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> ba
   sopt.draft_tokens = speculating ? opt_.draft_tokens : 0;
   sopt.context = info.max_position;
   sopt.prefix_cache = opt_.prefix_cache;
+  sopt.overcommit = opt_.kv_overcommit;
   scheduler_.emplace(sopt, runner_->accounting(), runner_->drafter());
   output_.emplace(info, limits_.tokenizer, stats_);
   if (opt_.background) thread_ = std::thread([this] { loop(); });

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <thread>
 
@@ -74,9 +75,11 @@ TEST(Engine, PreemptionKeepsOutputsIdentical) {
   EngineOptions opt = manual();
   opt.prefix_cache = false;
   // Room for about three rows' prompts (a token costs 5 window layers x 256 B
-  // + 1 full layer x 512 B in bf16, in blocks of 16): rows are admitted while
-  // their prompts fit, and preempted when their growth outruns the pool.
+  // + 1 full layer x 512 B in bf16, in blocks of 16). Overcommitted, rows are
+  // admitted while their prompts fit, and preempted when their growth
+  // outruns the pool.
   opt.kv_budget_bytes = 300 * 1024;
+  opt.kv_overcommit = true;
   opt.max_running = 5;
   const auto batched = run_schedule(opt, specs);
   int64_t preemptions = 0;
@@ -85,6 +88,41 @@ TEST(Engine, PreemptionKeepsOutputsIdentical) {
     preemptions += batched[i].preemptions;
   }
   EXPECT_GT(preemptions, 0) << "the budget was meant to force preemption";
+}
+
+// The same tight budget without overcommit: admission holds room for each
+// row's whole sequence, counting each byte once (blocks only the prefix
+// cache holds are room until a row attaches them), so requests wait instead
+// of being admitted and preempted, and several still run at once.
+TEST(Engine, AdmissionUnderATightBudgetNeverPreempts) {
+  std::mt19937 rng(99);
+  auto specs = random_specs(rng, 5);
+  for (auto& s : specs) s.max_tokens = 24;
+  specs[3].prompt = specs[0].prompt;  // a prefix to reuse
+  const auto alone = solo(manual(), specs);
+  for (const bool prefix_cache : {false, true}) {
+    EngineOptions opt = manual();
+    opt.prefix_cache = prefix_cache;
+    opt.kv_budget_bytes = 300 * 1024;
+    opt.max_running = 5;
+    auto engine = Engine::create(opt);
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    for (const Spec& s : specs) handles.push_back(engine->submit(make_request(s)));
+    int64_t most_running = 0, most_waiting = 0;
+    while (engine->step()) {
+      const EngineStats st = engine->stats();
+      most_running = std::max(most_running, st.running);
+      most_waiting = std::max(most_waiting, st.waiting);
+      ASSERT_EQ(st.preemptions, 0) << "prefix cache " << prefix_cache;
+    }
+    EXPECT_GE(most_running, 2) << "the budget holds more than one row";
+    EXPECT_GE(most_waiting, 1) << "the budget was meant to make requests wait";
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      const RequestResult r = handles[i]->result();
+      EXPECT_EQ(r.preemptions, 0);
+      expect_same(r, alone[i], "request " + std::to_string(i) + " prefix cache " + std::to_string(prefix_cache));
+    }
+  }
 }
 
 TEST(Engine, PrefixReuseSkipsCachedPromptTokens) {

@@ -9,10 +9,14 @@
 //
 // Admission. Waiting requests are admitted in FIFO order while fewer than
 // max_running run and each fits (kv_room.h) beside the running rows in the
-// target's cache and, when speculating, the drafter's storage. A request
-// admitted into an empty batch always runs: it fails later only if it
-// cannot fit alone. The first that does not fit stops admission (no
-// request overtakes an earlier one).
+// target's cache and, when speculating, the drafter's storage. Every
+// running row holds room to reach its max_length (prompt and max_tokens,
+// capped by the context), and each byte is counted once, so rows admitted
+// together are not preempted for room. With overcommit, admission holds
+// room for the sequences as they stand: more rows run, and growth that
+// outruns the pool preempts. A request admitted into an empty
+// batch always runs: it fails later only if it cannot fit alone. The first
+// that does not fit stops admission (no request overtakes an earlier one).
 //
 // A step's feeds. Every running row with one token left to compute feeds
 // it, whatever the budget: a decoding row its last sampled token (with up
@@ -57,6 +61,13 @@ struct SchedulerOptions {
   int draft_tokens = 0;       // γ when speculating; 0 = no speculation
   int64_t context = 0;        // the model's context (max_position); 0 = unknown
   bool prefix_cache = true;   // admission counts cached prefixes as reusable
+  bool overcommit = false;    // admission holds room for what rows hold now, not their max_length
+
+  // The positions admission holds room for: the request's max_length, or
+  // with overcommit its sequence as it stands.
+  int64_t admission_target(const RequestState& r) const {
+    return overcommit ? r.sequence_length() : r.max_length(context);
+  }
 
   // The most tokens a row appends between settle points, for projected bytes.
   int64_t step_tokens() const { return token_budget + draft_tokens; }

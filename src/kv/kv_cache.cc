@@ -182,6 +182,16 @@ KvCache& KvCache::operator=(KvCache&&) noexcept = default;
 const CacheOptions& KvCache::options() const { return impl_->options; }
 Backend& KvCache::backend() const { return impl_->backend; }
 
+int64_t KvCache::Impl::projected_blocks(int layer, int64_t tokens, int64_t step_tokens) const {
+  const LayerPool& p = pools[std::size_t(layer)];
+  // Admission asks about rows without a length limit (INT64_MAX tokens):
+  // no overflow, and no row holds more than 2^32 blocks of a layer, so
+  // byte totals stay far inside size_t.
+  int64_t blocks = std::min<int64_t>(tokens / bs() + (tokens % bs() != 0), int64_t(1) << 32);
+  if (p.spec.window) blocks = std::min(blocks, ceil_div(p.spec.window - 1 + step_tokens, bs()) + 1);
+  return blocks;
+}
+
 int64_t KvCache::Impl::slot(const Row& r, int layer, int64_t position) const {
   const int32_t id = r.layers[std::size_t(layer)].blocks[std::size_t(position / bs())];
   ROWLM_CHECK(id != kNoBlock, "a held position has no block");
@@ -603,13 +613,9 @@ std::size_t KvCache::bytes_per_token() const {
 std::size_t KvCache::projected_bytes(int64_t tokens, int64_t step_tokens) const {
   if (tokens < 0) throw Error("projected_bytes: negative token count " + std::to_string(tokens));
   if (step_tokens < 1) throw Error("projected_bytes: step_tokens must be at least 1");
-  const int64_t bs = impl_->bs();
   std::size_t total = 0;
-  for (const LayerPool& p : impl_->pools) {
-    int64_t blocks = ceil_div(tokens, bs);
-    if (p.spec.window) blocks = std::min(blocks, ceil_div(p.spec.window - 1 + step_tokens, bs) + 1);
-    total += std::size_t(blocks) * p.block_bytes;
-  }
+  for (std::size_t l = 0; l < impl_->pools.size(); ++l)
+    total += std::size_t(impl_->projected_blocks(int(l), tokens, step_tokens)) * impl_->pools[l].block_bytes;
   return total;
 }
 

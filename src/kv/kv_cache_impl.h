@@ -107,6 +107,9 @@ struct KvCache::Impl {
   int bs() const { return options.block_size; }
   // The slot (kv_storage.h) of a row's position in `layer`; the block must be held.
   int64_t slot(const Row& r, int layer, int64_t position) const;
+  // The most blocks of `layer` a row reaching `tokens` positions holds at
+  // once (KvCache::projected_bytes, per layer).
+  int64_t projected_blocks(int layer, int64_t tokens, int64_t step_tokens) const;
   Row& row(RowId id);
   const Row& row(RowId id) const;
 

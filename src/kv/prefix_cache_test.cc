@@ -212,7 +212,9 @@ TEST(PrefixCache, EvictsWholeChainPositionsTailFirstAndKeepsNoDeadBlock) {
     const RowId r = c.create_row();
     c.retain_for_publish(r);
     const int64_t reused = c.attach_prefix(r, P, int64_t(P.size()) - 1);
-    if (i > 0) EXPECT_EQ(reused, 24) << "prompt " << i << " reuses the stem";
+    if (i > 0) {
+      EXPECT_EQ(reused, 24) << "prompt " << i << " reuses the stem";
+    }
     expect_holds(c, r, P);
     prefill(c, r, P, int64_t(P.size()), 6);
     c.retire(r);
@@ -248,6 +250,68 @@ TEST(PrefixCache, EvictsWholeChainPositionsTailFirstAndKeepsNoDeadBlock) {
   EXPECT_GT(tight.prefix_cache_blocks(), 0);
   expect_drained(tight);
   expect_drained(c);
+}
+
+// Admission's arithmetic against what rows then take: the room (free bytes
+// and cache-only bytes) a new row consumes while it attaches its prefix and
+// grows to its target never exceeds admission_bytes, nor a running row's
+// growth_bytes; in a full layer alone both are exact.
+TEST(PrefixCache, AdmissionBytesBoundWhatRowsTake) {
+  for (const bool window : {false, true}) {
+    std::vector<LayerSpec> layers = {layer_spec(1, 1, 0, "f32")};
+    if (window) layers.push_back(layer_spec(1, 1, kWindow, "f32"));
+    KvCache c(options_for(layers, kBlock, 1 << 20, 1 << 20), testing::backend());
+    auto room = [&] { return c.free_bytes() + c.prefix_cache_bytes(); };
+    const auto P = prompt(30, 40);
+    // P's first 22 tokens are cached: 20 of them by a running row too.
+    const RowId a = c.create_row();
+    c.retain_for_publish(a);
+    prefill(c, a, P, 22, 8);
+    c.retire(a);
+    const RowId holder = c.create_row();
+    c.retain_for_publish(holder);
+    EXPECT_EQ(c.attach_prefix(holder, P, 20), 20);
+    for (const int64_t reuse : {int64_t(0), int64_t(13), int64_t(20), int64_t(21), int64_t(29)}) {
+      for (const int64_t target : {int64_t(30), int64_t(41)}) {
+        const int step = 3;
+        const std::size_t cost = c.admission_bytes(P, reuse, target, step);
+        auto Q = P;
+        while (int64_t(Q.size()) < target) Q.push_back(int32_t(Q.size()));
+        const std::size_t before = room();
+        const RowId r = c.create_row();
+        c.retain_for_publish(r);
+        c.attach_prefix(r, Q, reuse);
+        std::size_t most = before - room();
+        while (c.length(r) < target) {
+          prefill(c, r, Q, std::min<int64_t>(target, c.length(r) + step), step);
+          most = std::max(most, before - room());
+        }
+        EXPECT_LE(most, cost) << "reuse " << reuse << " target " << target << " window " << window;
+        if (!window) {
+          EXPECT_EQ(most, cost) << "reuse " << reuse << " target " << target;
+        }
+        c.retire(r);
+        c.check_consistency();
+      }
+    }
+    // The running row's growth, from where it stands (sharing its prefix
+    // with the cache).
+    const std::size_t grow = c.growth_bytes(holder, 60, 3);
+    auto T = P;
+    while (int64_t(T.size()) < 60) T.push_back(7);
+    const std::size_t from = room();
+    std::size_t took = 0;
+    while (c.length(holder) < 60) {
+      prefill(c, holder, T, std::min<int64_t>(60, c.length(holder) + 3), 3);
+      took = std::max(took, from - room());
+    }
+    EXPECT_LE(took, grow) << "window " << window;
+    if (!window) {
+      EXPECT_EQ(took, grow);
+    }
+    EXPECT_EQ(c.growth_bytes(holder, 10, 1), 0u) << "a row past its target takes nothing";
+    expect_drained(c);
+  }
 }
 
 TEST(PrefixCache, CapacityPressureEvictsCachedBlocksFirst) {
