@@ -17,6 +17,7 @@ void add_engine_options(Args& args, int default_max_waiting) {
       .option("token-budget", "N", "most tokens per forward step (prefill is chunked to fit)", "256")
       .option("max-waiting", "N", "most queued requests", std::to_string(default_max_waiting))
       .flag("no-prefix-cache", "do not reuse cached prompt prefixes")
+      .flag("no-kv-swap", "recompute preempted requests instead of moving their KV to host memory and back")
       .flag("kv-overcommit",
             "admit requests on the KV they hold now, not what they may reach (more run at once; growth preempts)")
       .option("draft", "MODEL_DIR|ngram", "speculative decoding with a draft model or n-gram prompt lookup")
@@ -43,6 +44,7 @@ EngineOptions engine_options_from(const Args& args, const std::string& model_dir
   o.max_waiting = ranged("max-waiting", 0, 1 << 24);
   o.prefix_cache = !args.flag_set("no-prefix-cache");
   o.kv_overcommit = args.flag_set("kv-overcommit");
+  o.kv_swap = !args.flag_set("no-kv-swap");
   o.draft = args.get_opt("draft").value_or("");
   o.draft_tokens = ranged("draft-tokens", 1, 64);
   o.background = background;

@@ -14,6 +14,7 @@
 
 #include "engine/request_handle.h"
 #include "kv/kv_cache.h"
+#include "kv/row_cache.h"
 #include "rowlm/engine.h"
 #include "sampling/sampler.h"
 #include "sampling/stop_strings.h"
@@ -53,6 +54,7 @@ struct RequestState {
   // row's KV length); the rest is fed at coming steps.
   kv::RowId row = -1;
   int64_t computed = 0;
+  std::optional<kv::RowCache> swapped;  // its KV in host memory while preempted (StepRunner::evict)
   uint64_t admit_order = 0;
   Clock::time_point submitted = Clock::now(), admitted, first_token, finished;
   bool ever_admitted = false;

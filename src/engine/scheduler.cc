@@ -65,7 +65,8 @@ void Scheduler::remove_finished() {
 
 bool Scheduler::fits(const RequestState& r) const {
   const int64_t target = opt_.admission_target(r);
-  const int64_t max_reuse = opt_.prefix_cache ? int64_t(r.tokens.size()) - 1 : 0;
+  // A swapped-out request restores its own blocks: nothing shared.
+  const int64_t max_reuse = opt_.prefix_cache && !r.swapped ? int64_t(r.tokens.size()) - 1 : 0;
   std::vector<HeldRow> held;
   for (const auto& other : running_) held.push_back({other->row, opt_.admission_target(*other)});
   if (!admission_fits(kv_, r.tokens, max_reuse, target, held, opt_.step_tokens())) return false;

@@ -23,8 +23,9 @@
 // to γ_row drafts after it when speculating), a row at its prompt's last
 // token that token, undrafted. Prefill chunks then take what the token
 // budget leaves after those tokens and the drafts, in admission order. A
-// row resumed after preemption recomputes up to its last sampled token and
-// then decodes it like any other row.
+// row resumed after preemption (its swapped-out KV restored, or not)
+// computes what it lacks up to its last sampled token and then decodes it
+// like any other row.
 //
 // Drafts. γ_row is at most γ and no more than the row can still emit (its
 // max_tokens, the context) with the token after them. A sampled row's γ_row
