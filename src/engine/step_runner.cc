@@ -28,10 +28,6 @@ void StepRunner::attach(RequestState& r) {
       // once: recompute it in chunks like a new request.
     }
   }
-  if (r.swapped) {
-    swapped_bytes_ -= r.swapped->bytes();
-    r.swapped.reset();
-  }
   if (row < 0) row = cache_->create_row();
   try {
     if (prefix_cache_) cache_->retain_for_publish(row);
@@ -40,10 +36,14 @@ void StepRunner::attach(RequestState& r) {
                               : prefix_cache_ ? cache_->attach_prefix(row, seq, int64_t(seq.size()) - 1) : 0;
     if (drafter_) drafter_->attach(r);
   } catch (...) {
-    cache_->retire(row);
+    cache_->retire(row);  // r.swapped stays for the next attempt
     r.row = -1;
     r.computed = 0;
     throw;
+  }
+  if (r.swapped) {  // restored, shared from the cache, or given up for recompute
+    swapped_bytes_ -= r.swapped->bytes();
+    r.swapped.reset();
   }
 }
 
