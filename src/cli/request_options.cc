@@ -18,6 +18,9 @@ void add_engine_options(Args& args, int default_max_waiting) {
       .option("token-budget", "N", "most tokens per forward step (prefill is chunked to fit)", "256")
       .option("max-waiting", "N", "most queued requests", std::to_string(default_max_waiting))
       .flag("no-prefix-cache", "do not reuse cached prompt prefixes")
+      .flag("no-kv-swap", "recompute preempted requests instead of moving their KV to host memory and back")
+      .flag("kv-overcommit",
+            "admit requests on the KV they hold now, not what they may reach (more run at once; growth preempts)")
       .option("draft", "MODEL_DIR|ngram", "speculative decoding with a draft model (a directory or ORG/REPO) or n-gram prompt lookup")
       .option("draft-tokens", "N", "tokens drafted per row per round", "3");
   add_matmul_precision_option(args);
@@ -41,6 +44,8 @@ EngineOptions engine_options_from(const Args& args, const std::string& model_dir
   o.token_budget = ranged("token-budget", 1, 1 << 20);
   o.max_waiting = ranged("max-waiting", 0, 1 << 24);
   o.prefix_cache = !args.flag_set("no-prefix-cache");
+  o.kv_overcommit = args.flag_set("kv-overcommit");
+  o.kv_swap = !args.flag_set("no-kv-swap");
   o.draft = args.get_opt("draft").value_or("");
   if (!o.draft.empty() && o.draft != "ngram") o.draft = resolve_model(o.draft, args.flag_set("pull")).dir;
   o.draft_tokens = ranged("draft-tokens", 1, 64);
