@@ -19,6 +19,9 @@ void add_engine_options(Args& args, int default_max_waiting) {
       .option("token-budget", "N", "most tokens per forward step (prefill is chunked to fit)", "256")
       .option("max-waiting", "N", "most queued requests", std::to_string(default_max_waiting))
       .flag("no-prefix-cache", "do not reuse cached prompt prefixes")
+      .option("prefix-cache-bytes", "BYTES",
+              "KV of finished prompts kept for reuse while idle (evicted first when running requests need room)",
+              "256M")
       .option("draft", "MODEL_DIR|ngram", "speculative decoding with a draft model or n-gram prompt lookup")
       .option("draft-tokens", "N", "tokens drafted per row per round", "3");
   add_matmul_precision_option(args);
@@ -42,6 +45,9 @@ EngineOptions engine_options_from(const Args& args, const std::string& model_dir
   o.token_budget = ranged("token-budget", 1, 1 << 20);
   o.max_waiting = ranged("max-waiting", 0, 1 << 24);
   o.prefix_cache = !args.flag_set("no-prefix-cache");
+  o.prefix_cache_bytes = parse_bytes(args.get("prefix-cache-bytes"), "--prefix-cache-bytes");
+  if (o.prefix_cache && o.prefix_cache_bytes == 0)
+    throw Error("--prefix-cache-bytes must be more than 0 (--no-prefix-cache turns the cache off)");
   o.draft = args.get_opt("draft").value_or("");
   o.draft_tokens = ranged("draft-tokens", 1, 64);
   o.background = background;

@@ -86,5 +86,20 @@ TEST(RequestOptions, BatchFieldsAreIntegersInRange) {
   EXPECT_EQ(ok.arrival_step, 1000000);
 }
 
+// The prefix cache has an explicit default budget, settable, never "0 = a
+// quarter of the KV budget" by accident.
+TEST(RequestOptions, PrefixCacheBytesHasAnExplicitDefault) {
+  auto options = [](const std::vector<std::string>& argv) {
+    Args args("serve", "test");
+    add_engine_options(args);
+    args.parse(argv);
+    return engine_options_from(args, "models/rowlm-tiny", true);
+  };
+  EXPECT_EQ(options({}).prefix_cache_bytes, std::size_t(256) << 20);
+  EXPECT_EQ(options({"--prefix-cache-bytes", "1M"}).prefix_cache_bytes, std::size_t(1) << 20);
+  EXPECT_THROW(options({"--prefix-cache-bytes", "0"}), Error);
+  EXPECT_FALSE(options({"--no-prefix-cache", "--prefix-cache-bytes", "0"}).prefix_cache);
+}
+
 }  // namespace
 }  // namespace rowlm::cli
