@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 packages=(g++ cmake ninja-build pkg-config libgtest-dev libgmock-dev nlohmann-json3-dev
           libpcre2-dev libutf8proc-dev libcpp-httplib-dev
-          curl)  # the server integration tests check raw SSE framing with curl
+          curl  # the server integration tests check raw SSE framing with curl
+          clang libclang-rt-14-dev)  # the libFuzzer targets (fuzz/, scripts/fuzz.sh)
 # Node.js runs the reference-tokenizer and API-client tests (npm packages as
 # test assets only).
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
