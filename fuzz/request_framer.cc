@@ -1,6 +1,8 @@
 // The request framer on any bytes, fed whole and in pieces: the same verdict
 // and the same request however the bytes are split, and a framed request's
 // normal form frames to itself (what cpp-httplib is handed is unambiguous).
+// The body limit bounds what is held: the normal form is at most the head
+// limit, the body limit and its Content-Length line.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -27,7 +29,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (whole.request() != split.request()) std::abort();
   if (whole.request().size() > limits.max_head_bytes + limits.max_body_bytes + 64) std::abort();
 
-  RequestFramer again(limits);
+  // The normal form's head may be longer than the head received by its one
+  // Content-Length line (at most 38 bytes, where the original had none), so
+  // it is framed again with that much more room. (Found by this fuzzer: a
+  // head just under the limit.)
+  RequestFramer again(FramerLimits{.max_head_bytes = limits.max_head_bytes + 38, .max_body_bytes = limits.max_body_bytes});
   if (again.feed(whole.request()) != RequestFramer::State::kComplete) std::abort();
   if (again.request() != whole.request() || !again.take_leftover().empty()) std::abort();
   return 0;
