@@ -9,7 +9,8 @@ packages=(g++ cmake ninja-build pkg-config libgtest-dev libgmock-dev nlohmann-js
           libpcre2-dev libutf8proc-dev libcpp-httplib-dev
           libcurl4-openssl-dev libssl-dev ca-certificates  # rowlm pull: HTTPS, checksums, the Hub's CA
           curl       # the server integration tests check raw SSE framing with curl
-          chromium)  # the chat page's browser test (headless, driven by playwright-core)
+          chromium   # the chat page's browser test (headless, driven by playwright-core)
+          clang libclang-rt-14-dev)  # the libFuzzer targets (fuzz/, scripts/fuzz.sh)
 # Node.js runs the reference-tokenizer and API-client tests (npm packages as
 # test assets only).
 command -v node >/dev/null 2>&1 || packages+=(nodejs)

@@ -52,6 +52,17 @@ struct EngineOptions {
   std::size_t kv_budget_bytes = 0;    // KV pool; 0 = a default from the machine's free memory
   std::size_t prefix_cache_bytes = 0; // unused cached prefix blocks kept; 0 = a quarter of the budget
   bool prefix_cache = true;           // reuse cached prompt prefixes
+  // Admission holds KV room for every running request to reach its prompt
+  // plus max_tokens (capped by the context), so admitted requests are not
+  // preempted for room. With kv_overcommit, requests are admitted on what
+  // they hold now: more run at once, and the most recently admitted is
+  // preempted (and recomputed) when their growth outruns the pool.
+  bool kv_overcommit = false;
+  // A preempted request's KV moves to host memory (at most as many bytes as
+  // the KV pool, for all preempted requests together) and back when it
+  // resumes (shared from the prefix cache instead if that still holds it
+  // all); off, past that limit, or under one KV block, it is recomputed.
+  bool kv_swap = true;
   int max_running = 64;               // most requests in the running batch
   int token_budget = 256;             // most tokens in one step (prefill chunks + decode)
   int max_waiting = 1024;             // most queued requests; submit() beyond it throws QueueFull
@@ -132,6 +143,7 @@ struct EngineStats {
   int64_t steps = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0, cached_prompt_tokens = 0;
   int64_t requests_finished = 0, requests_cancelled = 0, requests_failed = 0, preemptions = 0;
+  int64_t kv_swaps = 0;  // preemptions whose KV moved to host memory and back instead of being recomputed
   std::size_t kv_used_bytes = 0, kv_capacity_bytes = 0, prefix_cache_bytes = 0;
   int64_t draft_proposed = 0, draft_accepted = 0;
 };

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -99,7 +100,8 @@ TEST(Cli, BundledModelsMatchTransformers) {
   }
 }
 
-TEST(Cli, BatchWritesOneResultPerRequestInInputOrder) {
+// Results are written as requests finish, each with its id.
+TEST(Cli, BatchWritesOneResultPerRequest) {
   const std::string input =
       R"({"id": "a", "prompt": "In the beginning", "max_tokens": 5, "temperature": 0, "logprobs": 2})" "\n"
       R"({"id": "b", "prompt": "A river is", "max_tokens": 7, "temperature": 0.8, "seed": 3, "arrival_step": 2})" "\n"
@@ -107,12 +109,14 @@ TEST(Cli, BatchWritesOneResultPerRequestInInputOrder) {
   const CommandRun r = rowlm("batch " + kSource + "/models/rowlm-tiny --input - --output - --token-budget 4", input);
   ASSERT_EQ(r.status, 0) << r.err;
   std::stringstream lines(r.out);
-  std::vector<json> out;
-  for (std::string l; std::getline(lines, l);) out.push_back(json::parse(l));
-  ASSERT_EQ(out.size(), 3u);
-  EXPECT_EQ(out[0]["id"], "a");
-  EXPECT_EQ(out[1]["id"], "b");
-  EXPECT_EQ(out[2]["id"], 3);  // the line number when no id is given
+  std::map<std::string, json> by_id;
+  for (std::string l; std::getline(lines, l);) {
+    const json j = json::parse(l);
+    EXPECT_TRUE(by_id.emplace(j["id"].dump(), j).second) << "two results for " << j["id"];
+  }
+  ASSERT_EQ(by_id.size(), 3u) << r.out;
+  ASSERT_TRUE(by_id.count("\"a\"") && by_id.count("\"b\"") && by_id.count("3")) << r.out;  // 3: the line number
+  const std::vector<json> out = {by_id["\"a\""], by_id["\"b\""], by_id["3"]};
   EXPECT_EQ(out[0]["token_ids"].size(), 5u);
   EXPECT_EQ(out[0]["logprobs"].size(), 5u);
   for (const auto& o : out) {
@@ -122,6 +126,65 @@ TEST(Cli, BatchWritesOneResultPerRequestInInputOrder) {
   const CommandRun solo = rowlm("generate " + kSource + "/models/rowlm-tiny \"A river is\" --max-tokens 7 --temperature 0.8 --seed 3 --json");
   ASSERT_EQ(solo.status, 0) << solo.err;
   EXPECT_EQ(json::parse(solo.out)["token_ids"], out[1]["token_ids"]);
+}
+
+// batch loses nothing: bad lines get error records and the rest run; the
+// output is not touched before the model loads; --resume continues a run
+// that was cut short (a partial last line included) without redoing what it
+// finished; a far arrival_step does not stall the run.
+TEST(Cli, BatchLosesNothing) {
+  const fs::path dir = fs::temp_directory_path() / ("rowlm_batch_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string in = (dir / "in.jsonl").string(), out = (dir / "out.jsonl").string();
+  const std::string m = kSource + "/models/rowlm-tiny";
+  std::ofstream(in) << R"({"id": "a", "prompt": "In the beginning", "max_tokens": 4, "temperature": 0})" "\n"
+                    << "{not json\n"
+                    << R"({"id": "c", "prompt": "x", "colour": "red"})" "\n"
+                    << R"({"id": "d", "prompt": "A river is", "max_tokens": 3, "temperature": 0})" "\n"
+                    << R"({"id": "e", "prompt": "Late", "max_tokens": 2, "temperature": 0, "arrival_step": 1000000})" "\n";
+  auto read_lines = [&] {
+    std::map<std::string, std::vector<json>> by_id;
+    std::ifstream f(out);
+    for (std::string l; std::getline(f, l);) {
+      const json j = json::parse(l);
+      by_id[j["id"].dump()].push_back(j);
+    }
+    return by_id;
+  };
+
+  std::ofstream(out) << "keep me\n";
+  CommandRun r = rowlm("batch /nonexistent/model --input " + in + " --output " + out);
+  EXPECT_NE(r.status, 0);
+  {
+    std::ifstream f(out);
+    std::stringstream kept;
+    kept << f.rdbuf();
+    EXPECT_EQ(kept.str(), "keep me\n");  // not emptied by a run that could not start
+  }
+
+  r = rowlm("batch " + m + " --input " + in + " --output " + out);
+  EXPECT_EQ(r.status, 1) << r.err;  // two lines failed
+  auto by_id = read_lines();
+  ASSERT_EQ(by_id.size(), 5u) << r.err;
+  EXPECT_EQ(by_id["\"a\""][0]["token_ids"].size(), 4u);
+  EXPECT_EQ(by_id["\"d\""][0]["token_ids"].size(), 3u);
+  EXPECT_EQ(by_id["\"e\""][0]["token_ids"].size(), 2u);
+  EXPECT_EQ(by_id["2"][0]["finish_reason"], "error");
+  EXPECT_NE(by_id["2"][0]["error"].get<std::string>().find("line 2: invalid JSON"), std::string::npos);
+  EXPECT_NE(by_id["\"c\""][0]["error"].get<std::string>().find("unknown field 'colour'"), std::string::npos);
+  const json a = by_id["\"a\""][0];
+
+  // A run killed after "a", in the middle of writing "d".
+  std::ofstream(out) << a.dump() << "\n" << R"({"id": "d", "tok)";
+  r = rowlm("batch " + m + " --input " + in + " --output " + out + " --resume");
+  EXPECT_EQ(r.status, 1) << r.err;
+  by_id = read_lines();  // every line parses: the partial one is gone
+  ASSERT_EQ(by_id.size(), 5u);
+  for (const auto& [id, lines] : by_id) EXPECT_EQ(lines.size(), 1u) << id;
+  EXPECT_EQ(by_id["\"a\""][0], a);
+  EXPECT_EQ(by_id["\"d\""][0]["token_ids"].size(), 3u);
+  EXPECT_NE(r.err.find("resuming: 1 results"), std::string::npos) << r.err;
+  fs::remove_all(dir);
 }
 
 // The chat keeps the conversation's KV: the second turn's prompt reuses the
@@ -273,12 +336,15 @@ TEST(Cli, Qwen3RunsEveryCommand) {
     const CommandRun r = rowlm("batch " + chat + " --input - --output -", input);
     ASSERT_EQ(r.status, 0) << r.err;
     std::stringstream lines(r.out);
-    std::vector<json> out;
-    for (std::string l; std::getline(lines, l);) out.push_back(json::parse(l));
-    ASSERT_EQ(out.size(), 2u);
+    std::map<std::string, json> by_id;  // results come as requests finish
+    for (std::string l; std::getline(lines, l);) {
+      const json j = json::parse(l);
+      by_id[j["id"].get<std::string>()] = j;
+    }
+    ASSERT_EQ(by_id.size(), 2u) << r.out;
     const CommandRun solo = rowlm("generate " + chat + " \"on the mat\" --max-tokens 5 --temperature 0.9 --seed 4 --json");
     ASSERT_EQ(solo.status, 0) << solo.err;
-    EXPECT_EQ(json::parse(solo.out)["token_ids"], out[1]["token_ids"]);
+    EXPECT_EQ(json::parse(solo.out)["token_ids"], by_id["b"]["token_ids"]);
   }
   {
     // ChatML: <|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n is 11 tokens in this vocabulary.

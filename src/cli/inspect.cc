@@ -21,7 +21,8 @@ int run_inspect(const std::vector<std::string>& argv) {
   add_model_argument(args).flag("json", "print JSON");
   add_runtime_options(args, "bf16");
   if (!args.parse(argv)) return 0;
-  Runtime rt = open_runtime(args, model_source_from(args).dir);
+  const std::string model_dir = model_source_from(args).dir;
+  Runtime rt = open_runtime(args, model_dir);
   const ModelInfo& info = rt.model->info();
 
   nlohmann::json j;
@@ -58,7 +59,7 @@ int run_inspect(const std::vector<std::string>& argv) {
   j["kv_bytes_per_token"] = kv;
   // Each stored tensor: its format (dtype, or qBITS/GROUP with the scales'
   // dtype for an MLX-quantized matrix) and its bytes as stored.
-  const std::vector<TensorFormat> tensors = tensor_formats(args.get("MODEL_DIR"));
+  const std::vector<TensorFormat> tensors = tensor_formats(model_dir);
   j["tensors"] = nlohmann::json::array();
   for (const TensorFormat& t : tensors)
     j["tensors"].push_back({{"name", t.name}, {"format", t.format}, {"shape", t.shape}, {"bytes", t.bytes}});

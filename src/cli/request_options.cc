@@ -1,6 +1,8 @@
 #include "cli/request_options.h"
 
 #include "cli/model_source.h"
+#include <limits>
+
 #include "cli/runtime.h"
 #include "core/error.h"
 
@@ -18,6 +20,12 @@ void add_engine_options(Args& args, int default_max_waiting) {
       .option("token-budget", "N", "most tokens per forward step (prefill is chunked to fit)", "256")
       .option("max-waiting", "N", "most queued requests", std::to_string(default_max_waiting))
       .flag("no-prefix-cache", "do not reuse cached prompt prefixes")
+      .option("prefix-cache-bytes", "BYTES",
+              "KV of finished prompts kept for reuse while idle (evicted first when running requests need room)",
+              "256M")
+      .flag("no-kv-swap", "recompute preempted requests instead of moving their KV to host memory and back")
+      .flag("kv-overcommit",
+            "admit requests on the KV they hold now, not what they may reach (more run at once; growth preempts)")
       .option("draft", "MODEL_DIR|ngram", "speculative decoding with a draft model (a directory or ORG/REPO) or n-gram prompt lookup")
       .option("draft-tokens", "N", "tokens drafted per row per round", "3");
   add_matmul_precision_option(args);
@@ -41,6 +49,11 @@ EngineOptions engine_options_from(const Args& args, const std::string& model_dir
   o.token_budget = ranged("token-budget", 1, 1 << 20);
   o.max_waiting = ranged("max-waiting", 0, 1 << 24);
   o.prefix_cache = !args.flag_set("no-prefix-cache");
+  o.kv_overcommit = args.flag_set("kv-overcommit");
+  o.kv_swap = !args.flag_set("no-kv-swap");
+  o.prefix_cache_bytes = parse_bytes(args.get("prefix-cache-bytes"), "--prefix-cache-bytes");
+  if (o.prefix_cache && o.prefix_cache_bytes == 0)
+    throw Error("--prefix-cache-bytes must be more than 0 (--no-prefix-cache turns the cache off)");
   o.draft = args.get_opt("draft").value_or("");
   if (!o.draft.empty() && o.draft != "ngram") o.draft = resolve_model(o.draft, args.flag_set("pull")).dir;
   o.draft_tokens = ranged("draft-tokens", 1, 64);
@@ -65,6 +78,23 @@ void add_sampling_options(Args& args, float default_temperature) {
       .flag("ignore-eos", "keep generating past the model's end-of-sequence tokens");
 }
 
+namespace {
+
+constexpr int64_t kInt32Max = 2147483647;
+// The engine step a batch request may join at: far more steps than any run
+// takes, small enough that waiting for it cannot hang a run.
+constexpr int64_t kMaxArrivalStep = 1000000;
+
+// A flag's integer within [lo, hi]: never wrapped into a narrower type.
+int64_t int_in(const std::string& text, const std::string& flag, int64_t lo, int64_t hi) {
+  const int64_t v = parse_int(text, flag);
+  if (v < lo || v > hi)
+    throw Error(flag + " must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + text);
+  return v;
+}
+
+}  // namespace
+
 void apply_sampling_options(const Args& args, Request& request) {
   auto& s = request.sampling;
   const int64_t max_tokens = args.get_int("max-tokens");
@@ -72,7 +102,7 @@ void apply_sampling_options(const Args& args, Request& request) {
   s.max_tokens = int32_t(max_tokens);
   s.temperature = float(args.get_double("temperature"));
   s.top_p = float(args.get_double("top-p"));
-  s.top_k = int32_t(args.get_int("top-k"));
+  s.top_k = int32_t(int_in(args.get("top-k"), "--top-k", 0, kInt32Max));
   s.min_p = float(args.get_double("min-p"));
   if (auto seed = args.get_opt("seed")) {
     const int64_t v = parse_int(*seed, "--seed");
@@ -85,16 +115,43 @@ void apply_sampling_options(const Args& args, Request& request) {
   for (const std::string& b : args.get_all("logit-bias")) {
     const auto eq = b.find('=');
     if (eq == std::string::npos) throw Error("--logit-bias: expected ID=BIAS, got '" + b + "'");
-    s.logit_bias[int32_t(parse_int(b.substr(0, eq), "--logit-bias"))] = float(parse_double(b.substr(eq + 1), "--logit-bias"));
+    s.logit_bias[int32_t(int_in(b.substr(0, eq), "--logit-bias ID", 0, kInt32Max))] =
+        float(parse_double(b.substr(eq + 1), "--logit-bias"));
   }
   s.stop = args.get_all("stop");
   for (const std::string& id : args.get_all("stop-token-id"))
-    s.stop_token_ids.push_back(int32_t(parse_int(id, "--stop-token-id")));
-  if (auto n = args.get_opt("logprobs")) s.logprobs = int32_t(parse_int(*n, "--logprobs"));
+    s.stop_token_ids.push_back(int32_t(int_in(id, "--stop-token-id", 0, kInt32Max)));
+  if (auto n = args.get_opt("logprobs")) s.logprobs = int32_t(int_in(*n, "--logprobs", 0, kInt32Max));
   request.ignore_eos = args.flag_set("ignore-eos");
 }
 
 namespace {
+
+// An integer field within [lo, hi]: a non-integer (2.7, "3", true) or an
+// integer out of range is refused naming the field, never truncated or
+// wrapped.
+int64_t integer_field(const nlohmann::json& v, const std::string& what, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer()) throw Error(what + " must be an integer, got " + v.dump());
+  const bool too_big = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max());
+  if (too_big || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
+    throw Error(what + " must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + v.dump());
+  return v.get<int64_t>();
+}
+
+int64_t integer_field(const nlohmann::json& j, const char* name, const std::string& where, int64_t lo, int64_t hi,
+                      int64_t fallback) {
+  if (!j.contains(name) || j[name].is_null()) return fallback;
+  return integer_field(j[name], where + ": field '" + name + "'", lo, hi);
+}
+
+std::vector<int32_t> token_id_list(const nlohmann::json& j, const char* name, const std::string& where) {
+  std::vector<int32_t> out;
+  if (!j.contains(name) || j[name].is_null()) return out;
+  if (!j[name].is_array()) throw Error(where + ": field '" + name + "' must be an array of token ids");
+  for (std::size_t i = 0; i < j[name].size(); ++i)
+    out.push_back(int32_t(integer_field(j[name][i], where + ": " + name + "[" + std::to_string(i) + "]", 0, kInt32Max)));
+  return out;
+}
 
 template <class T>
 T field(const nlohmann::json& j, const char* name, const std::string& where, T fallback) {
@@ -124,45 +181,39 @@ BatchLine parse_batch_line(const nlohmann::json& j, const std::string& where) {
   if (has_prompt == has_ids) throw Error(where + ": give exactly one of 'prompt' (text) and 'ids'");
   if (has_prompt) r.prompt = field<std::string>(j, "prompt", where, "");
   if (has_ids) {
-    r.prompt_ids = field<std::vector<int32_t>>(j, "ids", where, {});
+    r.prompt_ids = token_id_list(j, "ids", where);
     if (r.prompt_ids.empty()) throw Error(where + ": field 'ids' is empty");
   }
   auto& s = r.sampling;
-  const int64_t max_tokens = field<int64_t>(j, "max_tokens", where, 256);
-  if (max_tokens < 1 || max_tokens > (1 << 24)) throw Error(where + ": field 'max_tokens' must be between 1 and 16777216");
-  s.max_tokens = int32_t(max_tokens);
+  s.max_tokens = int32_t(integer_field(j, "max_tokens", where, 1, 1 << 24, 256));
   s.temperature = field<float>(j, "temperature", where, 1.0f);
   s.top_p = field<float>(j, "top_p", where, 1.0f);
-  s.top_k = field<int32_t>(j, "top_k", where, 0);
+  s.top_k = int32_t(integer_field(j, "top_k", where, 0, kInt32Max, 0));
   s.min_p = field<float>(j, "min_p", where, 0.0f);
   s.presence_penalty = field<float>(j, "presence_penalty", where, 0.0f);
   s.frequency_penalty = field<float>(j, "frequency_penalty", where, 0.0f);
   s.repetition_penalty = field<float>(j, "repetition_penalty", where, 1.0f);
-  if (j.contains("seed") && !j["seed"].is_null()) {
-    const int64_t seed = field<int64_t>(j, "seed", where, 0);
-    if (seed < 0) throw Error(where + ": field 'seed' must not be negative");
-    s.seed = uint64_t(seed);
-  }
+  if (j.contains("seed") && !j["seed"].is_null())
+    s.seed = uint64_t(integer_field(j, "seed", where, 0, std::numeric_limits<int64_t>::max(), 0));
   if (j.contains("stop") && j["stop"].is_string()) s.stop = {j["stop"].get<std::string>()};
   else s.stop = field<std::vector<std::string>>(j, "stop", where, {});
-  s.stop_token_ids = field<std::vector<int32_t>>(j, "stop_token_ids", where, {});
+  s.stop_token_ids = token_id_list(j, "stop_token_ids", where);
   if (j.contains("logprobs") && !j["logprobs"].is_null()) {
     if (j["logprobs"].is_boolean()) {
       if (j["logprobs"].get<bool>()) s.logprobs = 0;
     } else {
-      s.logprobs = field<int32_t>(j, "logprobs", where, 0);
+      s.logprobs = int32_t(integer_field(j, "logprobs", where, 0, kInt32Max, 0));
     }
   }
   if (j.contains("logit_bias") && !j["logit_bias"].is_null()) {
     if (!j["logit_bias"].is_object()) throw Error(where + ": field 'logit_bias' must be an object of id: bias");
     for (const auto& [key, value] : j["logit_bias"].items()) {
       if (!value.is_number()) throw Error(where + ": logit_bias['" + key + "'] must be a number");
-      s.logit_bias[int32_t(parse_int(key, where + ": logit_bias key"))] = value.get<float>();
+      s.logit_bias[int32_t(int_in(key, where + ": logit_bias key", 0, kInt32Max))] = value.get<float>();
     }
   }
   r.ignore_eos = field<bool>(j, "ignore_eos", where, false);
-  line.arrival_step = field<int64_t>(j, "arrival_step", where, 0);
-  if (line.arrival_step < 0) throw Error(where + ": field 'arrival_step' must not be negative");
+  line.arrival_step = integer_field(j, "arrival_step", where, 0, kMaxArrivalStep, 0);
   return line;
 }
 

@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <thread>
 
+#include <arpa/inet.h>
 #include <pthread.h>
+#include <sys/resource.h>
 
 #include "cli/commands.h"
 #include "cli/model_source.h"
@@ -58,6 +60,26 @@ class ShutdownSignals {
   sigset_t set_{}, previous_{};
 };
 
+// Whether `host` only ever reaches this machine (a loopback address, or
+// "localhost"); anything else may be reachable by others.
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  return ::inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+// Every open connection is a descriptor: raise the soft limit to the hard
+// one (often 1024 → 1M) so --max-connections can be reached.
+void raise_descriptor_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
 }  // namespace
 
 int run_serve(const std::vector<std::string>& argv) {
@@ -76,7 +98,11 @@ int run_serve(const std::vector<std::string>& argv) {
       .option("served-model-name", "NAME", "the model id clients send (default: ORG/REPO, or MODEL_DIR's name)")
       .option("chat-format", "NAME", "chat format instead of the one detected from MODEL_DIR")
       .option("max-body", "BYTES", "largest request body; larger ones get 413", "8M")
-      .option("http-threads", "N", "connections served at once (default: max-running + max-waiting + 8)")
+      .option("http-threads", "N", "requests served at once (default: max-running + max-waiting + 8)")
+      .option("header-timeout", "SECONDS",
+              "a request's line and headers must arrive within this, however slowly they trickle; else 408", "10")
+      .option("max-connections", "N", "open connections in all; more are closed at once", "4096")
+      .option("max-connections-per-client", "N", "open connections per client address; more get 429", "256")
       .option("stream-interval", "MS",
               "streamed replies write the first token at once, then the tokens of each MS milliseconds "
               "together (each its own SSE event); 0 writes every token as it comes",
@@ -107,9 +133,18 @@ int run_serve(const std::vector<std::string>& argv) {
   so.log_requests = !args.flag_set("quiet");
   so.chat_page = !args.flag_set("no-ui");
   so.stream_interval_ms = int_option(args, "stream-interval", 0, 10000);
+  so.header_timeout_ms = int_option(args, "header-timeout", 1, 3600) * 1000;
+  so.max_connections = int_option(args, "max-connections", 1, 1000000);
+  so.max_connections_per_client = int_option(args, "max-connections-per-client", 1, 1000000);
   const double grace = parse_double(args.get("shutdown-grace"), "--shutdown-grace");
   if (!(grace >= 0 && grace <= 86400)) throw Error("--shutdown-grace must be in [0, 86400] seconds");
 
+  if (so.api_key.empty() && !is_loopback_host(so.host))
+    std::fprintf(stderr,
+                 "rowlm serve: warning: listening on %s without an API key: anyone who can reach it may use the "
+                 "model (--api-key KEY or ROWLM_API_KEY)\n",
+                 so.host.c_str());
+  raise_descriptor_limit();
   ShutdownSignals signals;  // before any thread starts
   std::unique_ptr<Engine> engine = open_engine(eo);
   server::HttpServer server(*engine, so);

@@ -26,6 +26,8 @@ using nlohmann::json;
 // than fail when printing.
 std::string to_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+bool is_blank(const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; }
+
 json parse_line(const std::string& line, std::size_t number) {
   try {
     return json::parse(line);
@@ -60,6 +62,7 @@ int tokenize_command(const std::vector<std::string>& argv) {
   }
   std::string line;
   for (std::size_t number = 1; std::getline(std::cin, line); ++number) {
+    if (is_blank(line)) continue;  // as rowlm batch does
     const json j = parse_line(line, number);
     if (!j.is_string())
       throw Error("stdin line " + std::to_string(number) + ": expected a JSON string, got " + j.type_name());
@@ -87,6 +90,7 @@ int detokenize_command(const std::vector<std::string>& argv) {
   }
   std::string line;
   for (std::size_t number = 1; std::getline(std::cin, line); ++number) {
+    if (is_blank(line)) continue;  // as rowlm batch does
     const json j = parse_line(line, number);
     const std::string where = "stdin line " + std::to_string(number);
     if (!j.is_array()) throw Error(where + ": expected a JSON array of token ids, got " + j.type_name());

@@ -100,6 +100,16 @@ TEST_F(TokenizeCommand, TextGivesIdsObject) {
   EXPECT_EQ(plain["ids"].get<std::vector<int32_t>>().front(), *tok.token_to_id("hello"));
 }
 
+// Blank lines are skipped, as rowlm batch skips them, by both commands.
+TEST_F(TokenizeCommand, JsonlSkipsBlankLines) {
+  const std::string dense = run(&tokenize_command, {"--tokenizer", dir_.string(), "--jsonl"}, "\"hello\"\n\"ll\"\n");
+  const std::string sparse =
+      run(&tokenize_command, {"--tokenizer", dir_.string(), "--jsonl"}, "\n\"hello\"\n  \r\n\n\"ll\"\n\n");
+  EXPECT_EQ(sparse, dense);
+  EXPECT_EQ(run(&detokenize_command, {"--tokenizer", dir_.string(), "--jsonl"}, "\n" + dense + "\t\n"),
+            run(&detokenize_command, {"--tokenizer", dir_.string(), "--jsonl"}, dense));
+}
+
 TEST_F(TokenizeCommand, JsonlRoundTripsInOrder) {
   const std::vector<std::string> texts = {"hello", "", "\xF0\x9F\x98\x80 hell\no", "<s>x", "ll\t"};
   std::string input;

@@ -82,8 +82,9 @@ std::vector<int32_t> ngram_lookup(std::span<const int32_t> tokens, int max_token
 // batched draft forward per draft position. The caller has checked that the
 // draft's vocabulary is the target's.
 // `step_tokens`: the most tokens a row appends between settle points (for
-// admission's projected bytes).
+// admission's projected bytes); `overcommit`: admission holds room for the
+// rows as they stand, not their max_length (SchedulerOptions::overcommit).
 std::unique_ptr<Drafter> make_model_drafter(std::unique_ptr<Model> draft, Backend& backend, kv::CacheOptions cache_options,
-                                            bool prefix_cache, int64_t step_tokens);
+                                            bool prefix_cache, int64_t step_tokens, bool overcommit);
 
 }  // namespace rowlm::engine

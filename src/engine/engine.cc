@@ -20,8 +20,10 @@
 // one forward pass under the token budget; sample the rows whose logits
 // were computed; stream their text; retire finished rows (publishing their
 // blocks to the prefix cache). If the pool runs out, the most recently
-// admitted row is preempted: its blocks are released, its tokens kept, and
-// it is recomputed when it resumes. Kernels and samplers are batch
+// admitted row is preempted: its blocks are copied to host memory and
+// released (or only released, when the prefix cache holds it or swapping
+// is off), its tokens kept, and it is restored (or recomputed) when it
+// resumes. Kernels and samplers are batch
 // invariant, so none of this changes any request's output.
 //
 // Speculative decoding (options.draft) runs inside the same step: a drafter
@@ -147,7 +149,10 @@ EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> ba
   stats_.update([&](EngineStats& s) { s.kv_capacity_bytes = copt.capacity_bytes; });  // the draft's share included
   std::unique_ptr<Drafter> drafter = make_drafter(opt_, std::move(draft_model), *backend_, *model_, copt);
   const bool speculating = drafter != nullptr;
-  runner_.emplace(*model_, std::make_unique<kv::KvCache>(copt, *backend_), std::move(drafter), opt_.prefix_cache);
+  // Swapped-out rows may hold as many host bytes as the pool holds KV.
+  const std::size_t swap_limit = !opt_.kv_swap ? 0 : copt.capacity_bytes ? copt.capacity_bytes : SIZE_MAX;
+  runner_.emplace(*model_, std::make_unique<kv::KvCache>(copt, *backend_), std::move(drafter), opt_.prefix_cache,
+                  swap_limit);
 
   SchedulerOptions sopt;
   sopt.max_running = opt_.max_running;
@@ -155,6 +160,7 @@ EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> ba
   sopt.draft_tokens = speculating ? opt_.draft_tokens : 0;
   sopt.context = info.max_position;
   sopt.prefix_cache = opt_.prefix_cache;
+  sopt.overcommit = opt_.kv_overcommit;
   scheduler_.emplace(sopt, runner_->accounting(), runner_->drafter());
   output_.emplace(info, limits_.tokenizer, stats_);
   if (opt_.background) thread_ = std::thread([this] { loop(); });
@@ -205,7 +211,7 @@ bool EngineImpl::make_room(const kv::OutOfBlocks& e) {
     scheduler_->remove_finished();
     return false;
   }
-  runner_->evict(*p.request);
+  if (runner_->evict(*p.request)) stats_.update([](EngineStats& s) { ++s.kv_swaps; });
   output_->preempted(*p.request);
   scheduler_->requeue(*p.request);
   return true;

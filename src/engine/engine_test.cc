@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <thread>
 
@@ -66,6 +67,55 @@ INSTANTIATE_TEST_SUITE_P(Codecs, EngineDeterminism,
                                            DeterminismCase{"q4", MatmulPrecision::Bf16}),
                          [](const auto& param_info) { return param_info.param.name(); });
 
+// Preemption in randomized schedules, for every KV codec: overcommitted
+// admission under a budget of about three rows' prompts preempts rows as
+// they grow; their KV is swapped to host memory and restored, or (swap
+// off, or the prefix cache holding it) recomputed; with and without prefix
+// reuse, every request's output is bitwise the one it has alone.
+struct PreemptionCase {
+  const char* codec;
+  std::size_t budget;  // bytes: about three rows' prompts in this codec
+};
+
+class EnginePreemption : public ::testing::TestWithParam<PreemptionCase> {};
+
+TEST_P(EnginePreemption, OutputsIndependentOfScheduleWithSwapAndPrefixReuse) {
+  std::mt19937 rng(4321);
+  auto specs = random_specs(rng, 5);
+  for (auto& s : specs) s.max_tokens = 40 + int(rng() % 16);
+  specs[4].prompt = specs[1].prompt;  // a prefix to reuse
+  const auto alone = solo(manual(GetParam().codec), specs);
+  struct Trial {
+    bool prefix_cache, swap;
+  };
+  for (const Trial t : {Trial{true, true}, Trial{false, true}, Trial{true, false}}) {
+    EngineOptions opt = manual(GetParam().codec);
+    opt.prefix_cache = t.prefix_cache;
+    opt.kv_swap = t.swap;
+    opt.kv_overcommit = true;
+    opt.kv_budget_bytes = GetParam().budget;
+    opt.max_running = 5;
+    opt.token_budget = 8 + int(rng() % 24);
+    EngineStats stats;
+    const auto batched = run_schedule(opt, specs, &stats);
+    const std::string what = std::string(GetParam().codec) + " prefix cache " + std::to_string(t.prefix_cache) +
+                             " swap " + std::to_string(t.swap);
+    for (std::size_t i = 0; i < specs.size(); ++i) expect_same(batched[i], alone[i], what + " request " + std::to_string(i));
+    EXPECT_GT(stats.preemptions, 0) << what << ": the budget was meant to force preemption";
+    if (t.swap) {
+      EXPECT_GT(stats.kv_swaps, 0) << what;
+    } else {
+      EXPECT_EQ(stats.kv_swaps, 0) << what;
+    }
+    EXPECT_EQ(stats.requests_failed, 0) << what;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, EnginePreemption,
+                         ::testing::Values(PreemptionCase{"f32", 600 * 1024}, PreemptionCase{"bf16", 300 * 1024},
+                                           PreemptionCase{"q8", 170 * 1024}, PreemptionCase{"q4", 80 * 1024}),
+                         [](const auto& param_info) { return std::string(param_info.param.codec); });
+
 TEST(Engine, PreemptionKeepsOutputsIdentical) {
   std::mt19937 rng(99);
   auto specs = random_specs(rng, 5);
@@ -74,9 +124,11 @@ TEST(Engine, PreemptionKeepsOutputsIdentical) {
   EngineOptions opt = manual();
   opt.prefix_cache = false;
   // Room for about three rows' prompts (a token costs 5 window layers x 256 B
-  // + 1 full layer x 512 B in bf16, in blocks of 16): rows are admitted while
-  // their prompts fit, and preempted when their growth outruns the pool.
+  // + 1 full layer x 512 B in bf16, in blocks of 16). Overcommitted, rows are
+  // admitted while their prompts fit, and preempted when their growth
+  // outruns the pool.
   opt.kv_budget_bytes = 300 * 1024;
+  opt.kv_overcommit = true;
   opt.max_running = 5;
   const auto batched = run_schedule(opt, specs);
   int64_t preemptions = 0;
@@ -85,6 +137,41 @@ TEST(Engine, PreemptionKeepsOutputsIdentical) {
     preemptions += batched[i].preemptions;
   }
   EXPECT_GT(preemptions, 0) << "the budget was meant to force preemption";
+}
+
+// The same tight budget without overcommit: admission holds room for each
+// row's whole sequence, counting each byte once (blocks only the prefix
+// cache holds are room until a row attaches them), so requests wait instead
+// of being admitted and preempted, and several still run at once.
+TEST(Engine, AdmissionUnderATightBudgetNeverPreempts) {
+  std::mt19937 rng(99);
+  auto specs = random_specs(rng, 5);
+  for (auto& s : specs) s.max_tokens = 24;
+  specs[3].prompt = specs[0].prompt;  // a prefix to reuse
+  const auto alone = solo(manual(), specs);
+  for (const bool prefix_cache : {false, true}) {
+    EngineOptions opt = manual();
+    opt.prefix_cache = prefix_cache;
+    opt.kv_budget_bytes = 300 * 1024;
+    opt.max_running = 5;
+    auto engine = Engine::create(opt);
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    for (const Spec& s : specs) handles.push_back(engine->submit(make_request(s)));
+    int64_t most_running = 0, most_waiting = 0;
+    while (engine->step()) {
+      const EngineStats st = engine->stats();
+      most_running = std::max(most_running, st.running);
+      most_waiting = std::max(most_waiting, st.waiting);
+      ASSERT_EQ(st.preemptions, 0) << "prefix cache " << prefix_cache;
+    }
+    EXPECT_GE(most_running, 2) << "the budget holds more than one row";
+    EXPECT_GE(most_waiting, 1) << "the budget was meant to make requests wait";
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      const RequestResult r = handles[i]->result();
+      EXPECT_EQ(r.preemptions, 0);
+      expect_same(r, alone[i], "request " + std::to_string(i) + " prefix cache " + std::to_string(prefix_cache));
+    }
+  }
 }
 
 TEST(Engine, PrefixReuseSkipsCachedPromptTokens) {

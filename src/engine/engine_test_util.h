@@ -79,10 +79,14 @@ inline std::vector<RequestResult> run_schedule(EngineOptions opt, const std::vec
     const bool more = engine->step();
     ++step;
     if (!more && submitted == specs.size()) break;
-    if (step > 100000) ADD_FAILURE() << "engine did not finish";
+    if (step > 100000) {  // stuck: fail, and stop rather than hang
+      ADD_FAILURE() << "engine did not finish in 100000 steps";
+      engine->shutdown();  // cancels what still runs, so result() returns
+      break;
+    }
   }
   std::vector<RequestResult> out;
-  for (auto& h : handles) out.push_back(h->result());
+  for (auto& h : handles) out.push_back(h ? h->result() : RequestResult{});
   if (stats) *stats = engine->stats();
   return out;
 }

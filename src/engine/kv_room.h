@@ -9,59 +9,60 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <utility>
 
 #include "kv/kv_cache.h"
 
 namespace rowlm::engine {
 
 // What admission asks of a KV store; the methods mean what kv::KvCache's
-// methods of the same names do (kv/kv_cache.h, "Memory accounting for
-// admission" and "Prefix cache").
+// methods of the same names do (kv/kv_cache.h, "Admission counts each byte
+// once").
 class KvAccounting {
  public:
   virtual ~KvAccounting() = default;
-  // An upper bound on the bytes a row reaching `tokens` positions holds if it
-  // appends at most `step_tokens` between settle points.
-  virtual std::size_t projected_bytes(int64_t tokens, int64_t step_tokens) const = 0;
   // Capacity minus used bytes; SIZE_MAX when the store has no limit.
   virtual std::size_t free_bytes() const = 0;
   // Bytes held only by the prefix cache (evictable on demand).
   virtual std::size_t prefix_cache_bytes() const = 0;
-  // Bytes of the blocks the row references.
-  virtual std::size_t row_bytes(kv::RowId row) const = 0;
-  // The length of the longest cached prefix of `tokens` (at most max_tokens)
-  // a new row could attach.
-  virtual int64_t match_prefix(std::span<const int32_t> tokens, int64_t max_tokens) const = 0;
+  // The room a new row for `tokens` takes: attaching its cached prefix (at
+  // most max_reuse positions) and growing to `target` positions.
+  virtual std::size_t admission_bytes(std::span<const int32_t> tokens, int64_t max_reuse, int64_t target,
+                                      int64_t step_tokens) const = 0;
+  // The room a running row may still take to reach `target` positions.
+  virtual std::size_t growth_bytes(kv::RowId row, int64_t target, int64_t step_tokens) const = 0;
 };
 
 // A cache's own accounting. Holds a reference: the cache outlives it.
 class CacheAccounting final : public KvAccounting {
  public:
   explicit CacheAccounting(const kv::KvCache& cache) : cache_(cache) {}
-  std::size_t projected_bytes(int64_t tokens, int64_t step_tokens) const override {
-    return cache_.projected_bytes(tokens, step_tokens);
-  }
   std::size_t free_bytes() const override { return cache_.free_bytes(); }
   std::size_t prefix_cache_bytes() const override { return cache_.prefix_cache_bytes(); }
-  std::size_t row_bytes(kv::RowId row) const override { return cache_.row_bytes(row); }
-  int64_t match_prefix(std::span<const int32_t> tokens, int64_t max_tokens) const override {
-    return cache_.match_prefix(tokens, max_tokens);
+  std::size_t admission_bytes(std::span<const int32_t> tokens, int64_t max_reuse, int64_t target,
+                              int64_t step_tokens) const override {
+    return cache_.admission_bytes(tokens, max_reuse, target, step_tokens);
+  }
+  std::size_t growth_bytes(kv::RowId row, int64_t target, int64_t step_tokens) const override {
+    return cache_.growth_bytes(row, target, step_tokens);
   }
 
  private:
   const kv::KvCache& cache_;
 };
 
-// Bytes a new row reaching `tokens` positions needs beyond the `reusable`
-// positions it attaches from the prefix cache.
-std::size_t admission_need(const KvAccounting& store, int64_t tokens, int64_t reusable, int64_t step_tokens);
+// A row admission holds room for: its KV row and the positions it may reach.
+struct HeldRow {
+  kv::RowId row = -1;
+  int64_t target = 0;
+};
 
-// Bytes left for a new row: what is free (cached prefixes are evictable)
-// minus what the admitted rows (row, sequence length) still need to hold
-// their current sequences. Their later growth is not held back in advance:
-// if it outruns the pool, the engine preempts its newest row.
-std::size_t admission_room(const KvAccounting& store, std::span<const std::pair<kv::RowId, int64_t>> rows,
-                           int64_t step_tokens);
+// Whether a new row for `tokens` (reusing at most max_reuse cached
+// positions, growing to `target`) fits beside `running`, each of which is
+// held room to reach its own target: every byte is counted once, so rows
+// admitted together never run out of blocks before their targets (up to
+// projected_bytes' bound on window layers). Always true for a store
+// without a limit.
+bool admission_fits(const KvAccounting& store, std::span<const int32_t> tokens, int64_t max_reuse, int64_t target,
+                    std::span<const HeldRow> running, int64_t step_tokens);
 
 }  // namespace rowlm::engine

@@ -38,17 +38,19 @@ sampling::SamplingParams draft_params(const RequestState& r) {
 class ModelDrafter final : public Drafter {
  public:
   ModelDrafter(std::unique_ptr<Model> model, Backend& backend, kv::CacheOptions cache_options, bool prefix_cache,
-               int64_t step_tokens)
+               int64_t step_tokens, bool overcommit)
       : model_(std::move(model)), cache_(std::move(cache_options), backend), prefix_cache_(prefix_cache),
-        step_tokens_(step_tokens) {}
+        step_tokens_(step_tokens), overcommit_(overcommit) {}
 
   bool has_room(const RequestState& r, int64_t tokens) const override {
-    const int64_t reusable =
-        prefix_cache_ ? cache_.match_prefix(r.tokens, std::max<int64_t>(0, r.sequence_length() - 1)) : 0;
-    std::vector<std::pair<kv::RowId, int64_t>> held;
-    for (const auto& [id, row] : rows_) held.emplace_back(row.kv_row, row.request->sequence_length());
-    const CacheAccounting store(cache_);
-    return admission_need(store, tokens, reusable, step_tokens_) <= admission_room(store, held, step_tokens_);
+    // attach() reuses no further than the target's computed tokens, which
+    // at admission is at most the sequence short of its last token.
+    const int64_t max_reuse = prefix_cache_ ? std::max<int64_t>(0, r.sequence_length() - 1) : 0;
+    const int64_t context = model_->info().max_position;
+    std::vector<HeldRow> held;
+    for (const auto& [id, row] : rows_)
+      held.push_back({row.kv_row, overcommit_ ? row.request->sequence_length() : row.request->max_length(context)});
+    return admission_fits(CacheAccounting(cache_), r.tokens, max_reuse, tokens, held, step_tokens_);
   }
 
   void attach(RequestState& r) override {
@@ -125,6 +127,7 @@ class ModelDrafter final : public Drafter {
   kv::KvCache cache_;
   const bool prefix_cache_;
   const int64_t step_tokens_;
+  const bool overcommit_;  // admission holds room for rows as they stand (SchedulerOptions::overcommit)
   std::unordered_map<uint64_t, Row> rows_;
 };
 
@@ -216,8 +219,9 @@ void ModelDrafter::discard(std::span<DraftJob> jobs) {
 }  // namespace
 
 std::unique_ptr<Drafter> make_model_drafter(std::unique_ptr<Model> draft, Backend& backend, kv::CacheOptions cache_options,
-                                            bool prefix_cache, int64_t step_tokens) {
-  return std::make_unique<ModelDrafter>(std::move(draft), backend, std::move(cache_options), prefix_cache, step_tokens);
+                                            bool prefix_cache, int64_t step_tokens, bool overcommit) {
+  return std::make_unique<ModelDrafter>(std::move(draft), backend, std::move(cache_options), prefix_cache, step_tokens,
+                                        overcommit);
 }
 
 }  // namespace rowlm::engine

@@ -3,7 +3,9 @@
 // handle, and where it stands in the schedule. Owned by the scheduler
 // thread; the handle is the only part other threads touch.
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -12,6 +14,7 @@
 
 #include "engine/request_handle.h"
 #include "kv/kv_cache.h"
+#include "kv/row_cache.h"
 #include "rowlm/engine.h"
 #include "sampling/sampler.h"
 #include "sampling/stop_strings.h"
@@ -51,11 +54,19 @@ struct RequestState {
   // row's KV length); the rest is fed at coming steps.
   kv::RowId row = -1;
   int64_t computed = 0;
+  std::optional<kv::RowCache> swapped;  // its KV in host memory while preempted (StepRunner::evict)
   uint64_t admit_order = 0;
   Clock::time_point submitted = Clock::now(), admitted, first_token, finished;
   bool ever_admitted = false;
 
   int64_t sequence_length() const { return int64_t(tokens.size()); }
+  // The most positions the request can reach: its prompt and max_tokens,
+  // capped by `context` (the model's max_position; 0 = unknown, no cap).
+  int64_t max_length(int64_t context) const {
+    const int64_t limit = context > 0 ? context : INT64_MAX;
+    const auto& max_tokens = request.sampling.max_tokens;
+    return max_tokens ? std::min<int64_t>(limit, prompt_length + *max_tokens) : limit;
+  }
   int64_t generated_count() const { return int64_t(tokens.size()) - prompt_length; }
   std::span<const int32_t> generated() const { return std::span(tokens).subspan(std::size_t(prompt_length)); }
 };

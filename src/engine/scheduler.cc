@@ -64,15 +64,12 @@ void Scheduler::remove_finished() {
 }
 
 bool Scheduler::fits(const RequestState& r) const {
-  const int64_t limit = opt_.context > 0 ? opt_.context : INT64_MAX;
-  const auto& max_tokens = r.request.sampling.max_tokens;
-  const int64_t target = max_tokens ? std::min<int64_t>(limit, r.prompt_length + *max_tokens) : limit;
-  const int64_t reusable =
-      opt_.prefix_cache ? kv_.match_prefix(r.tokens, int64_t(r.tokens.size()) - 1) : 0;
-  std::vector<std::pair<kv::RowId, int64_t>> held;
-  for (const auto& other : running_) held.emplace_back(other->row, other->sequence_length());
-  if (admission_need(kv_, target, reusable, opt_.step_tokens()) > admission_room(kv_, held, opt_.step_tokens()))
-    return false;
+  const int64_t target = opt_.admission_target(r);
+  // A swapped-out request restores its own blocks: nothing shared.
+  const int64_t max_reuse = opt_.prefix_cache && !r.swapped ? int64_t(r.tokens.size()) - 1 : 0;
+  std::vector<HeldRow> held;
+  for (const auto& other : running_) held.push_back({other->row, opt_.admission_target(*other)});
+  if (!admission_fits(kv_, r.tokens, max_reuse, target, held, opt_.step_tokens())) return false;
   return !drafter_ || drafter_->has_room(r, target);
 }
 

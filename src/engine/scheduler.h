@@ -9,18 +9,23 @@
 //
 // Admission. Waiting requests are admitted in FIFO order while fewer than
 // max_running run and each fits (kv_room.h) beside the running rows in the
-// target's cache and, when speculating, the drafter's storage. A request
-// admitted into an empty batch always runs: it fails later only if it
-// cannot fit alone. The first that does not fit stops admission (no
-// request overtakes an earlier one).
+// target's cache and, when speculating, the drafter's storage. Every
+// running row holds room to reach its max_length (prompt and max_tokens,
+// capped by the context), and each byte is counted once, so rows admitted
+// together are not preempted for room. With overcommit, admission holds
+// room for the sequences as they stand: more rows run, and growth that
+// outruns the pool preempts. A request admitted into an empty
+// batch always runs: it fails later only if it cannot fit alone. The first
+// that does not fit stops admission (no request overtakes an earlier one).
 //
 // A step's feeds. Every running row with one token left to compute feeds
 // it, whatever the budget: a decoding row its last sampled token (with up
 // to γ_row drafts after it when speculating), a row at its prompt's last
 // token that token, undrafted. Prefill chunks then take what the token
 // budget leaves after those tokens and the drafts, in admission order. A
-// row resumed after preemption recomputes up to its last sampled token and
-// then decodes it like any other row.
+// row resumed after preemption (its swapped-out KV restored, or not)
+// computes what it lacks up to its last sampled token and then decodes it
+// like any other row.
 //
 // Drafts. γ_row is at most γ and no more than the row can still emit (its
 // max_tokens, the context) with the token after them. A sampled row's γ_row
@@ -57,6 +62,13 @@ struct SchedulerOptions {
   int draft_tokens = 0;       // γ when speculating; 0 = no speculation
   int64_t context = 0;        // the model's context (max_position); 0 = unknown
   bool prefix_cache = true;   // admission counts cached prefixes as reusable
+  bool overcommit = false;    // admission holds room for what rows hold now, not their max_length
+
+  // The positions admission holds room for: the request's max_length, or
+  // with overcommit its sequence as it stands.
+  int64_t admission_target(const RequestState& r) const {
+    return overcommit ? r.sequence_length() : r.max_length(context);
+  }
 
   // The most tokens a row appends between settle points, for projected bytes.
   int64_t step_tokens() const { return token_budget + draft_tokens; }

@@ -19,7 +19,9 @@ namespace {
 constexpr int64_t kVocab = 64;
 
 // A KV store of `capacity` bytes where every position costs `per_token`
-// bytes, whatever the step. Rows hold what the test says they hold.
+// bytes, whatever the step. Rows hold what the test says they hold. A
+// reused prefix is one another row holds: it takes no room, and the row
+// that reused it holds only the positions it computed past it.
 class FakeKv final : public KvAccounting {
  public:
   std::size_t capacity = SIZE_MAX;  // SIZE_MAX: unlimited
@@ -27,9 +29,15 @@ class FakeKv final : public KvAccounting {
   std::size_t cached = 0;      // prefix-cache bytes
   int64_t prefix_match = 0;    // what match_prefix finds, at most
   std::map<kv::RowId, std::size_t> rows;
+  std::map<kv::RowId, int64_t> reused;
 
-  std::size_t projected_bytes(int64_t tokens, int64_t /*step_tokens*/) const override {
-    return std::size_t(tokens) * per_token;
+  int64_t match_prefix(int64_t max_reuse) const { return std::min(prefix_match, max_reuse); }
+  void attach(kv::RowId row, int64_t reuse) {
+    reused[row] = reuse;
+    rows[row] = 0;
+  }
+  void set_computed(kv::RowId row, int64_t computed) {
+    rows.at(row) = std::size_t(computed - reused.at(row)) * per_token;
   }
   std::size_t free_bytes() const override {
     if (capacity == SIZE_MAX) return SIZE_MAX;
@@ -38,9 +46,13 @@ class FakeKv final : public KvAccounting {
     return capacity - std::min(capacity, used);
   }
   std::size_t prefix_cache_bytes() const override { return cached; }
-  std::size_t row_bytes(kv::RowId row) const override { return rows.at(row); }
-  int64_t match_prefix(std::span<const int32_t> /*tokens*/, int64_t max_tokens) const override {
-    return std::min(prefix_match, max_tokens);
+  std::size_t admission_bytes(std::span<const int32_t> /*tokens*/, int64_t max_reuse, int64_t target,
+                              int64_t /*step_tokens*/) const override {
+    return std::size_t(std::max<int64_t>(0, target - match_prefix(max_reuse))) * per_token;
+  }
+  std::size_t growth_bytes(kv::RowId row, int64_t target, int64_t /*step_tokens*/) const override {
+    const std::size_t full = std::size_t(std::max<int64_t>(0, target - reused.at(row))) * per_token;
+    return full - std::min(full, rows.at(row));
   }
 };
 
@@ -84,8 +96,8 @@ struct Bench {
   std::vector<RequestState*> admit() {
     return scheduler.admit([&](RequestState& r) {
       r.row = next_row++;
-      r.computed = kv.match_prefix(r.tokens, r.sequence_length() - 1);
-      kv.rows[r.row] = std::size_t(r.computed) * kv.per_token;
+      r.computed = kv.match_prefix(r.sequence_length() - 1);
+      kv.attach(r.row, r.computed);
     });
   }
   void evict(RequestState& r) {
@@ -103,7 +115,7 @@ struct Bench {
   void decoding(RequestState& r, int generated) {
     for (int i = 0; i < generated; ++i) r.tokens.push_back(1);
     r.computed = r.sequence_length() - 1;
-    kv.rows[r.row] = std::size_t(r.computed) * kv.per_token;
+    kv.set_computed(r.row, r.computed);
   }
 
   FakeKv kv;
@@ -136,15 +148,32 @@ const Feed* feed_of(const StepPlan& plan, const RequestState& r) {
 
 TEST(Scheduler, AdmitsInArrivalOrderWhileTheyFit) {
   Bench b(options());
-  // 30 positions. Each request needs 20 for its whole sequence; a running
-  // row is counted at its current 8 (its growth is not held back).
-  b.kv.capacity = 300;
+  // 45 positions. Each request needs 20 for its whole sequence, and a
+  // running row holds room for its whole sequence too, not just its
+  // current 8 positions.
+  b.kv.capacity = 450;
   b.add({.prompt = 8, .max_tokens = 12});
-  b.add({.prompt = 8, .max_tokens = 12});  // 20 <= 30 - 8
-  b.add({.prompt = 8, .max_tokens = 12});  // 20 > 30 - 16
+  b.add({.prompt = 8, .max_tokens = 12});  // 20 <= 45 - 20
+  b.add({.prompt = 8, .max_tokens = 12});  // 20 > 45 - 40
   EXPECT_EQ(ids(b.admit()), (std::vector<uint64_t>{1, 2}));
   EXPECT_EQ(b.scheduler.waiting().size(), 1u);
   EXPECT_TRUE(b.admit().empty());  // nothing changed: still no room
+  // The running rows growing does not make room: they held it already.
+  b.decoding(*b.scheduler.running().front(), 5);
+  EXPECT_TRUE(b.admit().empty());
+}
+
+// Prefix-cache bytes are room, once: the store says what a new row takes of
+// them (FakeKv: nothing for a prefix a running row holds).
+TEST(Scheduler, CachedBytesAreRoomOnce) {
+  Bench b(options());
+  b.kv.capacity = 300;
+  b.add({.prompt = 8, .max_tokens = 12});
+  b.add({.prompt = 8, .max_tokens = 12});  // 20 > 30 - 20
+  EXPECT_EQ(b.admit().size(), 1u);
+  EXPECT_TRUE(b.admit().empty());
+  b.kv.cached = 100;  // 10 more positions, evictable on demand
+  EXPECT_EQ(b.admit().size(), 1u);
 }
 
 TEST(Scheduler, NoRequestOvertakesAnEarlierOne) {
@@ -189,9 +218,9 @@ TEST(Scheduler, AtMostMaxRunning) {
 
 TEST(Scheduler, ReusedPrefixesCountAsRoom) {
   Bench b(options());
-  b.kv.capacity = 250;  // 25 positions; the first row holds 10 of them
+  b.kv.capacity = 350;  // 35 positions; the first row holds room for 20
   b.add({.prompt = 10, .max_tokens = 10});
-  b.add({.prompt = 10, .max_tokens = 10});  // 20 > 25 - 10
+  b.add({.prompt = 10, .max_tokens = 10});  // 20 > 35 - 20
   EXPECT_EQ(b.admit().size(), 1u);
   EXPECT_TRUE(b.admit().empty());
   b.kv.prefix_match = 8;  // now 12 beyond its reused 8
@@ -482,7 +511,7 @@ TEST(Scheduler, RulesHoldInRandomSchedules) {
           r.computed += f.tokens;
           if (logits) r.tokens.push_back(2);
         }
-        b.kv.rows[r.row] = std::size_t(r.computed) * b.kv.per_token;
+        b.kv.set_computed(r.row, r.computed);
         // Drafts never carry a request past its max_tokens or the context.
         const auto& max_tokens = r.request.sampling.max_tokens;
         ASSERT_TRUE(!max_tokens || r.generated_count() <= *max_tokens) << "seed " << seed;
@@ -500,6 +529,9 @@ TEST(Scheduler, RulesHoldInRandomSchedules) {
         const Preemption p = b.scheduler.preemption();
         ASSERT_EQ(p.request->admit_order, newest);
         ASSERT_EQ(p.alone, b.scheduler.running().size() == 1);
+        // Admission held room for every row's whole sequence: only a row
+        // admitted alone into an empty batch can outgrow the store.
+        ASSERT_TRUE(p.alone) << "a row preempted beside others, seed " << seed;
         if (p.alone) {
           b.finish(*p.request);
           b.scheduler.remove_finished();

@@ -85,10 +85,12 @@ kv::CacheOptions cache_options(const EngineOptions& options, const Model& model,
 std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, std::unique_ptr<Model> draft_model,
                                       Backend& backend, const Model& target_model, kv::CacheOptions& target) {
   if (!draft_model) return options.draft == "ngram" ? make_ngram_drafter() : nullptr;
-  // The draft cache's step tokens are the token budget alone (γ is not
-  // added), for its share here and its admission: the values the engine
-  // has always used.
+  // The split below weighs a step of the token budget. Admission counts
+  // what a draft row appends between settle points: one propose() is one
+  // round that catches up at most a prefill chunk (the budget) and then
+  // feeds γ - 1 drafts after the token they follow.
   const int64_t step_tokens = options.token_budget;
+  const int64_t catch_up_tokens = options.token_budget + std::max(0, options.draft_tokens);
   // The draft's cache takes its share of the budget: what one row of the
   // full context costs each model.
   kv::CacheOptions dopt;
@@ -101,7 +103,8 @@ std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, std::unique_
   dopt.prefix_cache_bytes = std::size_t(double(target.prefix_cache_bytes) * share);
   target.capacity_bytes -= dopt.capacity_bytes;
   target.prefix_cache_bytes -= dopt.prefix_cache_bytes;
-  return make_model_drafter(std::move(draft_model), backend, std::move(dopt), options.prefix_cache, step_tokens);
+  return make_model_drafter(std::move(draft_model), backend, std::move(dopt), options.prefix_cache,
+                            catch_up_tokens, options.kv_overcommit);
 }
 
 }  // namespace rowlm::engine

@@ -174,8 +174,10 @@ TEST(Speculation, PreemptedRowsRebuildTheirDraftRows) {
   opt.prefix_cache = false;
   opt.max_running = 5;
   // Room for the five prompts in target and draft caches, not for all
-  // their growth: rows are admitted and later preempted as they grow.
+  // their growth: overcommitted, rows are admitted and later preempted as
+  // they grow.
   opt.kv_budget_bytes = 400 * 1024;
+  opt.kv_overcommit = true;
   EngineStats stats;
   const auto batched = run_schedule(opt, specs, &stats);
   for (std::size_t i = 0; i < specs.size(); ++i) expect_same(batched[i], alone[i], "request " + std::to_string(i));

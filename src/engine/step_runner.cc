@@ -7,28 +7,51 @@
 namespace rowlm::engine {
 
 StepRunner::StepRunner(Model& model, std::unique_ptr<kv::KvCache> cache, std::unique_ptr<Drafter> drafter,
-                       bool prefix_cache)
+                       bool prefix_cache, std::size_t swap_limit)
     : model_(model), cache_(std::move(cache)), accounting_(*cache_), drafter_(std::move(drafter)),
-      prefix_cache_(prefix_cache) {}
+      prefix_cache_(prefix_cache), swap_limit_(swap_limit) {}
 
 void StepRunner::attach(RequestState& r) {
   ROWLM_CHECK(r.row < 0, "a request attached twice");
   const std::vector<int32_t>& seq = r.tokens;
-  const kv::RowId row = cache_->create_row();
+  kv::RowId row = -1;
+  int64_t computed = 0;
+  // Blocks the prefix cache still holds are shared rather than restored.
+  const bool cached = r.swapped && prefix_cache_ &&
+                      cache_->match_prefix(seq, int64_t(seq.size()) - 1) >= r.swapped->length;
+  if (r.swapped && !cached) {
+    try {
+      row = cache_->restore(*r.swapped);
+      computed = r.swapped->length;
+    } catch (const kv::OutOfBlocks&) {
+      // Alone in the batch and still too big for its whole history at
+      // once: recompute it in chunks like a new request.
+    }
+  }
+  if (row < 0) row = cache_->create_row();
   try {
     if (prefix_cache_) cache_->retain_for_publish(row);
     r.row = row;
-    r.computed = prefix_cache_ ? cache_->attach_prefix(row, seq, int64_t(seq.size()) - 1) : 0;
+    r.computed = computed > 0 ? computed
+                              : prefix_cache_ ? cache_->attach_prefix(row, seq, int64_t(seq.size()) - 1) : 0;
     if (drafter_) drafter_->attach(r);
   } catch (...) {
-    cache_->retire(row);
+    cache_->retire(row);  // r.swapped stays for the next attempt
     r.row = -1;
     r.computed = 0;
     throw;
   }
+  if (r.swapped) {  // restored, shared from the cache, or given up for recompute
+    swapped_bytes_ -= r.swapped->bytes();
+    r.swapped.reset();
+  }
 }
 
 void StepRunner::release(RequestState& r) {
+  if (r.swapped) {  // left while preempted
+    swapped_bytes_ -= r.swapped->bytes();
+    r.swapped.reset();
+  }
   if (r.row < 0) return;
   publish(r);
   cache_->retire(r.row);
@@ -36,11 +59,23 @@ void StepRunner::release(RequestState& r) {
   if (drafter_) drafter_->detach(r);
 }
 
-void StepRunner::evict(RequestState& r) {
+bool StepRunner::evict(RequestState& r) {
+  // Its own published blocks are in the prefix cache, but the pressure that
+  // preempts it evicts cache-only blocks: copy it out unless it is less
+  // than a block (attach() shares what the cache still holds instead).
+  if (r.computed >= cache_->options().block_size) {
+    // Upper bound on the host bytes before copying them out.
+    const std::size_t bytes = cache_->row_bytes(r.row);
+    if (swapped_bytes_ + bytes <= swap_limit_) {
+      r.swapped = cache_->extract(r.row);
+      swapped_bytes_ += r.swapped->bytes();
+    }
+  }
   cache_->retire(r.row);
   r.row = -1;
   if (drafter_) drafter_->detach(r);
   r.computed = 0;
+  return r.swapped.has_value();
 }
 
 void StepRunner::propose(std::span<DraftJob> jobs) {

@@ -53,7 +53,10 @@ class StepRunner {
  public:
   // `model` outlives the runner. `drafter` is null when not speculating.
   // With `prefix_cache`, rows reuse cached prefixes and publish theirs.
-  StepRunner(Model& model, std::unique_ptr<kv::KvCache> cache, std::unique_ptr<Drafter> drafter, bool prefix_cache);
+  // Preempted rows' KV is swapped to host memory up to `swap_limit` bytes
+  // in all (0: never).
+  StepRunner(Model& model, std::unique_ptr<kv::KvCache> cache, std::unique_ptr<Drafter> drafter, bool prefix_cache,
+             std::size_t swap_limit);
 
   // What admission asks of the target cache, and of the drafter's storage.
   const KvAccounting& accounting() const { return accounting_; }
@@ -61,17 +64,22 @@ class StepRunner {
 
   // --- Admission and retirement ------------------------------------------
   // Gives the admitted request a KV row holding the longest cached prefix of
-  // its tokens (short of its last token, which must be computed), sets
-  // r.row and r.computed to it, and gives it a draft row.
+  // its tokens (short of its last token, which must be computed), or its
+  // swapped-out KV (falling back to the prefix when that does not fit),
+  // sets r.row and r.computed to it, and gives it a draft row.
   void attach(RequestState& r);
   // The request leaves for good (finished, cancelled, failed): its computed
   // tokens are published to the prefix cache, its KV and draft rows
-  // released. Nothing for a request without a row.
+  // released (or its swapped-out KV dropped). Nothing for a request without a row.
   void release(RequestState& r);
   // The request is preempted: its KV and draft rows are released without
   // publishing (what it computed was published at the end of the last
-  // step), and r.computed = 0: its tokens are kept and recomputed on resume.
-  void evict(RequestState& r);
+  // step), and r.computed = 0. Its KV is first copied to host memory
+  // (r.swapped, through the backend's kv_read), unless swapping is off,
+  // the swap limit is reached, or it holds less than a block; attach() then
+  // restores it (or attaches the cached prefix if that covers it all), and
+  // nothing is recomputed. Returns whether it was swapped.
+  bool evict(RequestState& r);
 
   // --- One step ------------------------------------------------------------
   // Speculating: fills each job's proposal (Drafter::propose).
@@ -103,6 +111,8 @@ class StepRunner {
   CacheAccounting accounting_;
   std::unique_ptr<Drafter> drafter_;
   const bool prefix_cache_;
+  const std::size_t swap_limit_;
+  std::size_t swapped_bytes_ = 0;  // held by preempted requests' r.swapped
 };
 
 }  // namespace rowlm::engine

@@ -25,7 +25,10 @@ struct FileDescriptor {
 }  // namespace
 
 std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
-  FileDescriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  // O_NONBLOCK: opening a FIFO (or a device) named like a weights file
+  // would otherwise block until a writer appears; this way it opens at once
+  // and fstat below refuses it. It changes nothing for a regular file.
+  FileDescriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   if (file.fd < 0) throw Error("cannot open " + path + ": " + std::strerror(errno));
   struct stat st {};
   if (::fstat(file.fd, &st) != 0) throw Error("cannot stat " + path + ": " + std::strerror(errno));

@@ -1,5 +1,7 @@
 #include "io/safetensors.h"
 
+#include <sys/stat.h>
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -335,6 +337,14 @@ TEST(MappedFile, ErrorsNameThePath) {
     EXPECT_NE(std::string(e.what()).find("absent.safetensors"), std::string::npos);
   }
   EXPECT_THROW(MappedFile::open(dir.path()), Error);
+  // A FIFO named like a weights file is refused at once (no writer needed).
+  ASSERT_EQ(::mkfifo(dir.file("model.safetensors").c_str(), 0600), 0);
+  try {
+    SafetensorsFile::open(dir.file("model.safetensors"));
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.safetensors is not a regular file"), std::string::npos) << e.what();
+  }
   std::ofstream(dir.file("empty")).close();
   EXPECT_EQ(MappedFile::open(dir.file("empty"))->size(), 0u);
   EXPECT_NE(parse_error(""), "");

@@ -31,6 +31,7 @@ KvCache::Impl::Impl(CacheOptions opts, Backend& be) : options(std::move(opts)), 
     pools[i].spec = options.layers[i];
     pools[i].arena = backend.make_kv_arena(options.layers[i], options.block_size);
     pools[i].block_bytes = pools[i].arena->block_bytes();
+    if (options.layers[i].window == 0) has_full_layer = true;
   }
   // The root key binds cached blocks to this layout and block size.
   const std::string sig = layout_signature(options.layers) + " B" + std::to_string(options.block_size);
@@ -69,7 +70,6 @@ int32_t KvCache::Impl::allocate(int layer) {
     id = int32_t(p.refs.size());
     p.refs.push_back(0);
     p.cache_entry.push_back(-1);
-    p.released_at.push_back(0);
   }
   p.refs[std::size_t(id)] = 1;
   p.in_use += 1;
@@ -81,10 +81,7 @@ void KvCache::Impl::acquire(int layer, int32_t id) {
   LayerPool& p = pools[std::size_t(layer)];
   int32_t& refs = p.refs[std::size_t(id)];
   ROWLM_CHECK(refs > 0, "acquire of a free block");
-  if (refs == 1 && p.cache_entry[std::size_t(id)] >= 0) {
-    lru.erase({p.released_at[std::size_t(id)], layer, id});
-    evictable -= p.block_bytes;
-  }
+  if (refs == 1 && p.cache_entry[std::size_t(id)] >= 0) left_cache_only(p.cache_entry[std::size_t(id)], p.block_bytes);
   refs += 1;
 }
 
@@ -99,9 +96,7 @@ void KvCache::Impl::release(int layer, int32_t id) {
     p.in_use -= 1;
     used -= p.block_bytes;
   } else if (refs == 1 && p.cache_entry[std::size_t(id)] >= 0) {
-    p.released_at[std::size_t(id)] = ++clock;
-    lru.insert({p.released_at[std::size_t(id)], layer, id});
-    evictable += p.block_bytes;
+    became_cache_only(p.cache_entry[std::size_t(id)], p.block_bytes);
   }
 }
 
@@ -162,13 +157,16 @@ bool KvCache::Impl::publishable(const Row& r) const {
 }
 
 void KvCache::Impl::release_row(Row& r) {
-  // Highest positions first, so the prefix cache evicts chain tails first.
-  for (std::size_t l = 0; l < pools.size(); ++l) {
-    auto& blocks = r.layers[l].blocks;
-    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it)
-      if (*it != kNoBlock) release(int(l), *it);
-    blocks.clear();
-  }
+  // Highest positions first, every layer of a position together, so the
+  // prefix cache's LRU meets the row's chain tail first and whole.
+  std::size_t n = 0;
+  for (const LayerRow& lr : r.layers) n = std::max(n, lr.blocks.size());
+  for (std::size_t b = n; b-- > 0;)
+    for (std::size_t l = 0; l < pools.size(); ++l) {
+      const auto& blocks = r.layers[l].blocks;
+      if (b < blocks.size() && blocks[b] != kNoBlock) release(int(l), blocks[b]);
+    }
+  for (LayerRow& lr : r.layers) lr.blocks.clear();
 }
 
 // ---------------------------------------------------------------------------
@@ -183,6 +181,16 @@ KvCache& KvCache::operator=(KvCache&&) noexcept = default;
 
 const CacheOptions& KvCache::options() const { return impl_->options; }
 Backend& KvCache::backend() const { return impl_->backend; }
+
+int64_t KvCache::Impl::projected_blocks(int layer, int64_t tokens, int64_t step_tokens) const {
+  const LayerPool& p = pools[std::size_t(layer)];
+  // Admission asks about rows without a length limit (INT64_MAX tokens):
+  // no overflow, and no row holds more than 2^32 blocks of a layer, so
+  // byte totals stay far inside size_t.
+  int64_t blocks = std::min<int64_t>(tokens / bs() + (tokens % bs() != 0), int64_t(1) << 32);
+  if (p.spec.window) blocks = std::min(blocks, ceil_div(p.spec.window - 1 + step_tokens, bs()) + 1);
+  return blocks;
+}
 
 int64_t KvCache::Impl::slot(const Row& r, int layer, int64_t position) const {
   const int32_t id = r.layers[std::size_t(layer)].blocks[std::size_t(position / bs())];
@@ -605,13 +613,9 @@ std::size_t KvCache::bytes_per_token() const {
 std::size_t KvCache::projected_bytes(int64_t tokens, int64_t step_tokens) const {
   if (tokens < 0) throw Error("projected_bytes: negative token count " + std::to_string(tokens));
   if (step_tokens < 1) throw Error("projected_bytes: step_tokens must be at least 1");
-  const int64_t bs = impl_->bs();
   std::size_t total = 0;
-  for (const LayerPool& p : impl_->pools) {
-    int64_t blocks = ceil_div(tokens, bs);
-    if (p.spec.window) blocks = std::min(blocks, ceil_div(p.spec.window - 1 + step_tokens, bs) + 1);
-    total += std::size_t(blocks) * p.block_bytes;
-  }
+  for (std::size_t l = 0; l < impl_->pools.size(); ++l)
+    total += std::size_t(impl_->projected_blocks(int(l), tokens, step_tokens)) * impl_->pools[l].block_bytes;
   return total;
 }
 
@@ -682,23 +686,35 @@ void KvCache::check_consistency() const {
         fail(row_name(id) + " window layer " + std::to_string(l) + " holds blocks it should have freed");
     }
   }
-  int64_t cached = 0;
+  std::size_t lru_size = 0;
   for (std::size_t e = 0; e < m.entries.size(); ++e) {
     const PrefixEntry& pe = m.entries[e];
     if (!pe.live) continue;
-    int held = 0;
+    int held = 0, cache_only = 0;
     for (std::size_t l = 0; l < m.pools.size(); ++l) {
       const int32_t b = pe.blocks[l];
-      if (b == kNoBlock) continue;
+      if (b == kNoBlock) {
+        // Without this layer's block no prefix reaching the entry can be
+        // attached: its other blocks would be dead weight.
+        if (m.pools[l].spec.window == 0) fail("prefix entry " + std::to_string(e) + " lacks full layer " +
+                                              std::to_string(l) + "'s block but stays cached");
+        continue;
+      }
       ++held;
-      ++cached;
+      if (m.pools[l].refs[std::size_t(b)] == 1) ++cache_only;
       refs[l][std::size_t(b)] += 1;
       if (m.pools[l].cache_entry[std::size_t(b)] != int32_t(e)) fail("cached block's owner entry mismatch");
     }
     if (held != pe.held) fail("prefix entry held count");
+    if (cache_only != pe.cache_only) fail("prefix entry cache-only count");
+    if (cache_only > 0) {
+      ++lru_size;
+      if (!m.lru.count({pe.released_at, int32_t(e)})) fail("entry with cache-only blocks missing from the LRU");
+    }
+    if (pe.parent >= 0 && !m.entries[std::size_t(pe.parent)].live) fail("live prefix entry under a dropped parent");
+    if (held == 0 && pe.children.empty()) fail("empty prefix entry stays live");
   }
   std::size_t used = 0, evictable = 0;
-  std::size_t lru_size = 0;
   for (std::size_t l = 0; l < m.pools.size(); ++l) {
     const LayerPool& p = m.pools[l];
     int64_t in_use = 0;
@@ -708,11 +724,7 @@ void KvCache::check_consistency() const {
              " references, tables and cache hold " + std::to_string(refs[l][b]));
       if (p.refs[b] > 0) ++in_use;
       if (p.refs[b] == 0 && p.cache_entry[b] >= 0) fail("free block still marked cached");
-      if (p.refs[b] == 1 && p.cache_entry[b] >= 0) {
-        evictable += p.block_bytes;
-        ++lru_size;
-        if (!m.lru.count({p.released_at[b], int(l), int32_t(b)})) fail("cache-only block missing from the LRU");
-      }
+      if (p.refs[b] == 1 && p.cache_entry[b] >= 0) evictable += p.block_bytes;
     }
     if (in_use != p.in_use) fail("layer " + std::to_string(l) + " in-use count");
     if (std::size_t(in_use) + p.free_ids.size() != p.refs.size()) fail("free list size");
@@ -721,7 +733,6 @@ void KvCache::check_consistency() const {
   if (used != m.used) fail("used bytes " + std::to_string(m.used) + " vs recomputed " + std::to_string(used));
   if (evictable != m.evictable) fail("evictable bytes");
   if (lru_size != m.lru.size()) fail("LRU size");
-  (void)cached;
 }
 
 }  // namespace rowlm::kv

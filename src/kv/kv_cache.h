@@ -198,9 +198,12 @@ class KvCache {
   // --- Prefix cache ------------------------------------------------------
   // Content-addressed full blocks: a block's key is its parent block's key,
   // its tokens and the layout. Published blocks are shared by reference
-  // count; blocks no row uses stay cached within prefix_cache_bytes (least
-  // recently used evicted first) and are evicted on demand before a capacity
-  // failure.
+  // count; blocks no row uses stay cached within prefix_cache_bytes and are
+  // evicted on demand before a capacity failure. Eviction takes whole chain
+  // positions (every layer's block of one cached block position), least
+  // recently released first; retire() releases a row tail first, so chains
+  // shrink from their tails, and a position that lost a full layer's block
+  // is dropped with its descendants (no prefix could use them).
   //
   // publish: registers the row's committed full blocks (positions below its
   // length, or below its round start inside a round). `tokens` are the
@@ -244,6 +247,30 @@ class KvCache {
   std::size_t projected_bytes(int64_t tokens, int64_t step_tokens = 1) const;
   // Bytes of the blocks the row references (shared blocks counted in full).
   std::size_t row_bytes(RowId row) const;
+
+  // Admission counts each byte once (kv_admission.cc). The room for rows
+  // to grow into is free_bytes() + prefix_cache_bytes(): free blocks, and
+  // blocks only the prefix cache holds (evicted on demand). What a row takes
+  // of that room is the most blocks it will hold at once
+  // (projected_bytes(target, step_tokens)) minus the blocks it already
+  // holds, or would attach, that are not in the room and that it keeps.
+  //
+  // admission_bytes: a new row for `tokens` that attaches the prefix
+  // attach_prefix(row, tokens, max_reuse) would give it and grows to
+  // `target` positions. Attached blocks another row holds take no room;
+  // blocks only the cache holds do (attaching pins them); a partially
+  // reused block is copied on the first write, so it counts as a new one;
+  // in window layers attached blocks count as new (the row lets them go as
+  // its window moves).
+  std::size_t admission_bytes(std::span<const int32_t> tokens, int64_t max_reuse, int64_t target,
+                              int64_t step_tokens) const;
+  // growth_bytes: what the row may still take to reach `target` positions:
+  // projected_bytes(target, step_tokens) minus the blocks it holds and will
+  // not copy (a shared block at or past its length will be copied; in window
+  // layers a block another row also holds does not come back to the room
+  // when the row lets it go, so it does not count as held). 0 for a row
+  // already at or past target.
+  std::size_t growth_bytes(RowId row, int64_t target, int64_t step_tokens) const;
   // Blocks currently allocated in `layer`'s pool.
   int64_t blocks_in_use(int layer) const;
 

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <set>
-#include <tuple>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -26,7 +26,6 @@ struct LayerPool {
   std::size_t block_bytes = 0;     // arena->block_bytes()
   std::vector<int32_t> refs;       // by block id
   std::vector<int32_t> cache_entry;    // prefix entry holding the block, or -1
-  std::vector<uint64_t> released_at;   // LRU clock when it became cache-only
   std::vector<int32_t> free_ids;
   int64_t in_use = 0;
 };
@@ -56,13 +55,21 @@ struct Row {
 // A cached full block: its key, its chain position, and per layer the pool
 // block holding it (kNoBlock where that layer's copy was evicted or never
 // held, e.g. a window layer's block freed before it was published).
+//
+// Eviction works on entries, not on single blocks: an entry is one position
+// of a chain, and losing one layer's block of it makes the others useless
+// for every prefix that reaches it. An entry with at least one cache-only
+// block (no row holds it) is in the LRU under the time its latest block
+// became cache-only.
 struct PrefixEntry {
   bool live = false;
   uint64_t key = 0;
   int32_t parent = -1;
   uint64_t generation = 0;
-  int32_t children = 0;
-  int32_t held = 0;  // layers with a block
+  std::vector<int32_t> children;  // live entries whose parent this is
+  int32_t held = 0;        // layers with a block
+  int32_t cache_only = 0;  // of those, blocks no row holds
+  uint64_t released_at = 0;  // LRU clock when a block last became cache-only
   std::vector<int32_t> tokens;
   std::vector<int32_t> blocks;
 };
@@ -91,14 +98,18 @@ struct KvCache::Impl {
   std::vector<PrefixEntry> entries;
   std::vector<int32_t> free_entries;
   std::unordered_multimap<uint64_t, int32_t> by_key;
-  std::set<std::tuple<uint64_t, int, int32_t>> lru;  // (released_at, layer, block): cache-only blocks
-  std::size_t evictable = 0;
+  std::set<std::pair<uint64_t, int32_t>> lru;  // (released_at, entry): entries with cache-only blocks
+  std::size_t evictable = 0;  // bytes of cache-only blocks
+  bool has_full_layer = false;  // a full layer needs every block of a prefix
   uint64_t clock = 0;
   uint64_t generations = 0;
 
   int bs() const { return options.block_size; }
   // The slot (kv_storage.h) of a row's position in `layer`; the block must be held.
   int64_t slot(const Row& r, int layer, int64_t position) const;
+  // The most blocks of `layer` a row reaching `tokens` positions holds at
+  // once (KvCache::projected_bytes, per layer).
+  int64_t projected_blocks(int layer, int64_t tokens, int64_t step_tokens) const;
   Row& row(RowId id);
   const Row& row(RowId id) const;
 
@@ -124,8 +135,23 @@ struct KvCache::Impl {
   uint64_t child_key(int32_t parent, std::span<const int32_t> tokens) const;
   int32_t find_child(int32_t parent, std::span<const int32_t> tokens) const;
   int32_t add_entry(int32_t parent, std::span<const int32_t> tokens);
+  // Drops the entry if it holds no block and has no children, then its
+  // ancestors that this leaves empty.
   void drop_if_empty(int32_t entry);
+  void drop_entry(int32_t entry);  // an empty leaf
+  // A block of `entry` became cache-only / is held by a row again.
+  void became_cache_only(int32_t entry, std::size_t bytes);
+  void left_cache_only(int32_t entry, std::size_t bytes);
+  // The cache lets go of entry's block in `layer` (freed if no row holds it).
+  void unregister(int32_t entry, int layer);
+  // Evicts the least recently used entry's cache-only blocks. When that
+  // takes a full layer's block, no prefix through the entry can be attached
+  // any more, so the entry and its descendants are dropped whole (no row
+  // holds their blocks then: a row holding a descendant holds the entry's
+  // full-layer blocks).
   void evict_one();
+  // Unregisters every block of `entry` and its descendants, and drops them.
+  void drop_subtree(int32_t entry);
   void enforce_prefix_budget();
   // The chain of entries matching tokens' full blocks from the root.
   std::vector<int32_t> walk(std::span<const int32_t> tokens) const;

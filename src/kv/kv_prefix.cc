@@ -1,5 +1,6 @@
 // KvCache's prefix cache: content-addressed full blocks shared by reference
-// count, least recently released evicted first.
+// count; whole chain positions (entries) evicted least recently released
+// first, and nothing kept that no prefix could use.
 
 #include <algorithm>
 #include <cstring>
@@ -52,48 +53,106 @@ int32_t KvCache::Impl::add_entry(int32_t parent, std::span<const int32_t> tokens
   e.key = child_key(parent, tokens);
   e.parent = parent;
   e.generation = ++generations;
-  e.children = 0;
+  e.children.clear();
   e.held = 0;
+  e.cache_only = 0;
+  e.released_at = 0;
   e.tokens.assign(tokens.begin(), tokens.end());
   e.blocks.assign(pools.size(), kNoBlock);
   by_key.emplace(e.key, id);
-  if (parent >= 0) entries[std::size_t(parent)].children += 1;
+  if (parent >= 0) entries[std::size_t(parent)].children.push_back(id);
   return id;
 }
 
 void KvCache::Impl::drop_if_empty(int32_t id) {
   while (id >= 0) {
-    PrefixEntry& e = entries[std::size_t(id)];
-    if (!e.live || e.held > 0 || e.children > 0) return;
+    const PrefixEntry& e = entries[std::size_t(id)];
+    if (!e.live || e.held > 0 || !e.children.empty()) return;
+    const int32_t parent = e.parent;
+    drop_entry(id);
+    id = parent;
+  }
+}
+
+void KvCache::Impl::drop_entry(int32_t id) {
+  PrefixEntry& e = entries[std::size_t(id)];
+  ROWLM_CHECK(e.live && e.held == 0 && e.children.empty(), "dropping a prefix entry that is still in use");
+  {
     const auto [lo, hi] = by_key.equal_range(e.key);
     for (auto it = lo; it != hi; ++it)
       if (it->second == id) {
         by_key.erase(it);
         break;
       }
-    e.live = false;
-    e.tokens.clear();
-    e.blocks.clear();
-    free_entries.push_back(id);
-    const int32_t parent = e.parent;
-    if (parent >= 0) entries[std::size_t(parent)].children -= 1;
-    id = parent;
   }
+  e.live = false;
+  e.tokens.clear();
+  e.blocks.clear();
+  free_entries.push_back(id);
+  if (e.parent >= 0) std::erase(entries[std::size_t(e.parent)].children, id);
+}
+
+void KvCache::Impl::became_cache_only(int32_t id, std::size_t bytes) {
+  PrefixEntry& e = entries[std::size_t(id)];
+  if (e.cache_only > 0) lru.erase({e.released_at, id});
+  e.cache_only += 1;
+  e.released_at = ++clock;
+  lru.insert({e.released_at, id});
+  evictable += bytes;
+}
+
+void KvCache::Impl::left_cache_only(int32_t id, std::size_t bytes) {
+  PrefixEntry& e = entries[std::size_t(id)];
+  ROWLM_CHECK(e.cache_only > 0, "prefix entry cache-only count underflow");
+  if (--e.cache_only == 0) lru.erase({e.released_at, id});
+  evictable -= bytes;
+}
+
+void KvCache::Impl::unregister(int32_t id, int layer) {
+  PrefixEntry& e = entries[std::size_t(id)];
+  LayerPool& p = pools[std::size_t(layer)];
+  const int32_t block = e.blocks[std::size_t(layer)];
+  if (p.refs[std::size_t(block)] == 1) left_cache_only(id, p.block_bytes);
+  p.cache_entry[std::size_t(block)] = -1;
+  e.blocks[std::size_t(layer)] = kNoBlock;
+  e.held -= 1;
+  release(layer, block);  // frees it unless a row holds it
 }
 
 void KvCache::Impl::evict_one() {
   ROWLM_CHECK(!lru.empty(), "evict_one with nothing evictable");
-  const auto [tick, layer, block] = *lru.begin();
-  LayerPool& p = pools[std::size_t(layer)];
-  const int32_t entry = p.cache_entry[std::size_t(block)];
-  PrefixEntry& e = entries[std::size_t(entry)];
-  e.blocks[std::size_t(layer)] = kNoBlock;
-  e.held -= 1;
-  lru.erase(lru.begin());
-  evictable -= p.block_bytes;
-  p.cache_entry[std::size_t(block)] = -1;
-  release(layer, block);
-  drop_if_empty(entry);
+  const int32_t id = lru.begin()->second;
+  bool lost_full_layer = false;
+  for (std::size_t l = 0; l < pools.size(); ++l) {
+    const int32_t block = entries[std::size_t(id)].blocks[l];
+    if (block == kNoBlock || pools[l].refs[std::size_t(block)] != 1) continue;
+    if (pools[l].spec.window == 0) lost_full_layer = true;
+    unregister(id, int(l));
+  }
+  if (lost_full_layer)
+    drop_subtree(id);
+  else
+    drop_if_empty(id);
+}
+
+void KvCache::Impl::drop_subtree(int32_t root) {
+  // Children before parents (iteratively: chains can be thousands of blocks
+  // deep), so every entry is a leaf when it is dropped.
+  std::vector<int32_t> stack{root};
+  while (!stack.empty()) {
+    const int32_t id = stack.back();
+    if (!entries[std::size_t(id)].children.empty()) {
+      stack.push_back(entries[std::size_t(id)].children.back());
+      continue;
+    }
+    stack.pop_back();
+    for (std::size_t l = 0; l < pools.size(); ++l)
+      if (entries[std::size_t(id)].blocks[l] != kNoBlock) unregister(id, int(l));
+    if (id == root)
+      drop_if_empty(id);  // and the ancestors this leaves empty
+    else
+      drop_entry(id);
+  }
 }
 
 void KvCache::Impl::enforce_prefix_budget() {
@@ -233,19 +292,9 @@ int64_t KvCache::attach_prefix(RowId id, std::span<const int32_t> tokens, int64_
 void KvCache::clear_prefix_cache() {
   Impl& m = *impl_;
   for (std::size_t e = 0; e < m.entries.size(); ++e) {
-    PrefixEntry& pe = m.entries[e];
-    if (!pe.live) continue;
-    for (std::size_t l = 0; l < m.pools.size(); ++l) {
-      const int32_t blk = pe.blocks[l];
-      if (blk == kNoBlock) continue;
-      LayerPool& p = m.pools[l];
-      if (p.refs[std::size_t(blk)] == 1) {
-        m.lru.erase({p.released_at[std::size_t(blk)], int(l), blk});
-        m.evictable -= p.block_bytes;
-      }
-      p.cache_entry[std::size_t(blk)] = -1;
-      m.release(int(l), blk);
-    }
+    if (!m.entries[e].live) continue;
+    for (std::size_t l = 0; l < m.pools.size(); ++l)
+      if (m.entries[e].blocks[l] != kNoBlock) m.unregister(int32_t(e), int(l));
   }
   m.entries.clear();
   m.free_entries.clear();

@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -168,6 +171,147 @@ TEST(PrefixCache, EvictsLeastRecentlyUsedUnderItsBudget) {
   EXPECT_EQ(c.match_prefix(prompts[0], 24), 24);
   EXPECT_EQ(c.match_prefix(prompts[1], 24), 0);
   expect_drained(c);
+}
+
+// The blocks some attachable prefix of one of `prompts` needs, by the rule
+// attach_prefix documents (a full layer needs every block below the length,
+// a window layer those covering the last W - 1 positions), over the lengths
+// match_prefix says are attachable. Blocks are named by the tokens up to
+// their end, so prompts sharing a stem share its blocks.
+std::set<std::pair<std::vector<int32_t>, int>> blocks_needed(const KvCache& c,
+                                                             const std::vector<std::vector<int32_t>>& prompts) {
+  std::set<std::pair<std::vector<int32_t>, int>> needed;
+  for (const auto& P : prompts) {
+    auto name = [&](int64_t b) { return std::vector<int32_t>(P.begin(), P.begin() + (b + 1) * kBlock); };
+    for (int64_t m = 1; m <= int64_t(P.size()); ++m) {
+      const int64_t L = c.match_prefix(P, m);
+      if (L == 0) continue;
+      for (int l = 0; l < c.num_layers(); ++l) {
+        const int w = c.layer(l).window;
+        const int64_t from = w ? std::max<int64_t>(0, L - w + 1) : 0;
+        for (int64_t b = from / kBlock; from < L && b <= (L - 1) / kBlock; ++b) needed.insert({name(b), l});
+      }
+    }
+  }
+  return needed;
+}
+
+// Prompts sharing a long stem, published one after another into a cache
+// whose budget holds fewer than they need: eviction takes whole positions
+// of a chain, tail first, and every block left cached serves a prefix that
+// can still be attached.
+TEST(PrefixCache, EvictsWholeChainPositionsTailFirstAndKeepsNoDeadBlock) {
+  constexpr int kBudgetBlocks = 21;
+  KvCache c = make_cache(0, kBudgetBlocks * kBlockBytes);
+  const auto stem = prompt(24, 500);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 5; ++i) {
+    auto P = stem;
+    for (int t = 0; t < 20 + 4 * i; ++t) P.push_back(1000 * (i + 1) + t);
+    prompts.push_back(P);
+    const RowId r = c.create_row();
+    c.retain_for_publish(r);
+    const int64_t reused = c.attach_prefix(r, P, int64_t(P.size()) - 1);
+    if (i > 0) {
+      EXPECT_EQ(reused, 24) << "prompt " << i << " reuses the stem";
+    }
+    expect_holds(c, r, P);
+    prefill(c, r, P, int64_t(P.size()), 6);
+    c.retire(r);
+    c.check_consistency();
+    EXPECT_LE(c.prefix_cache_bytes(), kBudgetBlocks * kBlockBytes);
+    // Every cached block is one an attachable prefix needs, and no more.
+    EXPECT_EQ(c.prefix_cache_blocks(), int64_t(blocks_needed(c, prompts).size())) << "after prompt " << i;
+    // Eviction went tail first: the newest prompt keeps its stem and the
+    // head of its tail, the whole entry of each position together.
+    const int64_t kept = c.match_prefix(P, int64_t(P.size()));
+    EXPECT_GE(kept, 24) << "prompt " << i;
+    EXPECT_EQ(kept % kBlock, 0);
+  }
+  // The older prompts lost their tails, not their stems.
+  for (const auto& P : prompts) EXPECT_GE(c.match_prefix(P, int64_t(P.size())), 24);
+
+  // Capacity pressure evicts on demand by the same rule.
+  KvCache tight = make_cache(30 * kBlockBytes, 1 << 20);
+  for (int i = 0; i < 3; ++i) {
+    const RowId r = tight.create_row();
+    tight.retain_for_publish(r);
+    tight.attach_prefix(r, prompts[std::size_t(i)], int64_t(prompts[std::size_t(i)].size()) - 1);
+    prefill(tight, r, prompts[std::size_t(i)], int64_t(prompts[std::size_t(i)].size()), 6);
+    tight.retire(r);
+  }
+  const RowId big = tight.create_row();
+  const auto U = prompt(40, 900);
+  prefill(tight, big, U, 40, 8, false);  // 10 + 3 blocks, from evicted prefixes
+  expect_holds(tight, big, U);
+  tight.check_consistency();
+  EXPECT_EQ(tight.prefix_cache_blocks(),
+            int64_t(blocks_needed(tight, {prompts[0], prompts[1], prompts[2]}).size()));
+  EXPECT_GT(tight.prefix_cache_blocks(), 0);
+  expect_drained(tight);
+  expect_drained(c);
+}
+
+// Admission's arithmetic against what rows then take: the room (free bytes
+// and cache-only bytes) a new row consumes while it attaches its prefix and
+// grows to its target never exceeds admission_bytes, nor a running row's
+// growth_bytes; in a full layer alone both are exact.
+TEST(PrefixCache, AdmissionBytesBoundWhatRowsTake) {
+  for (const bool window : {false, true}) {
+    std::vector<LayerSpec> layers = {layer_spec(1, 1, 0, "f32")};
+    if (window) layers.push_back(layer_spec(1, 1, kWindow, "f32"));
+    KvCache c(options_for(layers, kBlock, 1 << 20, 1 << 20), testing::backend());
+    auto room = [&] { return c.free_bytes() + c.prefix_cache_bytes(); };
+    const auto P = prompt(30, 40);
+    // P's first 22 tokens are cached: 20 of them by a running row too.
+    const RowId a = c.create_row();
+    c.retain_for_publish(a);
+    prefill(c, a, P, 22, 8);
+    c.retire(a);
+    const RowId holder = c.create_row();
+    c.retain_for_publish(holder);
+    EXPECT_EQ(c.attach_prefix(holder, P, 20), 20);
+    for (const int64_t reuse : {int64_t(0), int64_t(13), int64_t(20), int64_t(21), int64_t(29)}) {
+      for (const int64_t target : {int64_t(30), int64_t(41)}) {
+        const int step = 3;
+        const std::size_t cost = c.admission_bytes(P, reuse, target, step);
+        auto Q = P;
+        while (int64_t(Q.size()) < target) Q.push_back(int32_t(Q.size()));
+        const std::size_t before = room();
+        const RowId r = c.create_row();
+        c.retain_for_publish(r);
+        c.attach_prefix(r, Q, reuse);
+        std::size_t most = before - room();
+        while (c.length(r) < target) {
+          prefill(c, r, Q, std::min<int64_t>(target, c.length(r) + step), step);
+          most = std::max(most, before - room());
+        }
+        EXPECT_LE(most, cost) << "reuse " << reuse << " target " << target << " window " << window;
+        if (!window) {
+          EXPECT_EQ(most, cost) << "reuse " << reuse << " target " << target;
+        }
+        c.retire(r);
+        c.check_consistency();
+      }
+    }
+    // The running row's growth, from where it stands (sharing its prefix
+    // with the cache).
+    const std::size_t grow = c.growth_bytes(holder, 60, 3);
+    auto T = P;
+    while (int64_t(T.size()) < 60) T.push_back(7);
+    const std::size_t from = room();
+    std::size_t took = 0;
+    while (c.length(holder) < 60) {
+      prefill(c, holder, T, std::min<int64_t>(60, c.length(holder) + 3), 3);
+      took = std::max(took, from - room());
+    }
+    EXPECT_LE(took, grow) << "window " << window;
+    if (!window) {
+      EXPECT_EQ(took, grow);
+    }
+    EXPECT_EQ(c.growth_bytes(holder, 10, 1), 0u) << "a row past its target takes nothing";
+    expect_drained(c);
+  }
 }
 
 TEST(PrefixCache, CapacityPressureEvictsCachedBlocksFirst) {

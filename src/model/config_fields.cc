@@ -39,13 +39,19 @@ json read_config(const std::string& model_dir) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(model_dir)) throw Error("model directory " + model_dir + " does not exist");
   const std::string path = (fs::path(model_dir) / "config.json").string();
+  // Checked before opening: opening a FIFO would block until a writer comes.
+  std::error_code ec;
+  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec)) throw Error(path + ": not a regular file");
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open (is " + model_dir + " a Hugging Face model directory?)");
+  json j;
   try {
-    return json::parse(in);
+    j = json::parse(in);
   } catch (const json::exception& e) {
     throw Error(path + ": invalid JSON: " + e.what());
   }
+  if (!j.is_object()) throw Error(path + ": not a JSON object (got " + std::string(j.type_name()) + ")");
+  return j;
 }
 
 }  // namespace rowlm::config

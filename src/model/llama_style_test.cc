@@ -162,6 +162,17 @@ TEST(ModelFamilies, UnknownTypesAreNamedWithTheSupportedOnes) {
     EXPECT_NE(m.find("qwen3"), std::string::npos) << m;
     EXPECT_NE(m.find("gemma4_text"), std::string::npos) << m;
   }
+  // A config.json that is JSON but not an object says so, not "model_type ''".
+  for (const char* text : {"[]", "256", "\"gemma4\"", "null"}) {
+    TempDir other;
+    std::ofstream(other.file("config.json")) << text;
+    try {
+      load_model(other.path(), *backend);
+      FAIL() << "loaded " << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("config.json: not a JSON object"), std::string::npos) << text << ": " << e.what();
+    }
+  }
   ASSERT_NE(find_model_family("qwen3"), nullptr);
   EXPECT_EQ(find_model_family("qwen3")->name, "Qwen 3");
   EXPECT_EQ(find_model_family("gemma4_unified")->name, "Gemma 4");

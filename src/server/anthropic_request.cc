@@ -144,6 +144,9 @@ GenerationRequest parse_messages_request(const Json& body, int64_t /*vocab_size:
   }
   if (auto v = f.integer("top_k", 0, kInt32Max)) r.sampling.top_k = int32_t(*v);
   if (const Json* stops = f.array("stop_sequences")) {
+    if (stops->size() > kMaxStopStrings)
+      throw_bad_field("stop_sequences", "has " + std::to_string(stops->size()) + " entries, at most " +
+                                            std::to_string(kMaxStopStrings));
     for (std::size_t i = 0; i < stops->size(); ++i) {
       const std::string path = index_path("stop_sequences", i);
       if (!(*stops)[i].is_string()) throw_bad_field(path, "must be a string, got " + json_type_name((*stops)[i]));

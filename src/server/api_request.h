@@ -7,6 +7,7 @@
 // ignored, as OpenAI's and vLLM's servers do. Bodies nesting deeper than
 // kMaxJsonDepth are refused before anything else reads them.
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -45,6 +46,9 @@ struct GenerationRequest {
 
 // The most choices one request may ask for (n, times prompts for completions).
 inline constexpr int kMaxChoices = 64;
+// The most stop strings one request may give (OpenAI's stop, Anthropic's
+// stop_sequences): each is matched against every token's text.
+inline constexpr std::size_t kMaxStopStrings = 16;
 
 // `vocab_size` bounds token ids in prompts, logit_bias and stop_token_ids.
 GenerationRequest parse_chat_completion_request(const nlohmann::json& body, int64_t vocab_size);

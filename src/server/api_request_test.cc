@@ -203,6 +203,7 @@ TEST(MessagesRequest, EveryBadFieldIsNamed) {
       {"/top_k", -1, "top_k"},
       {"/stop_sequences", "END", "stop_sequences"},
       {"/stop_sequences", {""}, "stop_sequences[0]"},
+      {"/stop_sequences", Json(std::vector<std::string>(17, "x")), "stop_sequences"},
       {"/system", 5, "system"},
       {"/system", {{{"type", "image"}}}, "system[0].type"},
       {"/thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}, "thinking"},

@@ -85,7 +85,7 @@ void parse_common(const Fields& f, int64_t vocab_size, GenerationRequest& r) {
       s.logit_bias[int32_t(id)] = float(value.get<double>());
     }
   }
-  s.stop = stop_strings(f, "stop", 16);
+  s.stop = stop_strings(f, "stop", kMaxStopStrings);
   if (const Json* ids = f.array("stop_token_ids"))
     for (std::size_t i = 0; i < ids->size(); ++i)
       s.stop_token_ids.push_back(token_id((*ids)[i], index_path("stop_token_ids", i), vocab_size));

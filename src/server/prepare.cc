@@ -1,9 +1,32 @@
 #include "server/prepare.h"
 
+#include <algorithm>
+
 #include "engine/validate_request.h"
 #include "server/api_error.h"
 
 namespace rowlm::server {
+
+std::size_t max_prompt_bytes_for(const Tokenizer& tokenizer, int context_length) {
+  if (context_length <= 0) return 0;
+  std::size_t longest = 1;
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id)
+    if (auto piece = tokenizer.id_to_token(id)) longest = std::max(longest, piece->size());
+  return std::size_t(context_length) * longest * 2;
+}
+
+namespace {
+
+// Refuses a prompt text that cannot fit the context before tokenizing it.
+void check_prompt_bytes(std::size_t bytes, const ServedModel& m, const std::string& field) {
+  if (m.max_prompt_bytes && bytes > m.max_prompt_bytes)
+    throw ApiError(400,
+                   field + ": " + std::to_string(bytes) + " bytes of prompt cannot fit the model's context of " +
+                       std::to_string(m.context_length) + " tokens",
+                   field);
+}
+
+}  // namespace
 
 PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedModel& m) {
   if (r.model != m.name)
@@ -30,6 +53,7 @@ PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedMo
     } catch (const Error& e) {
       throw_bad_field("messages", e.what());
     }
+    check_prompt_bytes(chat.text.size(), m, "messages");
     prompts.push_back(m.tokenizer->encode(chat.text, /*add_special_tokens=*/false));
     prompt_fields.push_back("messages");
     // The format's end-of-turn tokens end a reply even where config.json's
@@ -44,6 +68,7 @@ PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedMo
     for (std::size_t i = 0; i < r.prompts.size(); ++i) {
       const PromptInput& p = r.prompts[i];
       const std::string what = r.prompts.size() == 1 ? "prompt" : "prompt[" + std::to_string(i) + "]";
+      if (p.ids.empty()) check_prompt_bytes(p.text.size(), m, what);
       prompts.push_back(p.ids.empty() ? m.tokenizer->encode(p.text, /*add_special_tokens=*/true) : p.ids);
       prompt_fields.push_back(what);
       if (r.echo) rc.echo.push_back(p.ids.empty() ? p.text : m.tokenizer->decode(p.ids));

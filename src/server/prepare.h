@@ -4,6 +4,7 @@
 // context length, and each choice becomes one engine Request (choice j of a
 // seeded request gets seed + j, so choices differ but repeat).
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,17 @@ struct ServedModel {
   const tokenizer::ChatFormat* chat_format = nullptr;
   int context_length = 0;  // 0 = unknown (not checked)
   int vocab_size = 0;
+  // A prompt text longer than this cannot fit the context, so it is refused
+  // before it is tokenized (a body of megabytes would otherwise be tokenized
+  // whole first). 0 = no bound. max_prompt_bytes_for() computes it.
+  std::size_t max_prompt_bytes = 0;
 };
+
+// The bytes of text that `context_length` tokens of `tokenizer` can cover:
+// the context times the longest token's text (each token covers at most
+// that much of a prompt), doubled for normalizers that shorten text (NFC
+// composition). A policy bound, meant never to refuse a prompt that fits.
+std::size_t max_prompt_bytes_for(const Tokenizer& tokenizer, int context_length);
 
 struct PreparedGeneration {
   std::vector<Request> requests;  // one per choice, prompt-major
@@ -31,7 +42,8 @@ struct PreparedGeneration {
 // Throws ApiError: 404 for another model's name, 400 for a conversation the
 // chat format rejects, or a request the engine's check refuses
 // (engine/validate_request.h, with this API's rule that prompt + max_tokens
-// fit the context), naming the API's field: "messages", "prompt",
+// fit the context, and a prompt text over max_prompt_bytes is refused
+// untokenized), naming the API's field: "messages", "prompt",
 // "prompt[i]", "max_tokens", or the sampling parameter.
 PreparedGeneration prepare_generation(const GenerationRequest& request, const ServedModel& model);
 

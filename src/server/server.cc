@@ -1,13 +1,18 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <malloc.h>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
+
+#include <unordered_map>
 
 #include <httplib.h>
 
@@ -15,8 +20,10 @@
 #include "server/api_request.h"
 #include "server/generation.h"
 #include "server/metrics.h"
+#include "server/front_door.h"
 #include "server/prepare.h"
 #include "server/reply.h"
+#include "server/router.h"
 #include "server/sse.h"
 #include "engine/model_files.h"
 #include "tokenizer/chat_format.h"
@@ -133,10 +140,26 @@ struct HttpServer::Impl {
     model.chat_format = &chat_format;
     model.context_length = engine.model_info().max_position;
     model.vocab_size = engine.model_info().vocab_size;
+    model.max_prompt_bytes = max_prompt_bytes_for(engine.tokenizer(), model.context_length);
     install();
+    FrontDoorOptions d;
+    d.host = options.host;
+    d.port = options.port;
+    d.handler_threads = options.http_threads;
+    d.limits.max_body_bytes = options.max_body_bytes;
+    d.header_timeout = std::chrono::milliseconds(options.header_timeout_ms);
+    d.keep_alive_timeout = std::chrono::seconds(options.keep_alive_seconds);
+    d.max_connections = options.max_connections;
+    d.max_connections_per_client = options.max_connections_per_client;
+    door = std::make_unique<FrontDoor>(
+        d, [this](const std::shared_ptr<Connection>& c, const std::string& request) { return serve(c, request); },
+        [this](const Refusal& r) { return refusal_body(r); });
   }
 
   void install();
+  bool serve(const std::shared_ptr<Connection>& connection, const std::string& request);
+  std::string refusal_body(const Refusal& refusal);
+  std::shared_ptr<Connection> connection_of(const httplib::Request& req);
   void generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
   bool authorized(const httplib::Request& req) const;
 
@@ -145,58 +168,65 @@ struct HttpServer::Impl {
   tokenizer::ChatFormat chat_format;
   ServedModel model;
   std::time_t started;
-  httplib::Server http;
+  Router http;
   Metrics metrics;
   IdSource ids;
   std::atomic<bool> draining{false};
   std::atomic<int> in_flight{0};
-  // Generation requests between their handler's first line and their
-  // stream's first write (or the handler's end without a stream). Once
-  // stopped, cpp-httplib no longer starts a chunked stream it was handed, so
-  // stop_accepting() waits for these before it stops the listener.
-  std::atomic<int> starting_streams{0};
+  // The connection of each request being served, for its handler to watch
+  // (keyed by the request cpp-httplib parsed, which lives while it is served).
+  std::mutex serving_mutex;
+  std::unordered_map<const httplib::Request*, std::shared_ptr<Connection>> serving;
+  std::unique_ptr<FrontDoor> door;  // last: its handler threads use the rest
 };
 
-namespace {
+bool HttpServer::Impl::serve(const std::shared_ptr<Connection>& connection, const std::string& request) {
+  const httplib::Request* parsed = nullptr;
+  struct Forget {
+    Impl& impl;
+    const httplib::Request*& parsed;
+    ~Forget() {
+      if (!parsed) return;
+      std::lock_guard lock(impl.serving_mutex);
+      impl.serving.erase(parsed);
+    }
+  } forget{*this, parsed};
+  return http.serve(*connection, request, draining.load(), [&](httplib::Request& r) {
+    parsed = &r;
+    std::lock_guard lock(serving_mutex);
+    serving[&r] = connection;
+  });
+}
 
-// One request's place in Impl::starting_streams, given back once.
-class StartingStream {
- public:
-  explicit StartingStream(std::atomic<int>& count) : count_(count) { ++count_; }
-  ~StartingStream() { started(); }
-  StartingStream(const StartingStream&) = delete;
-  StartingStream& operator=(const StartingStream&) = delete;
-  void started() {
-    if (!done_.exchange(true)) --count_;
-  }
+std::shared_ptr<Connection> HttpServer::Impl::connection_of(const httplib::Request& req) {
+  std::lock_guard lock(serving_mutex);
+  const auto it = serving.find(&req);
+  return it == serving.end() ? nullptr : it->second;
+}
 
- private:
-  std::atomic<int>& count_;
-  std::atomic<bool> done_{false};
-};
-
-}  // namespace
+std::string HttpServer::Impl::refusal_body(const Refusal& r) {
+  const Dialect dialect =
+      r.path.starts_with("/v1/messages") || r.anthropic ? Dialect::kAnthropic : Dialect::kOpenAI;
+  metrics.count_request(endpoint_label(r.path), outcome_of_status(r.status));
+  return json_text(error_body(dialect, ApiError(r.status, r.message)));
+}
 
 bool HttpServer::Impl::authorized(const httplib::Request& req) const {
   if (options.api_key.empty()) return true;
+  // RFC 7235: the scheme is case-insensitive ("bearer KEY" is as good).
   const std::string auth = req.get_header_value("Authorization");
-  constexpr std::string_view kBearer = "Bearer ";
-  if (auth.starts_with(kBearer) && same_secret(auth.substr(kBearer.size()), options.api_key)) return true;
+  const std::size_t space = auth.find(' ');
+  if (space != std::string::npos && std::equal(auth.begin(), auth.begin() + std::ptrdiff_t(space), "bearer", "bearer" + 6,
+                                               [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; })) {
+    if (same_secret(std::string_view(auth).substr(space + 1), options.api_key)) return true;
+  }
   return req.has_header("x-api-key") && same_secret(req.get_header_value("x-api-key"), options.api_key);
 }
 
 void HttpServer::Impl::install() {
-  // Every connection thread serves one connection at a time, and a
-  // streaming reply holds its thread until the last token. The pool's
-  // factory must return a raw pointer (httplib's interface); the server
-  // owns and deletes it.
-  const std::size_t threads = std::size_t(options.http_threads);
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http.set_tcp_nodelay(true);  // one small write per token must not wait for Nagle
+  // Connections, timeouts and the body limit are the front door's
+  // (front_door.h); the router sees whole requests only.
   http.set_payload_max_length(options.max_body_bytes);
-  http.set_keep_alive_timeout(options.keep_alive_seconds);
-  http.set_read_timeout(30);
-  http.set_write_timeout(30);
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!req.path.starts_with("/v1/") || authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
@@ -296,9 +326,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
   const Dialect dialect = endpoint == Endpoint::kMessages ? Dialect::kAnthropic : Dialect::kOpenAI;
   const std::string name = endpoint_name(endpoint);
   auto in_flight_guard = std::make_shared<InFlight>(in_flight, metrics);
-  // Counted before the draining check: stop_accepting() sets draining, then
-  // waits until every request that passed the check has begun streaming.
-  auto starting = std::make_shared<StartingStream>(starting_streams);
+  const std::shared_ptr<Connection> connection = connection_of(req);
   try {
     if (draining) throw ApiError(503, "the server is shutting down");
     Json body = Json::parse(req.body, nullptr, false);
@@ -335,9 +363,18 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
       metrics.count_request(name, outcome);
     };
 
+    // A client that hangs up cancels its requests at once, whether they
+    // wait in the queue, stream or are being computed whole.
+    auto on_hang_up = [generation] { generation->cancel(); };
     if (!request.stream) {
+      std::optional<Connection::Watch> watch;
+      if (connection) watch.emplace(connection, on_hang_up);
       Generation::Event event;
       while (generation->next(event)) {
+      }
+      if (connection && connection->hung_up()) {
+        account(*generation, Outcome::kCancelled);
+        return;
       }
       std::vector<const RequestResult*> results;
       for (std::size_t i = 0; i < generation->size(); ++i) {
@@ -358,9 +395,9 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [generation, writer, account, in_flight_guard, starting,
+        [generation, writer, account, in_flight_guard,
+         watch = connection ? std::make_shared<Connection::Watch>(connection, on_hang_up) : nullptr,
          stream_interval = std::chrono::milliseconds(options.stream_interval_ms)](std::size_t, httplib::DataSink& sink) {
-          starting->started();
           auto send = [&sink](const std::string& bytes) { return bytes.empty() || sink.write(bytes.data(), bytes.size()); };
           // A write fails once the client has gone: cancel at once, so the
           // engine frees the rows' KV at its next step.
@@ -420,26 +457,14 @@ HttpServer::~HttpServer() = default;
 int HttpServer::bind() {
   const ServerOptions& o = impl_->options;
   if (o.port < 0 || o.port > 65535) throw Error("--port must be in [0, 65535], got " + std::to_string(o.port));
-  if (o.port == 0) {
-    const int port = impl_->http.bind_to_any_port(o.host);
-    if (port <= 0) throw Error("cannot listen on " + o.host + " (any port)");
-    return port;
-  }
-  if (!impl_->http.bind_to_port(o.host, o.port))
-    throw Error("cannot listen on " + o.host + ":" + std::to_string(o.port) + " (in use, or not a local address)");
-  return o.port;
+  return impl_->door->bind();
 }
 
-void HttpServer::run() { impl_->http.listen_after_bind(); }
+void HttpServer::run() { impl_->door->run(); }
 
 void HttpServer::stop_accepting() {
   impl_->draining = true;
-  // Streams handed to cpp-httplib but not yet begun would be dropped by
-  // stop(): let them begin (a moment; bounded, so shutdown cannot hang).
-  const auto deadline = Clock::now() + std::chrono::seconds(5);
-  while (impl_->starting_streams.load() > 0 && Clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  impl_->http.stop();
+  impl_->door->stop();
 }
 
 bool HttpServer::wait_idle(std::chrono::milliseconds timeout) const {

@@ -28,8 +28,14 @@ struct ServerOptions {
   std::string model_name;                 // the served model id; "" = the model directory's name
   std::string chat_format;                // "" = chosen from the model directory
   std::size_t max_body_bytes = 8u << 20;  // larger bodies get 413
-  int http_threads = 64;                  // connections served at once (each streaming reply holds one)
+  int http_threads = 64;                  // requests served at once (each streaming reply holds a thread)
   int keep_alive_seconds = 5;             // idle keep-alive connections close after this
+  // A request's line and headers must arrive within this (from the
+  // connection's accept, or its first byte on a kept-alive connection),
+  // however slowly they trickle; else 408 and the connection closes.
+  int header_timeout_ms = 10000;
+  int max_connections = 4096;             // open connections in all; more are closed at once
+  int max_connections_per_client = 256;   // open connections per client address; more get 429
   bool log_requests = true;               // one line per request on stderr
   // A streamed reply writes its first token at once, then the tokens that
   // arrive within this many milliseconds of the last write together (each
@@ -54,8 +60,9 @@ class HttpServer {
   int bind();
   // Serves until stop_accepting(); returns once every connection closed.
   void run();
-  // Closes the listening socket; requests in flight continue, new requests
-  // on open connections get 503. Thread-safe.
+  // Closes the listening socket and the idle connections; requests in
+  // flight continue (their connections close after the reply), requests
+  // that arrive meanwhile get 503. Thread-safe.
   void stop_accepting();
   // Waits until no generation request is in flight; false on timeout.
   bool wait_idle(std::chrono::milliseconds timeout) const;

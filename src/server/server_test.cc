@@ -7,6 +7,13 @@
 
 #include <thread>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -22,12 +29,95 @@ using namespace std::chrono_literals;
 
 const std::string kModelDir = std::string(ROWLM_SOURCE_DIR) + "/models/rowlm-tiny";
 
+// A TCP client of raw bytes, connected from a loopback address of the
+// caller's choice (127.0.0.0/8 is all loopback), for what httplib::Client
+// cannot send: chunked bodies, trickled headers, many connections.
+class RawClient {
+ public:
+  RawClient(int port, const char* source = "127.0.0.1") : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    ::inet_pton(AF_INET, source, &from.sin_addr);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(std::uint16_t(port));
+    ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    connected_ = fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof from) == 0 &&
+                 ::connect(fd_, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0;
+  }
+  ~RawClient() { close(); }
+  RawClient(const RawClient&) = delete;
+  RawClient& operator=(const RawClient&) = delete;
+
+  bool connected() const { return connected_; }
+  bool send(std::string_view bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      bytes.remove_prefix(std::size_t(n));
+    }
+    return true;
+  }
+  // What arrives until the server closes the connection or `timeout` passes;
+  // `closed` says which.
+  std::string read_until_closed(std::chrono::milliseconds timeout, bool* closed = nullptr) {
+    std::string out;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    if (closed) *closed = false;
+    while (true) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return out;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, int(left.count())) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) {
+        if (closed) *closed = true;
+        return out;
+      }
+      out.append(buf, std::size_t(n));
+    }
+  }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_;
+  bool connected_ = false;
+};
+
+// The chunked encoding of `body` in pieces of `piece` bytes.
+std::string chunked(const std::string& body, std::size_t piece) {
+  std::string out;
+  for (std::size_t pos = 0; pos < body.size(); pos += piece) {
+    const std::string part = body.substr(pos, piece);
+    char size[32];
+    std::snprintf(size, sizeof size, "%zx\r\n", part.size());
+    out += size + part + "\r\n";
+  }
+  return out + "0\r\n\r\n";
+}
+
+// Enough descriptors for `n` connections, both ends in this process.
+void allow_descriptors(rlim_t n) {
+  rlimit limit{};
+  ::getrlimit(RLIMIT_NOFILE, &limit);
+  if (limit.rlim_cur < n) {
+    limit.rlim_cur = std::min(n, limit.rlim_max);
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+  ::getrlimit(RLIMIT_NOFILE, &limit);
+  ASSERT_GE(limit.rlim_cur, n) << "this test needs " << n << " open descriptors (ulimit -n)";
+}
+
 class ServerTest : public ::testing::Test {
  protected:
   void start(ServerOptions options = {}) {
     options.port = 0;
     options.log_requests = false;
-    options.http_threads = 16;
+    if (options.http_threads == ServerOptions{}.http_threads) options.http_threads = 16;
     server_ = std::make_unique<HttpServer>(engine_, options);
     port_ = server_->bind();
     thread_ = std::thread([this] { server_->run(); });
@@ -225,6 +315,25 @@ TEST_F(ServerTest, PromptLongerThanTheContext) {
   EXPECT_EQ(engine_.submitted.load(), 0);
 }
 
+// A prompt too long in bytes for any tokenization to fit is refused before
+// it is tokenized: the refusal counts bytes, not tokens.
+TEST_F(ServerTest, PromptTooLongToFitIsRefusedUntokenized) {
+  engine_.set_max_position(32);
+  start();
+  Json body = chat();
+  body["messages"][0]["content"] = std::string(2 << 20, 'a');
+  auto r = post("/v1/chat/completions", body);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "messages");
+  EXPECT_NE(r->body.find("bytes of prompt cannot fit the model's context of 32 tokens"), std::string::npos) << r->body;
+  r = post("/v1/completions", {{"model", "rowlm-tiny"}, {"prompt", {"ok", std::string(2 << 20, 'b')}}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "prompt[1]");
+  EXPECT_EQ(engine_.submitted.load(), 0);
+}
+
 TEST_F(ServerTest, ApiKey) {
   start(ServerOptions{.api_key = "sekrit"});
   EXPECT_EQ(post("/v1/chat/completions", chat())->status, 401);
@@ -232,6 +341,11 @@ TEST_F(ServerTest, ApiKey) {
   EXPECT_EQ(post("/v1/chat/completions", chat(), {{"Authorization", "Bearer sekri"}})->status, 401);
   EXPECT_EQ(post("/v1/chat/completions", chat(), {{"Authorization", "Bearer sekrit"}})->status, 200);
   EXPECT_EQ(post("/v1/chat/completions", chat(), {{"x-api-key", "sekrit"}})->status, 200);
+  // RFC 7235: the scheme is case-insensitive; the key is not.
+  EXPECT_EQ(post("/v1/chat/completions", chat(), {{"Authorization", "bearer sekrit"}})->status, 200);
+  EXPECT_EQ(post("/v1/chat/completions", chat(), {{"Authorization", "BEARER sekrit"}})->status, 200);
+  EXPECT_EQ(post("/v1/chat/completions", chat(), {{"Authorization", "Bearer SEKRIT"}})->status, 401);
+  EXPECT_EQ(post("/v1/chat/completions", chat(), {{"Authorization", "Basic sekrit"}})->status, 401);
   const auto r = post("/v1/messages", {{"model", "rowlm-tiny"}}, {{"x-api-key", "nope"}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 401);
@@ -241,7 +355,7 @@ TEST_F(ServerTest, ApiKey) {
   // Refusals are counted per endpoint, other paths under one label.
   for (int i = 0; i < 3; ++i) EXPECT_EQ(post("/v1/probe" + std::to_string(i), {})->status, 401);
   const std::string m = client().Get("/metrics")->body;
-  EXPECT_NE(m.find("rowlm_http_requests_total{endpoint=\"chat_completions\",outcome=\"unauthorized\"} 3"),
+  EXPECT_NE(m.find("rowlm_http_requests_total{endpoint=\"chat_completions\",outcome=\"unauthorized\"} 5"),
             std::string::npos) << m;
   EXPECT_NE(m.find("rowlm_http_requests_total{endpoint=\"other\",outcome=\"unauthorized\"} 4"), std::string::npos)
       << m;  // /v1/models and the three probes
@@ -280,12 +394,16 @@ TEST_F(ServerTest, DisconnectMidStreamCancels) {
   const auto r = client().send(req);
   EXPECT_FALSE(r);  // we hung up
   EXPECT_TRUE(eventually([&] { return engine_.cancelled.load() == 1; }));
-  EXPECT_EQ(engine_.active.load(), 0);
-  const auto metrics = client().Get("/metrics");
-  ASSERT_TRUE(metrics);
-  EXPECT_NE(metrics->body.find("rowlm_http_requests_total{endpoint=\"chat_completions\",outcome=\"cancelled\"} 1"),
-            std::string::npos)
-      << metrics->body;
+  EXPECT_TRUE(eventually([&] { return engine_.active.load() == 0; }));
+  // The handler records the outcome after the engine saw the cancel: wait
+  // for the state rather than read it once.
+  std::string metrics;
+  EXPECT_TRUE(eventually([&] {
+    const auto m = client().Get("/metrics");
+    metrics = m ? m->body : "";
+    return metrics.find("rowlm_http_requests_total{endpoint=\"chat_completions\",outcome=\"cancelled\"} 1") !=
+           std::string::npos;
+  })) << metrics;
   engine_.token_interval = 0ms;
   EXPECT_EQ(post("/v1/chat/completions", chat())->status, 200);
 }
@@ -374,6 +492,156 @@ TEST_F(ServerTest, ModelsHealthMetrics) {
   const auto m = client().Get("/metrics");
   EXPECT_TRUE(m->get_header_value("Content-Type").starts_with("text/plain; version=0.0.4"));
   EXPECT_NE(m->body.find("# TYPE rowlm_time_to_first_token_seconds histogram"), std::string::npos);
+}
+
+// A chunked body is bounded as it arrives: 413 in the endpoint's shape, the
+// connection closed, nothing tokenized or submitted; within the limit it is
+// served like any other.
+TEST_F(ServerTest, ChunkedBodiesAreBoundedAsTheyArrive) {
+  start(ServerOptions{.max_body_bytes = 4096});
+  const std::string head =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n";
+  {
+    RawClient c(port_);
+    ASSERT_TRUE(c.connected());
+    ASSERT_TRUE(c.send(head));
+    // 64 KiB in 1 KiB chunks; the server stops reading after the fifth.
+    const std::string big = chunked(std::string(64 << 10, ' '), 1024);
+    c.send(big.substr(0, big.size() - 5));  // may fail once the server closed
+    bool closed = false;
+    const std::string reply = c.read_until_closed(5s, &closed);
+    EXPECT_TRUE(reply.starts_with("HTTP/1.1 413 ")) << reply.substr(0, 200);
+    EXPECT_NE(reply.find("larger than the limit of 4096 bytes"), std::string::npos) << reply;
+    EXPECT_NE(reply.find("Connection: close"), std::string::npos) << reply;
+    EXPECT_TRUE(closed);
+  }
+  EXPECT_EQ(engine_.submitted.load(), 0);
+  RawClient c(port_);
+  ASSERT_TRUE(c.send(head + chunked(chat().dump(), 7) + "GET /health HTTP/1.1\r\nConnection: close\r\n\r\n"));
+  const std::string replies = c.read_until_closed(10s);
+  EXPECT_TRUE(replies.starts_with("HTTP/1.1 200 OK")) << replies;
+  EXPECT_NE(replies.find(engine_.reply), std::string::npos) << replies;
+  // The pipelined request after it was served on the same connection.
+  EXPECT_NE(replies.find("{\"status\":\"ok\"}"), std::string::npos) << replies;
+  EXPECT_EQ(engine_.submitted.load(), 1);
+}
+
+// Headers trickled a byte at a time meet the header deadline all the same.
+TEST_F(ServerTest, HeaderDeadlineHoldsHoweverSlowlyTheBytesCome) {
+  start(ServerOptions{.header_timeout_ms = 300});
+  RawClient c(port_);
+  const std::string head = "GET /health HTTP/1.1\r\nX-Slow: " + std::string(100, 'z');
+  const auto begun = std::chrono::steady_clock::now();
+  for (char ch : head) {  // 2 s of bytes, each well within any per-read timeout
+    if (!c.send(std::string_view(&ch, 1))) break;  // the server closed
+    std::this_thread::sleep_for(20ms);
+  }
+  bool closed = false;
+  const std::string reply = c.read_until_closed(5s, &closed);
+  EXPECT_TRUE(reply.starts_with("HTTP/1.1 408 ")) << reply;
+  EXPECT_LT(std::chrono::steady_clock::now() - begun, 8s);
+  EXPECT_NE(reply.find("did not arrive in time"), std::string::npos) << reply;
+  EXPECT_TRUE(closed);
+}
+
+// Connections per client address are bounded; other clients are not affected.
+TEST_F(ServerTest, ConnectionsPerClientAreBounded) {
+  start(ServerOptions{.max_connections_per_client = 4});
+  std::vector<std::unique_ptr<RawClient>> held;
+  for (int i = 0; i < 4; ++i) held.push_back(std::make_unique<RawClient>(port_, "127.0.0.2"));
+  RawClient over(port_, "127.0.0.2");
+  bool closed = false;
+  const std::string reply = over.read_until_closed(5s, &closed);
+  EXPECT_TRUE(reply.starts_with("HTTP/1.1 429 ")) << reply;
+  EXPECT_NE(reply.find("too many connections from 127.0.0.2"), std::string::npos) << reply;
+  EXPECT_TRUE(closed);
+  EXPECT_EQ(client().Get("/health")->status, 200);  // 127.0.0.1 is another client
+  held.front()->close();
+  // Once the server has seen that close, 127.0.0.2 may connect again.
+  EXPECT_TRUE(eventually([&] {
+    RawClient again(port_, "127.0.0.2");
+    again.send("GET /health HTTP/1.1\r\nConnection: close\r\n\r\n");
+    return again.read_until_closed(5s).starts_with("HTTP/1.1 200 ");
+  }));
+}
+
+// 1,000 connections that trickle header lines hold no handler: /health and
+// a generation request are answered while they are open, and each of them
+// is closed at the header deadline.
+TEST_F(ServerTest, SlowClientsCannotTakeTheServerDown) {
+  allow_descriptors(2300);
+  constexpr int kSlow = 1000, kAddresses = 10;
+  start(ServerOptions{.header_timeout_ms = 3000, .max_connections_per_client = kSlow / kAddresses});
+  // The first connection's deadline runs from here: until then, all are open.
+  const auto opened = std::chrono::steady_clock::now();
+  std::vector<std::unique_ptr<RawClient>> slow;
+  for (int i = 0; i < kSlow; ++i) {
+    const std::string source = "127.0.0." + std::to_string(2 + i % kAddresses);
+    slow.push_back(std::make_unique<RawClient>(port_, source.c_str()));
+    ASSERT_TRUE(slow.back()->connected()) << i;
+    ASSERT_TRUE(slow.back()->send("POST /v1/chat/completions HTTP/1.1\r\n"));
+  }
+  std::atomic<bool> trickling{true};
+  std::thread trickle([&] {
+    while (trickling) {  // one header line on every connection, every 200 ms
+      for (auto& c : slow) c->send("X-Slow: 1\r\n");
+      std::this_thread::sleep_for(200ms);
+    }
+  });
+  auto timed = [](auto&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int status = f();
+    return std::pair{status, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()};
+  };
+  const auto [health, health_ms] = timed([&] {
+    auto r = client().Get("/health");
+    return r ? r->status : -1;
+  });
+  const auto [generated, generated_ms] = timed([&] {
+    auto r = post("/v1/chat/completions", chat());
+    return r ? r->status : -1;
+  });
+  const bool answered_while_open = std::chrono::steady_clock::now() - opened < 3000ms;
+  EXPECT_EQ(health, 200);
+  EXPECT_EQ(generated, 200);
+  EXPECT_TRUE(answered_while_open) << "the slow connections were closed before the checks ran; the test proves nothing";
+  std::printf("with %d slow connections: /health in %.1f ms, a chat completion in %.1f ms\n", kSlow, health_ms,
+              generated_ms);
+  // Each slow connection is refused at its deadline, trickle as it may.
+  int timed_out = 0;
+  for (auto& c : slow) timed_out += c->read_until_closed(10s).starts_with("HTTP/1.1 408 ");
+  trickling = false;
+  trickle.join();
+  EXPECT_EQ(timed_out, kSlow);
+}
+
+// A client that hangs up during a non-streamed reply cancels its requests
+// at once, every choice of it.
+TEST_F(ServerTest, HangUpCancelsANonStreamedRequest) {
+  engine_.token_interval = 100ms;  // about two seconds per choice
+  start();
+  Json body = chat();
+  body["n"] = 8;
+  {
+    RawClient c(port_);
+    const std::string json = body.dump();
+    ASSERT_TRUE(c.send("POST /v1/chat/completions HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: " +
+                       std::to_string(json.size()) + "\r\n\r\n" + json));
+    ASSERT_TRUE(eventually([&] { return engine_.active.load() == 8; }));
+  }  // hangs up
+  const auto hung_up = std::chrono::steady_clock::now();
+  EXPECT_TRUE(eventually([&] { return engine_.cancelled.load() == 8; }));
+  std::printf("8 choices cancelled %.1f ms after the hang-up\n",
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - hung_up).count());
+  EXPECT_EQ(engine_.finished.load(), 0);
+  std::string metrics;
+  EXPECT_TRUE(eventually([&] {
+    const auto m = client().Get("/metrics");
+    metrics = m ? m->body : "";
+    return metrics.find("rowlm_http_requests_total{endpoint=\"chat_completions\",outcome=\"cancelled\"} 1") !=
+           std::string::npos;
+  })) << metrics;
 }
 
 }  // namespace

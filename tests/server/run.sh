@@ -9,7 +9,8 @@
 # TEST_FILEs (relative to tests/server) default to ./*.test.mjs; the chat
 # page's browser test (browser/) is its own CTest test, run by naming it.
 #
-# Exit status: the tests'; 77 (skip) when the npm registry cannot be reached.
+# Exit status: the tests'; 77 (skip) when the npm registry cannot be reached,
+# except in CI (CI=true), where that fails (1).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 export ROWLM_BIN="$1" ROWLM_SCRIPTED_BIN="$2" ROWLM_MODEL="$3"
@@ -30,6 +31,8 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
   if ! (cd "$here" && npm ci --ignore-scripts --no-audit --no-fund >"$log" 2>&1); then
     if grep -qiE "ENOTFOUND|ECONNREFUSED|ETIMEDOUT|EAI_AGAIN|ECONNRESET|network|socket" "$log"; then
       echo "run.sh: SKIPPED: the npm registry is unreachable, so the official SDKs cannot be installed" >&2
+      # In CI a skip would let "all tests passed" claim what was not checked.
+      if [ "${CI:-}" = "true" ] || [ "${CI:-}" = "1" ]; then echo "run.sh: CI=true: failing instead" >&2; exit 1; fi
       exit 77
     fi
     cat "$log" >&2
