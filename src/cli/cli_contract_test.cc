@@ -392,6 +392,14 @@ TEST(Cli, GgufFileRunsLikeItsModelDirectory) {
   const CommandRun r = rowlm("inspect " + gguf + " --json");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(json::parse(r.out)["parameters"].get<int64_t>(), 92576);
+  // perplexity reads the file's tokenizer too; this model has no <bos>, so
+  // both stop at the same error after tokenizing.
+  const std::string text = kSource + "/tests/fixtures/tiny/heldout_sample.txt";
+  const CommandRun p_dir = rowlm("perplexity " + dir + " --file " + text);
+  const CommandRun p_gguf = rowlm("perplexity " + gguf + " --file " + text);
+  EXPECT_NE(p_dir.err.find("no bos_token_id"), std::string::npos) << p_dir.err;
+  EXPECT_EQ(p_gguf.status, p_dir.status);
+  EXPECT_EQ(p_gguf.err, p_dir.err);
 }
 
 TEST(Cli, BadArgumentsGiveClearErrors) {

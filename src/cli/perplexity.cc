@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 #include "cli/model_source.h"
 #include "cli/runtime.h"
 #include "core/error.h"
+#include "engine/model_files.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rowlm::cli {
@@ -41,8 +43,10 @@ int run_perplexity(const std::vector<std::string>& argv) {
 
   const std::string dir = model_source_from(args).dir;
   Runtime rt = open_runtime(args, dir);
-  const Tokenizer tok = Tokenizer::load(dir);
-  const std::vector<int32_t> ids = tok.encode(ss.str(), false);
+  // A directory's tokenizer.json or a GGUF file's tokenizer.ggml.* (model_files.h).
+  const std::optional<Tokenizer> tok = load_model_tokenizer(dir);
+  if (!tok) throw Error("perplexity needs a tokenizer, and " + dir + " has none");
+  const std::vector<int32_t> ids = tok->encode(ss.str(), false);
   if (ids.empty()) throw Error(path + ": no tokens to score");
   const int bos = rt.model->info().bos_token_id;
   if (bos < 0) throw Error("the model has no bos_token_id");
