@@ -5,7 +5,8 @@
 // Each architecture's metadata is translated into the Hugging Face
 // config.json its family already reads, so one parser validates both.
 //
-//   qwen3   Qwen 3 dense (convert_hf_to_gguf.py's Qwen3Model)
+//   qwen3   Qwen 3 dense (convert_hf_to_gguf.py's Qwen3Model), read by
+//           llama_style.h (the lineage's other types have no GGUF path)
 //   gemma4  Gemma 4 text, dense (Gemma4Model; MoE files are refused)
 //
 // Errors name the file and the key or tensor at fault.
@@ -23,7 +24,7 @@ namespace rowlm {
 // Whether `path` names a GGUF file (a regular file starting with "GGUF").
 bool is_gguf_file(const std::string& path);
 
-// "qwen3": the architectures load_gguf_model reads.
+// "gemma4, qwen3": the architectures load_gguf_model reads.
 std::string supported_gguf_architectures();
 
 // The config.json a transformers checkpoint of this model would have.
