@@ -4,6 +4,9 @@
 # UndefinedBehaviorSanitizer, then each libFuzzer target for a few seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Without a GPU the CUDA backend only has to compile and link: one
+# architecture is enough (the GPU suite, scripts/test-cuda.sh, builds its own).
+export ROWLM_CUDA_ARCHS=${ROWLM_CUDA_ARCHS:-80}
 scripts/setup.sh
 jobs=$(nproc)
 
