@@ -22,15 +22,19 @@ echo "== ASan+UBSan: unit tests" >&2
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROWLM_SANITIZE=ON -DROWLM_CUDA=OFF \
       -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" >/dev/null
 cmake --build build-asan -j "$jobs"
-# The engine's preemption-by-swap schedules for every codec take about 35 s
-# each under the sanitizers (12 of them): they run in the Release pass above,
-# and the swap path runs here through Engine.PreemptionKeepsOutputsIdentical
-# and Speculation.PreemptedRowsRebuildTheirDraftRows, which keeps CI within
-# its time.
+# Left to the Release pass above, to keep CI within its time: the engine's
+# preemption-by-swap schedules for every codec (about 35 s each under the
+# sanitizers, 12 of them; the swap path runs here through
+# Engine.PreemptionKeepsOutputsIdentical and
+# Speculation.PreemptedRowsRebuildTheirDraftRows), the statistical sampling
+# test (75 s) and the bundled model's KV-row schedules (20 s each; the same
+# schedules run here on the fixture models).
+asan_slow='Codecs/EnginePreemption|Speculation.SampledTokensFollowTheTargetDistribution'
+asan_slow+='|Schedules/KvRowsModel.RowLogitsIndependentOfSchedule/models_rowlm_tiny'
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan -L unit -E 'Codecs/EnginePreemption' --output-on-failure -j "$jobs" | tee -a "$log"
-echo "== libFuzzer targets, 8 s each" >&2
-scripts/fuzz.sh 8
+  ctest --test-dir build-asan -L unit -E "$asan_slow" --output-on-failure -j "$jobs" | tee -a "$log"
+echo "== libFuzzer targets, 5 s each" >&2
+scripts/fuzz.sh 5
 
 # A skipped test checked nothing: say so rather than "all tests passed" (in
 # CI, CI=true, the reference tests fail instead of skipping).
