@@ -225,6 +225,7 @@ void EngineImpl::fail_running(const std::string& error) {
 }
 
 bool EngineImpl::step_locked_out() {
+  const auto step_start = Clock::now();
   take_submissions();
   for (const auto& r : scheduler_->take_cancelled()) finish(*r, FinishReason::Cancelled);
   scheduler_->admit([this](RequestState& r) {
@@ -248,6 +249,7 @@ bool EngineImpl::step_locked_out() {
     }
     const StepPlan plan = scheduler_->plan(jobs);
     StepLogits out;
+    const auto forward_start = Clock::now();
     try {
       out = runner_->forward(plan, jobs);
     } catch (const kv::OutOfBlocks& e) {
@@ -257,11 +259,17 @@ bool EngineImpl::step_locked_out() {
       fail_running(e.what());
       return true;
     }
-    stats_.update([](EngineStats& s) { ++s.steps; });
+    const auto forward_end = Clock::now();
     apply_logits(plan, jobs, out);
     scheduler_->remove_finished();
     for (const auto& r : scheduler_->running()) runner_->end_step(*r);
     update_gauges();
+    const auto step_end = Clock::now();
+    stats_.update([&](EngineStats& s) {
+      ++s.steps;
+      s.step_seconds += std::chrono::duration<double>(step_end - step_start).count();
+      s.forward_seconds += std::chrono::duration<double>(forward_end - forward_start).count();
+    });
     return true;
   }
 }
