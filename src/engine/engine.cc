@@ -34,6 +34,7 @@
 // rejection scheme when sampling). The target's KV keeps what was accepted
 // through a speculative round per row (kv::KvCache::rollback_round).
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -72,6 +73,16 @@ const char* finish_reason_name(FinishReason r) {
 
 namespace engine {
 namespace {
+
+// Threads that sample a step's rows. On the CPU they are the backend's own
+// threads (idle while rows are sampled). A GPU backend drives the device from
+// one host thread, but a step's rows still come to the host to be sampled:
+// 64 rows of a 262,144-entry vocabulary are 64 scans, so they get the host's
+// cores (up to 16; a row's token never depends on which thread samples it).
+int sampling_threads(const Backend& backend) {
+  if (backend.device().is_host()) return backend.host_threads();
+  return int(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
+}
 
 // Wakes the scheduler thread; shared with handles so a late cancel() after
 // the engine is gone touches nothing freed.
@@ -142,7 +153,7 @@ class EngineImpl final : public Engine {
 EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> backend,
                        std::unique_ptr<Model> model)
     : opt_(options), backend_(std::move(backend)), model_(std::move(model)),
-      sampling_pool_(backend_->host_threads()) {
+      sampling_pool_(sampling_threads(*backend_)) {
   check_options(opt_);
   std::unique_ptr<Model> draft_model = load_draft_model(opt_, *backend_, model_->info());
   if (!opt_.model_dir.empty()) tokenizer_ = load_model_tokenizer(opt_.model_dir);
