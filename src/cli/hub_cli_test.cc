@@ -121,6 +121,36 @@ TEST_F(HubCli, PullFlagFetchesFirst) {
   EXPECT_TRUE(fs::exists(fs::path(dir.path()) / "hub" / "models--acme--draft" / "refs" / "main"));
 }
 
+// A GGUF pull (--quant) leaves a snapshot with no config.json: the repo id
+// then names its one GGUF file, everywhere a model is taken.
+TEST_F(HubCli, AGgufPullRunsByRepoId) {
+  const fs::path gguf = fs::path(kSource) / "tests" / "fixtures" / "gguf";
+  FakeRepo repo;
+  repo.commit = kCommit;
+  for (const char* name : {"qwen3_chat_f32.gguf", "qwen3_chat_mixed.gguf"}) {
+    std::ifstream in(gguf / name, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    // Named as Hub GGUF repos name their quantizations.
+    repo.files.push_back({std::string(name) == "qwen3_chat_f32.gguf" ? "chat-F32.gguf" : "chat-Q4_0.gguf", ss.str(),
+                          true});
+  }
+  hub.add_repo("acme/chat-gguf", repo);
+  const auto pulled = run_rowlm("pull acme/chat-gguf --quant Q4_0", "", env());
+  ASSERT_EQ(pulled.status, 0) << pulled.err;
+  const std::string gen = " --ids 5,6,7 --max-tokens 4 --json --device cpu";
+  const auto by_id = run_rowlm("generate acme/chat-gguf" + gen, "", env(/*offline=*/true));
+  const auto by_file = run_rowlm("generate " + (gguf / "qwen3_chat_mixed.gguf").string() + gen);
+  ASSERT_EQ(by_id.status, 0) << by_id.err;
+  ASSERT_EQ(by_file.status, 0) << by_file.err;
+  EXPECT_EQ(json::parse(by_id.out)["token_ids"], json::parse(by_file.out)["token_ids"]);
+  // With both quantizations cached the repo id is ambiguous: the error names the files.
+  ASSERT_EQ(run_rowlm("pull acme/chat-gguf --quant F32", "", env()).status, 0);
+  const auto both = run_rowlm("generate acme/chat-gguf" + gen, "", env(/*offline=*/true));
+  EXPECT_EQ(both.status, 1);
+  EXPECT_NE(both.err.find("chat-F32.gguf, chat-Q4_0.gguf"), std::string::npos) << both.err;
+}
+
 TEST_F(HubCli, BadPullArgumentsAreNamed) {
   const auto not_id = run_rowlm("pull gpt2", "", env());
   EXPECT_EQ(not_id.status, 1);
