@@ -49,9 +49,12 @@ TEST(EngineKvSwitch, OutputIndependentOfScheduleAndOfWhenOthersSwitch) {
   specs[2].temperature = 0.0f;  // greedy rows: the speculative schedule must give their plain output
   specs[3].temperature = 0.0f;
   const auto alone = solo(switching(), specs);
-  int in_decode = 0;  // requests that switch while decoding
-  for (const RequestResult& r : alone) in_decode += r.usage.prompt_tokens <= kSwitchAt && kv_reached(r) > kSwitchAt;
-  EXPECT_GE(in_decode, 1) << "a request was meant to switch while decoding";
+  // A greedy request that switches while decoding: its speculative rounds
+  // near the switch keep their drafts below it.
+  const auto in_decode = [&](std::size_t i) {
+    return alone[i].usage.prompt_tokens <= kSwitchAt && kv_reached(alone[i]) > kSwitchAt;
+  };
+  EXPECT_TRUE(in_decode(2) || in_decode(3)) << "a greedy request was meant to switch while decoding";
   EXPECT_LE(kv_reached(alone[0]), kSwitchAt) << "request 0 was meant never to switch";
   EXPECT_GT(alone[1].usage.prompt_tokens, kSwitchAt) << "request 1 was meant to switch inside its prompt";
 
