@@ -3,7 +3,9 @@
 //   decode_attention one query per row over context T, per codec, and the
 //                    speed relative to bf16 blocks at the same context;
 //   join_retire      cost of a row joining (restore / fork / attach) and
-//                    retiring while other rows hold 0 .. 32K tokens each.
+//                    retiring while other rows hold 0 .. 32K tokens each;
+//   precision_switch cost of re-encoding a row bf16 -> q8:64 / q4:64
+//                    (KvCache::switch_precision), per stored token.
 // Usage: kv_bench [--quick]
 
 #include <algorithm>
@@ -210,6 +212,43 @@ std::string join_retire_json(Backend& be, bool quick) {
   return out + "]";
 }
 
+// switch_precision of a row of T tokens in one Gemma 4 E2B-shaped layer
+// (1 kv head of 256, and the full layers' 512): restore + switch + retire
+// less restore + retire, in thread CPU time.
+std::string switch_json(Backend& be, bool quick) {
+  std::string out = "[";
+  bool first = true;
+  for (int head_dim : {256, 512}) {
+    for (const char* to : {"q8:64", "q4:64"}) {
+      for (int64_t T : quick ? std::vector<int64_t>{1024} : std::vector<int64_t>{1024, 8192}) {
+        CacheOptions o{{spec(1, head_dim, 0, "bf16")}, 16, 0, 0};
+        o.precision_switch = PrecisionSwitch{T, {parse_codec(to)}};
+        KvCache c(std::move(o), be);
+        const RowId src = c.create_row();
+        fill(c, {src}, T);
+        const RowCache saved = c.extract(src);
+        const int reps = quick ? 3 : 5, inner = T > 4096 ? 3 : 10;
+        const double plain = time_per_call([&] { c.retire(c.restore(saved)); }, reps, inner, true);
+        const double switched = time_per_call(
+            [&] {
+              const RowId r = c.restore(saved);
+              c.switch_precision(r);
+              c.retire(r);
+            },
+            reps, inner, true);
+        char buf[300];
+        std::snprintf(buf, sizeof buf,
+                      "%s{\"head_dim\": %d, \"to\": \"%s\", \"tokens\": %lld, \"switch_us\": %.1f, \"ns_per_token\": %.1f}",
+                      first ? "" : ",\n    ", head_dim, to, (long long)T, (switched - plain) * 1e6,
+                      (switched - plain) * 1e9 / double(T));
+        out += buf;
+        first = false;
+      }
+    }
+  }
+  return out + "]";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -219,6 +258,8 @@ int main(int argc, char** argv) {
   std::printf("  \"bytes_per_token\": %s,\n", bytes_per_token_json(*backend).c_str());
   std::fflush(stdout);
   std::printf("  \"join_retire\": %s,\n", join_retire_json(*backend, quick).c_str());
+  std::fflush(stdout);
+  std::printf("  \"precision_switch\": %s,\n", switch_json(*backend, quick).c_str());
   std::fflush(stdout);
   std::printf("  \"decode_attention\": %s\n}\n", decode_json(quick).c_str());
   return 0;

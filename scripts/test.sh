@@ -37,7 +37,9 @@ cmake --build build-asan -j "$jobs"
 #   sampled speculation with the draft model (the n-gram drafter stays), the
 #   long-prompt stall property (scheduling only), and the schedule
 #   determinism on f32, bf16 and q4 blocks (q8 and the two bf16-matmul
-#   variants stay).
+#   variants stay);
+# - the precision switch's engine schedules (its KV-level oracle, the
+#   engine's memory and option tests stay).
 asan_slow='Codecs/EnginePreemption|Speculation.SampledTokensFollowTheTargetDistribution'
 asan_slow+='|Schedules/KvRowsModel.RowLogitsIndependentOfSchedule/models_rowlm_tiny'
 asan_slow+='|Cli.BundledModelsMatchTransformers'
@@ -45,6 +47,7 @@ asan_slow+='|GreedySpeculation.EmitsExactlyWhatPlainDecodingDoes/(model|ngram)_(
 asan_slow+='|SampledSpeculation.OutputDependsOnTheSeedNotTheSchedule/model( |$)'
 asan_slow+='|Engine.LongPromptDoesNotStallRunningRows'
 asan_slow+='|Codecs/EngineDeterminism.RequestOutputIndependentOfSchedule/(f32|bf16|q4)( |$)'
+asan_slow+='|EngineKvSwitch.OutputIndependentOfScheduleAndOfWhenOthersSwitch'
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan -L unit -E "$asan_slow" --output-on-failure -j "$jobs" | tee -a "$log"
 echo "== libFuzzer targets, 5 s each" >&2

@@ -49,6 +49,16 @@ struct EngineOptions {
   // the CPU, Bf16 on the GPU. Batch-invariant in every mode.
   MatmulPrecision matmul_precision = MatmulPrecision::Auto;
   std::string kv_codec = "bf16";      // f32, bf16, f16, q8, q4[:group], or a per-layer map
+  // Precision switch (mlx-lm's quantized_kv_start): a request whose KV
+  // reaches kv_quantize_after positions has them re-encoded in
+  // kv_quantize_to (q8, q4[:group], or any codec narrower than a layer's),
+  // and its later tokens are stored so: long contexts take less memory, and
+  // positions before the switch keep their precision for short ones. Every
+  // layer whose codec is wider than kv_quantize_to switches (at least one
+  // must). Prefix reuse stops at the switch; outputs stay bitwise
+  // independent of the schedule. None: off. docs/kv.md.
+  std::optional<int64_t> kv_quantize_after;
+  std::string kv_quantize_to = "q8";
   std::size_t kv_budget_bytes = 0;    // KV pool; 0 = a default from the machine's free memory
   std::size_t prefix_cache_bytes = 0; // unused cached prefix blocks kept; 0 = a quarter of the budget
   bool prefix_cache = true;           // reuse cached prompt prefixes

@@ -14,6 +14,7 @@
 #include "backend/factory/make_backend.h"
 #include "cli/commands.h"
 #include "cli/model_source.h"
+#include "cli/request_options.h"
 #include "cli/runtime.h"
 #include "core/error.h"
 #include "model/gemma4.h"
@@ -152,6 +153,7 @@ int concurrency_bench(const Args& args, const std::string& concurrency, const st
   eo.threads = int(threads);
   eo.matmul_precision = matmul_precision_from(args);
   eo.kv_codec = args.get("kv-codec");
+  apply_kv_quantize_options(args, eo);
   eo.kv_budget_bytes = parse_bytes(args.get("kv-budget"), "--kv-budget");
   eo.prefix_cache = false;
   eo.max_running = *std::max_element(levels.begin(), levels.end());
@@ -179,6 +181,10 @@ int concurrency_bench(const Args& args, const std::string& concurrency, const st
   nlohmann::json out = {{"model", source}, {"kv_codec", eo.kv_codec}, {"threads", eo.threads},
                         {"matmul_precision", matmul_precision_name(eo.matmul_precision)},
                         {"prompt_tokens", prompt_tokens}, {"gen_tokens", gen_tokens}, {"runs", runs}};
+  if (eo.kv_quantize_after) {
+    out["kv_quantize_after"] = *eo.kv_quantize_after;
+    out["kv_quantize_to"] = eo.kv_quantize_to;
+  }
   std::cout << out.dump(1) << "\n";
   if (args.flag_set("table")) {
     std::fprintf(stderr, "%11s %16s %10s %18s %12s %12s %16s %16s\n", "concurrency", "aggregate tok/s", "vs first",
@@ -213,6 +219,8 @@ int run_bench(const std::vector<std::string>& argv) {
       .option("model", "MODEL_DIR", "with --concurrency: a real model instead of random weights")
       .option("prompt-tokens", "N", "with --concurrency: prompt length of each request", "16")
       .option("gen-tokens", "N", "with --concurrency: tokens each request generates", "64")
+      .option("kv-quantize-after", "N", "with --concurrency: re-encode a request's KV in --kv-quantize-to at N positions")
+      .option("kv-quantize-to", "CODEC", "with --concurrency: the codec of --kv-quantize-after (default q8)")
       .flag("table", "also print a table to stderr");
   add_runtime_options(args, "bf16");
   if (!args.parse(argv)) return 0;
@@ -225,6 +233,8 @@ int run_bench(const std::vector<std::string>& argv) {
 
   const int64_t threads = args.get_int("threads");
   if (auto conc = args.get_opt("concurrency")) return concurrency_bench(args, *conc, shape, layers, threads);
+  if (args.get_opt("kv-quantize-after") || args.get_opt("kv-quantize-to"))
+    throw Error("--kv-quantize-after and --kv-quantize-to need --concurrency (they are engine options)");
   auto backend = make_backend(backend_options_from(args));
   const nlohmann::json cfg_json = shape_config(shape, layers);
   gemma4::Config cfg = gemma4::parse_config(cfg_json.dump(), "bench:" + shape);

@@ -15,6 +15,9 @@ void add_engine_options(Args& args, int default_max_waiting) {
               "KV storage: f32, bf16, f16, q8, q4 (q4:32 picks the group size), or a per-layer map "
               "such as bf16,3=q8",
               "bf16")
+      .option("kv-quantize-after", "N",
+              "re-encode a request's KV in --kv-quantize-to once it holds N positions, and store its later tokens so")
+      .option("kv-quantize-to", "CODEC", "the codec of --kv-quantize-after (q8, q4, q4:32, ...; default q8)")
       .option("kv-budget", "BYTES", "KV pool capacity, e.g. 2G (0 = half the available memory, at most 16G)", "0")
       .option("max-running", "N", "most requests in the running batch", "64")
       .option("token-budget", "N", "most tokens per forward step (prefill is chunked to fit)", "256")
@@ -31,6 +34,17 @@ void add_engine_options(Args& args, int default_max_waiting) {
   add_matmul_precision_option(args);
 }
 
+void apply_kv_quantize_options(const Args& args, EngineOptions& o) {
+  const auto after = args.get_opt("kv-quantize-after");
+  const auto to = args.get_opt("kv-quantize-to");
+  if (to && !after) throw Error("--kv-quantize-to needs --kv-quantize-after N (the position the switch happens at)");
+  if (!after) return;
+  const int64_t n = parse_int(*after, "--kv-quantize-after");
+  if (n < 0) throw Error("--kv-quantize-after must not be negative, got " + *after);
+  o.kv_quantize_after = n;
+  if (to) o.kv_quantize_to = *to;
+}
+
 EngineOptions engine_options_from(const Args& args, const std::string& model_dir, bool background) {
   EngineOptions o;
   o.model_dir = model_dir;
@@ -44,6 +58,7 @@ EngineOptions engine_options_from(const Args& args, const std::string& model_dir
   o.threads = ranged("threads", 0, 1024);
   o.matmul_precision = matmul_precision_from(args);
   o.kv_codec = args.get("kv-codec");
+  apply_kv_quantize_options(args, o);
   o.kv_budget_bytes = parse_bytes(args.get("kv-budget"), "--kv-budget");
   o.max_running = ranged("max-running", 1, 4096);
   o.token_budget = ranged("token-budget", 1, 1 << 20);

@@ -14,6 +14,8 @@ namespace rowlm::cli {
 // --threads --kv-codec --kv-budget --max-running --token-budget --max-waiting
 // --no-prefix-cache --draft --draft-tokens --matmul-precision
 void add_engine_options(Args& args, int default_max_waiting = 1024);
+// --kv-quantize-after N [--kv-quantize-to CODEC] into o (also for bench).
+void apply_kv_quantize_options(const Args& args, EngineOptions& o);
 EngineOptions engine_options_from(const Args& args, const std::string& model_dir, bool background);
 
 // --max-tokens --temperature --top-p --top-k --min-p --seed

@@ -101,5 +101,33 @@ TEST(RequestOptions, PrefixCacheBytesHasAnExplicitDefault) {
   EXPECT_FALSE(options({"--no-prefix-cache", "--prefix-cache-bytes", "0"}).prefix_cache);
 }
 
+// --kv-quantize-after N [--kv-quantize-to CODEC]: the engine options, or
+// an error naming the flag (the codec itself is checked against the model
+// when the engine is built: setup's precision_switch).
+TEST(RequestOptions, KvQuantizeFlags) {
+  auto options = [](const std::vector<std::string>& argv) {
+    Args args("serve", "test");
+    add_engine_options(args);
+    args.parse(argv);
+    return engine_options_from(args, "models/rowlm-tiny", true);
+  };
+  EXPECT_FALSE(options({}).kv_quantize_after.has_value());
+  const EngineOptions o = options({"--kv-quantize-after", "512", "--kv-quantize-to", "q4:32"});
+  EXPECT_EQ(o.kv_quantize_after, 512);
+  EXPECT_EQ(o.kv_quantize_to, "q4:32");
+  EXPECT_EQ(options({"--kv-quantize-after", "0"}).kv_quantize_to, "q8");
+  const auto message = [&](const std::vector<std::string>& argv) {
+    try {
+      options(argv);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({"--kv-quantize-after", "-1"}).find("--kv-quantize-after must not be negative"), std::string::npos);
+  EXPECT_NE(message({"--kv-quantize-after", "x"}).find("--kv-quantize-after"), std::string::npos);
+  EXPECT_NE(message({"--kv-quantize-to", "q8"}).find("--kv-quantize-to needs --kv-quantize-after"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace rowlm::cli

@@ -176,6 +176,7 @@ EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> ba
   sopt.context = info.max_position;
   sopt.prefix_cache = opt_.prefix_cache;
   sopt.overcommit = opt_.kv_overcommit;
+  sopt.precision_switch = copt.precision_switch ? copt.precision_switch->after : -1;
   scheduler_.emplace(sopt, runner_->accounting(), runner_->drafter());
   output_.emplace(info, limits_.tokenizer, stats_);
   if (opt_.background) thread_ = std::thread([this] { loop(); });

@@ -92,6 +92,8 @@ int Scheduler::draft_limit(const RequestState& r) const {
   if (const auto& max_tokens = r.request.sampling.max_tokens)
     n = std::min<int64_t>(n, *max_tokens - r.generated_count() - 1);
   if (opt_.context > 0) n = std::min(n, opt_.context - r.sequence_length() - 1);
+  // The fed token sits at r.computed, its drafts after it.
+  if (r.computed < opt_.precision_switch) n = std::min(n, opt_.precision_switch - 1 - r.computed);
   return int(std::max<int64_t>(0, n));
 }
 
@@ -129,7 +131,8 @@ StepPlan Scheduler::plan(std::span<const DraftJob> jobs) const {
     ++index;
   }
   for (const auto& r : running_) {
-    const int64_t need = prefill_left(*r);
+    int64_t need = prefill_left(*r);
+    if (r->computed < opt_.precision_switch) need = std::min(need, opt_.precision_switch - r->computed);
     if (!one_left(*r) && need > 0 && budget > 0) {
       const int64_t n = std::min(need, budget);
       plan.feeds.push_back(Feed{r.get(), n, -1});

@@ -27,8 +27,14 @@
 // computes what it lacks up to its last sampled token and then decodes it
 // like any other row.
 //
+// The precision switch (kv::PrecisionSwitch). A row below the switch
+// position stops there: its prefill chunk ends at it and its drafts stay
+// below it, so the cache can switch the row before it appends past it (the
+// step runner does), at the same position in every schedule.
+//
 // Drafts. γ_row is at most γ and no more than the row can still emit (its
-// max_tokens, the context) with the token after them. A sampled row's γ_row
+// max_tokens, the context) with the token after them, nor than stay below
+// the precision switch. A sampled row's γ_row
 // depends on the request alone: which positions were drafted is part of
 // what decides a sampled output, which must not depend on the schedule. A
 // greedy row's output does not depend on it, so greedy rows take what the
@@ -63,6 +69,9 @@ struct SchedulerOptions {
   int64_t context = 0;        // the model's context (max_position); 0 = unknown
   bool prefix_cache = true;   // admission counts cached prefixes as reusable
   bool overcommit = false;    // admission holds room for what rows hold now, not their max_length
+  // The KV cache's precision switch position (kv::PrecisionSwitch::after),
+  // or -1: a row's prefill chunk or drafts never carry it across.
+  int64_t precision_switch = -1;
 
   // The positions admission holds room for: the request's max_length, or
   // with overcommit its sequence as it stands.

@@ -294,6 +294,33 @@ TEST(Scheduler, DraftLimitKeepsRoomForTheTokenAfterTheDrafts) {
   EXPECT_EQ(b.scheduler.draft_limit(near_max), 0);
 }
 
+// A precision switch at position 12: a row below it stops there (its chunk
+// ends at it, its drafts stay below it); a row at or past it is not held.
+TEST(Scheduler, RowsStopAtThePrecisionSwitch) {
+  SchedulerOptions o = options(/*max_running=*/8, /*budget=*/64, /*draft_tokens=*/4);
+  o.precision_switch = 12;
+  Bench b(o);
+  RequestState& long_prompt = b.add({.prompt = 30});
+  RequestState& at_switch = b.add({.prompt = 30});
+  RequestState& below = b.add({.prompt = 8, .max_tokens = 100});
+  RequestState& near = b.add({.prompt = 8, .max_tokens = 100});
+  RequestState& past = b.add({.prompt = 8, .max_tokens = 100});
+  b.admit();
+  long_prompt.computed = 5;
+  at_switch.computed = 12;
+  b.decoding(below, 1);  // feeds position 8: drafts at 9..11 at most
+  b.decoding(near, 4);   // feeds position 11: no drafts
+  b.decoding(past, 10);  // feeds position 17
+  EXPECT_EQ(b.scheduler.draft_limit(below), 3);
+  EXPECT_EQ(b.scheduler.draft_limit(near), 0);
+  EXPECT_EQ(b.scheduler.draft_limit(past), 4);
+  const StepPlan plan = b.scheduler.plan({});
+  ASSERT_NE(feed_of(plan, long_prompt), nullptr);
+  EXPECT_EQ(feed_of(plan, long_prompt)->tokens, 7) << "the chunk ends at the switch";
+  ASSERT_NE(feed_of(plan, at_switch), nullptr);
+  EXPECT_EQ(feed_of(plan, at_switch)->tokens, 30 - 12) << "past the switch the budget decides";
+}
+
 TEST(Scheduler, SampledDraftsDependOnTheRequestAloneGreedyOnesOnTheBudget) {
   // The same two decoding requests beside more and more prefilling ones,
   // under budgets small and large.

@@ -31,6 +31,37 @@ std::size_t context_bytes(const std::vector<kv::LayerSpec>& layers, int64_t toke
 
 }  // namespace
 
+kv::PrecisionSwitch precision_switch(const EngineOptions& options, const std::vector<kv::LayerSpec>& layers) {
+  const int64_t after = options.kv_quantize_after.value_or(0);
+  if (after < 0)
+    throw Error("engine: kv_quantize_after must not be negative, got " + std::to_string(after));
+  kv::CodecSpec to;
+  try {
+    to = kv::parse_codec(options.kv_quantize_to);
+  } catch (const Error& e) {
+    throw Error(std::string("engine: kv_quantize_to: ") + e.what());
+  }
+  // A layer switches when the target stores its heads in fewer bytes.
+  kv::PrecisionSwitch sw{after, {}};
+  bool any = false;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    kv::LayerSpec target = layers[i];
+    target.codec = to;
+    try {
+      kv::check_layer_spec(target, int(i));  // e.g. a head_dim the group does not divide
+    } catch (const Error& e) {
+      throw Error("engine: kv_quantize_to " + options.kv_quantize_to + ": " + e.what());
+    }
+    const bool narrower = kv::token_record_bytes(target) < kv::token_record_bytes(layers[i]);
+    sw.codecs.push_back(narrower ? to : layers[i].codec);
+    any = any || narrower;
+  }
+  if (!any)
+    throw Error("engine: kv_quantize_to " + options.kv_quantize_to + " is not narrower than the KV codec (" +
+                options.kv_codec + ") of any storage layer; nothing would switch");
+  return sw;
+}
+
 void check_options(const EngineOptions& opt) {
   if (opt.max_running < 1) throw Error("engine: max_running must be at least 1");
   if (opt.token_budget < 1) throw Error("engine: token_budget must be at least 1");
@@ -63,6 +94,7 @@ kv::CacheOptions cache_options(const EngineOptions& options, const Model& model,
   copt.layers = model.kv_layers(kv::CodecSpec{});
   const auto codecs = kv::parse_codec_map(options.kv_codec, int(copt.layers.size()));
   for (std::size_t i = 0; i < copt.layers.size(); ++i) copt.layers[i].codec = codecs[i];
+  if (options.kv_quantize_after) copt.precision_switch = precision_switch(options, copt.layers);
   copt.capacity_bytes = options.kv_budget_bytes;
   if (copt.capacity_bytes == 0) {
     const std::size_t avail = backend.available_memory();

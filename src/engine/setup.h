@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "backend/backend.h"
 #include "engine/drafter.h"
@@ -25,10 +26,17 @@ void check_options(const EngineOptions& options);
 // loaded or its vocabulary is not the target's.
 std::unique_ptr<Model> load_draft_model(const EngineOptions& options, Backend& backend, const ModelInfo& target);
 
+// The precision switch options.kv_quantize_after / kv_quantize_to ask for
+// over `layers`: every layer whose codec is wider than the target switches.
+// Throws rowlm::Error for a negative length, an unknown codec, or a target
+// no layer is wider than.
+kv::PrecisionSwitch precision_switch(const EngineOptions& options, const std::vector<kv::LayerSpec>& layers);
+
 // The target cache's options: the model's layers with options.kv_codec,
 // options.kv_budget_bytes (default from `backend`'s free memory: on the CPU
 // half of it, at most 16 GiB; on a GPU, after the weights were uploaded, 80%
-// of what is left) and the prefix cache's bytes (default: a quarter of that).
+// of what is left), the prefix cache's bytes (default: a quarter of that)
+// and the precision switch when options.kv_quantize_after is set.
 kv::CacheOptions cache_options(const EngineOptions& options, const Model& model, const Backend& backend);
 
 // The drafter options.draft asks for, or null. A draft model runs on

@@ -84,6 +84,12 @@ void StepRunner::propose(std::span<DraftJob> jobs) {
 }
 
 StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
+  // A row at its precision switch moves to the switch codecs before it
+  // appends (kv_cache.h); one that does not fit throws OutOfBlocks like a
+  // forward that does not (a row switched before it stays switched: the
+  // state its retry needs).
+  for (const Feed& f : plan.feeds)
+    if (cache_->switch_due(f.request->row)) cache_->switch_precision(f.request->row);
   ForwardBatch batch;
   StepLogits out;
   out.first_row.assign(plan.feeds.size(), -1);

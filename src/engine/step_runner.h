@@ -84,7 +84,8 @@ class StepRunner {
   // --- One step ------------------------------------------------------------
   // Speculating: fills each job's proposal (Drafter::propose).
   void propose(std::span<DraftJob> jobs);
-  // Feeds the plan: for each feed its tokens from request->computed (logits
+  // Feeds the plan: first every fed row at its precision switch switches
+  // (kv::KvCache::switch_precision), then for each feed its tokens from request->computed (logits
   // for the sequence's last token), then its job's drafts with logits for
   // each. On success each feed without drafts has request->computed
   // advanced by its tokens; a drafting feed's is left for settle_round().

@@ -190,6 +190,60 @@ TEST(Attention, BitwiseInvariantToBatchPlacementThreadsAndIsa) {
   }
 }
 
+// Rows that switched precision (their blocks in the switch pool, in the
+// switch codec) and rows that did not, interleaved in one attend call: each
+// query's output is bitwise that of its row alone, and a switched row's
+// equals the dense reference over what it stores (positions before the
+// switch re-encoded from the layer's codec, later ones written in the new one).
+TEST(Attention, SwitchedRowsReadTheirCodecBesideUnswitchedOnes) {
+  for (int window : {0, 11}) {
+    for (const char* to : {"q8:32", "q4:64"}) {
+      const LayerSpec spec = layer_spec(2, 64, window, "bf16");
+      CacheOptions opt = options_for({spec}, 16);  // (a window row keeps the last query's keys)
+      opt.precision_switch = PrecisionSwitch{20, {parse_codec(to)}};
+      const AttentionParams p{4, 64, window, 0.125f, 0.0f};
+      // Each row: its length, the seed of its K/V; it switches on passing 20.
+      const std::vector<std::pair<int, uint64_t>> shapes = {{15, 3}, {50, 4}, {19, 5}, {30, 6}};
+      const auto grow = [](KvCache& c, RowId r, int length, uint64_t seed) {
+        while (c.length(r) < length) {
+          if (c.switch_due(r)) c.switch_precision(r);
+          const int64_t end = c.switched(r) ? length : std::min<int64_t>(length, 20);
+          const int n = int(std::min<int64_t>(end - c.length(r), 7));
+          const int32_t cnt = n;
+          c.begin_step({&r, 1}, {&cnt, 1});
+          std::vector<float> k, v;
+          make_kv(c.layer(0), seed, 0, c.length(r), n, k, v);
+          testing::write_host(c, 0, r, c.length(r), n, k.data(), v.data());
+          c.end_step();
+        }
+      };
+      KvCache busy(opt, testing::backend());
+      std::vector<RowId> rows;
+      for (const auto& [length, seed] : shapes) rows.push_back(busy.create_row());
+      for (int round = 1; round <= 8; ++round)  // rows grow interleaved, so their blocks mix in the pools
+        for (std::size_t i = 0; i < rows.size(); ++i) grow(busy, rows[i], shapes[i].first * round / 8, shapes[i].second);
+      std::vector<AttentionQuery> qs;
+      for (std::size_t i = 0; i < rows.size(); ++i) qs.push_back({rows[i], shapes[i].first - 1});
+      ASSERT_FALSE(busy.switched(rows[0]));
+      ASSERT_TRUE(busy.switched(rows[1]));
+      ASSERT_FALSE(busy.switched(rows[2]));
+      ASSERT_TRUE(busy.switched(rows[3]));
+      const auto q = random_q(qs.size() * 4 * 64, 17);
+      const auto got = run(busy, 0, qs, q, p);
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        const std::string what = std::string(to) + " w" + std::to_string(window) + " row " + std::to_string(i);
+        KvCache solo(opt, testing::backend());
+        const RowId r = solo.create_row();
+        grow(solo, r, shapes[i].first, shapes[i].second);
+        const std::vector<float> qi(q.begin() + long(i * 256), q.begin() + long((i + 1) * 256));
+        const auto want = run(solo, 0, {{r, shapes[i].first - 1}}, qi, p);
+        EXPECT_EQ(0, std::memcmp(got.data() + i * 256, want.data(), 256 * sizeof(float))) << what;
+        expect_close(want, reference_attention(solo, 0, {r, shapes[i].first - 1}, qi.data(), p), what);
+      }
+    }
+  }
+}
+
 TEST(Attention, RejectsBadRequests) {
   KvCache cache(options_for({layer_spec(2, 32, 8, "bf16")}), testing::backend());
   const RowId r = cache.create_row();

@@ -17,7 +17,7 @@ std::size_t KvCache::admission_bytes(std::span<const int32_t> tokens, int64_t ma
   const Impl& m = *impl_;
   const int64_t B = m.bs();
   const std::vector<int32_t> chain = m.walk(tokens);
-  const int64_t L = m.usable_prefix(chain, std::min<int64_t>(max_reuse, int64_t(tokens.size())));
+  const int64_t L = m.usable_prefix(chain, m.reuse_limit(std::min<int64_t>(max_reuse, int64_t(tokens.size()))));
   std::size_t total = 0;
   for (std::size_t l = 0; l < m.pools.size(); ++l) {
     const LayerPool& p = m.pools[l];
@@ -27,8 +27,7 @@ std::size_t KvCache::admission_bytes(std::span<const int32_t> tokens, int64_t ma
         const int32_t blk = m.entries[std::size_t(chain[std::size_t(b)])].blocks[l];
         if (p.refs[std::size_t(blk)] > 1) ++kept;  // the cache's reference and a row's
       }
-    total += std::size_t(std::max<int64_t>(0, m.projected_blocks(int(l), target, step_tokens) - kept)) *
-             p.block_bytes;
+    total += m.projected_layer_bytes(int(l), target, step_tokens, false, kept);
   }
   return total;
 }
@@ -41,7 +40,7 @@ std::size_t KvCache::growth_bytes(RowId id, int64_t target, int64_t step_tokens)
   const int64_t B = m.bs();
   std::size_t total = 0;
   for (std::size_t l = 0; l < m.pools.size(); ++l) {
-    const LayerPool& p = m.pools[l];
+    const LayerPool& p = m.pool(m.pool_id(r, int(l)));
     const auto& blocks = r.layers[l].blocks;
     int64_t kept = 0;
     for (std::size_t b = 0; b < blocks.size(); ++b) {
@@ -54,8 +53,7 @@ std::size_t KvCache::growth_bytes(RowId id, int64_t target, int64_t step_tokens)
       if (p.spec.window && others > 0) continue;              // does not come back when let go
       ++kept;
     }
-    total += std::size_t(std::max<int64_t>(0, m.projected_blocks(int(l), target, step_tokens) - kept)) *
-             p.block_bytes;
+    total += m.projected_layer_bytes(int(l), target, step_tokens, r.switched, kept);
   }
   return total;
 }

@@ -33,8 +33,6 @@ void KvCache::attend(int layer_index, std::span<const AttentionQuery> queries, c
   if (!(params.softcap >= 0.0f) || !std::isfinite(params.softcap)) throw Error(where + ": softcap must be >= 0");
 
   const int64_t bs = m.bs();
-  std::vector<std::span<const int32_t>> tables;
-  std::unordered_map<RowId, int32_t> table_of;  // row -> index into tables
   std::vector<KvKeyRange> ranges(queries.size());
   for (std::size_t t = 0; t < queries.size(); ++t) {
     const AttentionQuery& aq = queries[t];
@@ -56,12 +54,33 @@ void KvCache::attend(int layer_index, std::span<const AttentionQuery> queries, c
                   std::to_string(aq.position) + " needs key " + std::to_string(range.lo) +
                   ", which the row no longer holds (it holds from " + std::to_string(lr.first) + ")");
     ROWLM_CHECK(range.hi / bs < int64_t(lr.blocks.size()), "block table shorter than the stored positions");
-    const auto [it, added] = table_of.try_emplace(aq.row, int32_t(tables.size()));
-    if (added) tables.emplace_back(lr.blocks);
-    range.table = it->second;
   }
-  if (queries.empty()) return;
-  m.backend.attention(q, *m.pools[std::size_t(layer_index)].arena, AttentionBatch{tables, ranges}, params, out);
+  // One backend call per stretch of queries whose rows store the layer in
+  // the same pool (rows that switched precision read the switch pool); a
+  // token's output does not depend on the stretch it is computed in.
+  std::vector<std::span<const int32_t>> tables;
+  std::unordered_map<RowId, int32_t> table_of;  // row -> index into tables
+  for (std::size_t t0 = 0; t0 < queries.size();) {
+    const int pid = m.pool_id(m.row(queries[t0].row), layer_index);
+    tables.clear();
+    table_of.clear();
+    std::size_t t1 = t0;
+    for (; t1 < queries.size(); ++t1) {
+      const Row& r = m.row(queries[t1].row);
+      if (m.pool_id(r, layer_index) != pid) break;
+      const auto [it, added] = table_of.try_emplace(queries[t1].row, int32_t(tables.size()));
+      if (added) tables.emplace_back(r.layers[std::size_t(layer_index)].blocks);
+      ranges[t1].table = it->second;
+    }
+    const AttentionBatch batch{tables, std::span(ranges).subspan(t0, t1 - t0)};
+    if (t0 == 0 && t1 == queries.size()) {
+      m.backend.attention(q, *m.pool(pid).arena, batch, params, out);
+    } else {
+      Tensor part = out.rows(int64_t(t0), int64_t(t1));
+      m.backend.attention(q.rows(int64_t(t0), int64_t(t1)), *m.pool(pid).arena, batch, params, part);
+    }
+    t0 = t1;
+  }
 }
 
 }  // namespace rowlm::kv

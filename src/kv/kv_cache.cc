@@ -33,6 +33,26 @@ KvCache::Impl::Impl(CacheOptions opts, Backend& be) : options(std::move(opts)), 
     pools[i].block_bytes = pools[i].arena->block_bytes();
     if (options.layers[i].window == 0) has_full_layer = true;
   }
+  switch_pools.resize(options.layers.size());
+  if (const auto& sw = options.precision_switch) {
+    if (sw->after < 0)
+      throw Error("KV cache: the precision switch's length must not be negative, not " + std::to_string(sw->after));
+    if (sw->codecs.size() != options.layers.size())
+      throw Error("KV cache: the precision switch names " + std::to_string(sw->codecs.size()) +
+                  " codecs for " + std::to_string(options.layers.size()) + " storage layers");
+    for (std::size_t i = 0; i < options.layers.size(); ++i) {
+      LayerSpec to = options.layers[i];
+      to.codec = sw->codecs[i];
+      check_layer_spec(to, int(i));
+      if (to == options.layers[i]) continue;
+      switch_pools[i].spec = to;
+      switch_pools[i].arena = backend.make_kv_arena(to, options.block_size);
+      switch_pools[i].block_bytes = switch_pools[i].arena->block_bytes();
+    }
+    if (std::none_of(switch_pools.begin(), switch_pools.end(), [](const LayerPool& p) { return p.arena != nullptr; }))
+      throw Error("KV cache: the precision switch changes no layer's codec");
+    switch_after = sw->after;
+  }
   // The root key binds cached blocks to this layout and block size.
   const std::string sig = layout_signature(options.layers) + " B" + std::to_string(options.block_size);
   uint64_t h = 0x9e3779b97f4a7c15ull;
@@ -52,8 +72,9 @@ const Row& KvCache::Impl::row(RowId id) const {
   return it->second;
 }
 
-int32_t KvCache::Impl::allocate(int layer) {
-  LayerPool& p = pools[std::size_t(layer)];
+int32_t KvCache::Impl::allocate(int pool_id) {
+  LayerPool& p = pool(pool_id);
+  const int layer = pool_id % num_layers();
   int32_t id;
   if (!p.free_ids.empty()) {
     id = p.free_ids.back();
@@ -77,16 +98,16 @@ int32_t KvCache::Impl::allocate(int layer) {
   return id;
 }
 
-void KvCache::Impl::acquire(int layer, int32_t id) {
-  LayerPool& p = pools[std::size_t(layer)];
+void KvCache::Impl::acquire(int pool_id, int32_t id) {
+  LayerPool& p = pool(pool_id);
   int32_t& refs = p.refs[std::size_t(id)];
   ROWLM_CHECK(refs > 0, "acquire of a free block");
   if (refs == 1 && p.cache_entry[std::size_t(id)] >= 0) left_cache_only(p.cache_entry[std::size_t(id)], p.block_bytes);
   refs += 1;
 }
 
-void KvCache::Impl::release(int layer, int32_t id) {
-  LayerPool& p = pools[std::size_t(layer)];
+void KvCache::Impl::release(int pool_id, int32_t id) {
+  LayerPool& p = pool(pool_id);
   int32_t& refs = p.refs[std::size_t(id)];
   ROWLM_CHECK(refs > 0, "release of a free block");
   refs -= 1;
@@ -116,16 +137,17 @@ void KvCache::Impl::reserve(std::size_t bytes, const char* what) {
 }
 
 std::vector<std::vector<int32_t>> KvCache::Impl::allocate_all(const std::vector<int64_t>& count, const char* what) {
+  ROWLM_CHECK(int(count.size()) == num_pools(), "allocate_all needs a count per pool");
   std::size_t bytes = 0;
-  for (std::size_t l = 0; l < pools.size(); ++l) bytes += std::size_t(count[l]) * pools[l].block_bytes;
+  for (int p = 0; p < num_pools(); ++p) bytes += std::size_t(count[std::size_t(p)]) * pool(p).block_bytes;
   reserve(bytes, what);
-  std::vector<std::vector<int32_t>> got(pools.size());
+  auto got = std::vector<std::vector<int32_t>>(std::size_t(num_pools()));
   try {
-    for (std::size_t l = 0; l < pools.size(); ++l)
-      for (int64_t i = 0; i < count[l]; ++i) got[l].push_back(allocate(int(l)));
+    for (int p = 0; p < num_pools(); ++p)
+      for (int64_t i = 0; i < count[std::size_t(p)]; ++i) got[std::size_t(p)].push_back(allocate(p));
   } catch (...) {
-    for (std::size_t l = 0; l < pools.size(); ++l)
-      for (int32_t id : got[l]) release(int(l), id);
+    for (int p = 0; p < num_pools(); ++p)
+      for (int32_t id : got[std::size_t(p)]) release(p, id);
     throw;
   }
   return got;
@@ -142,7 +164,7 @@ void KvCache::Impl::settle(Row& r) {
     if (r.retain_for_publish && publishable(r)) dead = std::min(dead, r.published);
     for (int64_t b = dead - 1; b >= lr.first / bs(); --b) {
       int32_t& id = lr.blocks[std::size_t(b)];
-      if (id != kNoBlock) release(int(l), id);
+      if (id != kNoBlock) release(pool_id(r, int(l)), id);
       id = kNoBlock;
     }
     lr.first = std::max(lr.first, dead * bs());
@@ -150,7 +172,7 @@ void KvCache::Impl::settle(Row& r) {
 }
 
 bool KvCache::Impl::publishable(const Row& r) const {
-  if (r.min_reusable > 0) return false;
+  if (r.min_reusable > 0 || r.switched) return false;
   for (std::size_t l = 0; l < pools.size(); ++l)
     if (pools[l].spec.window == 0 && r.layers[l].start > 0) return false;
   return true;
@@ -164,7 +186,7 @@ void KvCache::Impl::release_row(Row& r) {
   for (std::size_t b = n; b-- > 0;)
     for (std::size_t l = 0; l < pools.size(); ++l) {
       const auto& blocks = r.layers[l].blocks;
-      if (b < blocks.size() && blocks[b] != kNoBlock) release(int(l), blocks[b]);
+      if (b < blocks.size() && blocks[b] != kNoBlock) release(pool_id(r, int(l)), blocks[b]);
     }
   for (LayerRow& lr : r.layers) lr.blocks.clear();
 }
@@ -238,26 +260,38 @@ void KvCache::begin_step(std::span<const RowId> rows, std::span<const int32_t> c
   std::unordered_set<RowId> seen;
   const int bs = m.bs();
   const std::size_t L = m.pools.size();
-  std::vector<int64_t> need(L, 0);
+  std::vector<int64_t> need(std::size_t(m.num_pools()), 0);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Row& r = m.row(rows[i]);
     if (!seen.insert(rows[i]).second) throw Error("KV cache: " + row_name(rows[i]) + " appears twice in one step");
     if (counts[i] < 0) throw Error("KV cache: negative token count for " + row_name(rows[i]));
     if (counts[i] == 0) continue;
+    if (m.switch_after >= 0 && !r.switched && r.length + counts[i] > m.switch_after) {
+      // Queries at or past the switch read the switch codec: the row must
+      // switch first, and no step may start below it and end past it.
+      if (r.length >= m.switch_after)
+        throw Error("KV cache: " + row_name(rows[i]) + " holds " + std::to_string(r.length) +
+                    " positions, past its precision switch at " + std::to_string(m.switch_after) +
+                    ": switch_precision() it before appending");
+      throw Error("KV cache: a step of " + std::to_string(counts[i]) + " tokens from position " +
+                  std::to_string(r.length) + " would carry " + row_name(rows[i]) + " across its precision switch at " +
+                  std::to_string(m.switch_after) + "; end the step there");
+    }
     const int64_t b0 = r.length / bs, b1 = (r.length + counts[i] - 1) / bs;
     for (std::size_t l = 0; l < L; ++l) {
+      const int pid = m.pool_id(r, int(l));
       const auto& blocks = r.layers[l].blocks;
       for (int64_t b = b0; b <= b1; ++b) {
         const int32_t id = b < int64_t(blocks.size()) ? blocks[std::size_t(b)] : kNoBlock;
-        if (id == kNoBlock || m.pools[l].refs[std::size_t(id)] > 1) need[l] += 1;  // new, or a copy
+        if (id == kNoBlock || m.pool(pid).refs[std::size_t(id)] > 1) need[std::size_t(pid)] += 1;  // new, or a copy
       }
     }
   }
   auto fresh = m.allocate_all(need, "begin_step");
   // Nothing below can fail. A block planned as a copy may turn out unshared
   // by the time it is reached (an earlier row of this step copied its own).
-  std::vector<std::size_t> next(L, 0);
-  std::vector<std::vector<KvBlockCopy>> copies(L);  // copy-on-write, issued below
+  std::vector<std::size_t> next(std::size_t(m.num_pools()), 0);
+  std::vector<std::vector<KvBlockCopy>> copies(std::size_t(m.num_pools()));  // copy-on-write, issued below
   for (std::size_t i = 0; i < rows.size(); ++i) {
     Row& r = m.row(rows[i]);
     r.in_step = true;
@@ -265,29 +299,32 @@ void KvCache::begin_step(std::span<const RowId> rows, std::span<const int32_t> c
     if (counts[i] == 0) continue;
     const int64_t b0 = r.length / bs, b1 = (r.length + counts[i] - 1) / bs;
     for (std::size_t l = 0; l < L; ++l) {
+      const int pid = m.pool_id(r, int(l));
+      const std::size_t p = std::size_t(pid);
       auto& blocks = r.layers[l].blocks;
       if (int64_t(blocks.size()) <= b1) blocks.resize(std::size_t(b1 + 1), kNoBlock);
       for (int64_t b = b0; b <= b1; ++b) {
         int32_t& id = blocks[std::size_t(b)];
         if (id == kNoBlock) {
-          id = fresh[l][next[l]++];
-          m.step_allocs.push_back({int(l), rows[i], b});
-        } else if (m.pools[l].refs[std::size_t(id)] > 1) {
+          id = fresh[p][next[p]++];
+          m.step_allocs.push_back({pid, rows[i], b});
+        } else if (m.pool(pid).refs[std::size_t(id)] > 1) {
           // Copy-on-write: the row's earlier positions in this block are kept.
           // The source is shared, so it outlives this release until the
           // copies below (nothing in between frees blocks).
-          const int32_t copy = fresh[l][next[l]++];
-          copies[l].push_back({id, copy});
-          m.release(int(l), id);
+          const int32_t copy = fresh[p][next[p]++];
+          copies[p].push_back({id, copy});
+          m.release(pid, id);
           id = copy;
         }
       }
     }
   }
-  for (std::size_t l = 0; l < L; ++l)
-    for (std::size_t i = next[l]; i < fresh[l].size(); ++i) m.release(int(l), fresh[l][i]);
-  for (std::size_t l = 0; l < L; ++l)
-    if (!copies[l].empty()) m.backend.kv_copy_blocks(*m.pools[l].arena, copies[l]);
+  for (int p = 0; p < m.num_pools(); ++p)
+    for (std::size_t i = next[std::size_t(p)]; i < fresh[std::size_t(p)].size(); ++i)
+      m.release(p, fresh[std::size_t(p)][i]);
+  for (int p = 0; p < m.num_pools(); ++p)
+    if (!copies[std::size_t(p)].empty()) m.backend.kv_copy_blocks(*m.pool(p).arena, copies[std::size_t(p)]);
   m.step_rows.assign(rows.begin(), rows.end());
   m.step_open = true;
 }
@@ -315,18 +352,31 @@ void KvCache::write(int layer_index, std::span<const TokenRun> runs, const Tenso
                   std::to_string(layer_index) + " needs K and V of " + std::to_string(total) + " x " +
                   std::to_string(width) + " values, got " + shape_str(t->shape()));
   if (total == 0) return;
-  LayerPool& p = m.pools[std::size_t(layer_index)];
+  // One kv_write per stretch of runs whose rows store the layer in the same
+  // pool (rows that switched precision use the switch pool).
   std::vector<int64_t> slots;
   slots.reserve(std::size_t(total));
-  for (const TokenRun& run : runs) {
-    const Row& r = m.row(run.row);
-    for (int64_t pos = run.position; pos < run.position + run.count; ++pos) {
-      const int32_t id = r.layers[std::size_t(layer_index)].blocks[std::size_t(pos / m.bs())];
-      ROWLM_CHECK(id != kNoBlock && p.refs[std::size_t(id)] == 1, "write into a block the row does not own alone");
-      slots.push_back(int64_t(id) * m.bs() + pos % m.bs());
+  int64_t first_token = 0;
+  for (std::size_t i = 0; i < runs.size();) {
+    const int pid = m.pool_id(m.row(runs[i].row), layer_index);
+    LayerPool& p = m.pool(pid);
+    slots.clear();
+    for (; i < runs.size() && m.pool_id(m.row(runs[i].row), layer_index) == pid; ++i) {
+      const Row& r = m.row(runs[i].row);
+      for (int64_t pos = runs[i].position; pos < runs[i].position + runs[i].count; ++pos) {
+        const int32_t id = r.layers[std::size_t(layer_index)].blocks[std::size_t(pos / m.bs())];
+        ROWLM_CHECK(id != kNoBlock && p.refs[std::size_t(id)] == 1, "write into a block the row does not own alone");
+        slots.push_back(int64_t(id) * m.bs() + pos % m.bs());
+      }
     }
+    const int64_t end_token = first_token + int64_t(slots.size());
+    if (first_token == 0 && end_token == total) {
+      m.backend.kv_write(*p.arena, slots, k, v);
+    } else if (end_token > first_token) {
+      m.backend.kv_write(*p.arena, slots, k.rows(first_token, end_token), v.rows(first_token, end_token));
+    }
+    first_token = end_token;
   }
-  m.backend.kv_write(*p.arena, slots, k, v);
 }
 
 void KvCache::end_step() {
@@ -349,8 +399,8 @@ void KvCache::abort_step() {
   Impl& m = *impl_;
   if (!m.step_open) throw Error("KV cache: abort_step without an open step");
   for (auto it = m.step_allocs.rbegin(); it != m.step_allocs.rend(); ++it) {
-    auto& blocks = m.row(it->row).layers[std::size_t(it->layer)].blocks;
-    m.release(it->layer, blocks[std::size_t(it->index)]);
+    auto& blocks = m.row(it->row).layers[std::size_t(it->pool % m.num_layers())].blocks;
+    m.release(it->pool, blocks[std::size_t(it->index)]);
     blocks[std::size_t(it->index)] = kNoBlock;
   }
   for (RowId id : m.step_rows) {
@@ -370,6 +420,7 @@ bool KvCache::step_open() const { return impl_->step_open; }
 int64_t KvCache::pending(RowId row) const { return impl_->row(row).pending; }
 
 std::size_t KvCache::bytes_per_token(int layer_index) const { return token_record_bytes(layer_index); }
+// (of a row in the layer's own codec; row_layer() gives a switched row's)
 
 std::size_t KvCache::used_bytes() const { return impl_->used; }
 
@@ -389,7 +440,7 @@ RowId KvCache::fork(RowId parent_id) {
   const RowId id = create_row();
   for (std::size_t l = 0; l < m.pools.size(); ++l)
     for (int32_t b : child.layers[l].blocks)
-      if (b != kNoBlock) m.acquire(int(l), b);
+      if (b != kNoBlock) m.acquire(m.pool_id(child, int(l)), b);
   m.rows[id] = std::move(child);
   m.settle(m.rows[id]);  // a parent inside a round may hold blocks the child no longer needs
   return id;
@@ -400,17 +451,17 @@ RowCache KvCache::extract(RowId id, int64_t limit) const {
   const Row& r = m.row(id);
   if (r.in_step) throw Error("cannot extract " + row_name(id) + ": it is part of the open step");
   RowCache out;
-  out.layers = m.options.layers;
+  out.layers = r.switched ? switched_layers() : m.options.layers;
   out.length = r.length;
   out.minimum_reusable_offset = r.min_reusable;
   out.data.resize(m.pools.size());
   for (std::size_t l = 0; l < m.pools.size(); ++l) {
-    const LayerPool& p = m.pools[l];
+    const LayerPool& p = m.pool(m.pool_id(r, int(l)));
     int64_t start = r.layers[l].first;
     if (p.spec.window) start = std::max<int64_t>(start, r.length - p.spec.window + 1);
     if (limit >= 0) start = std::max<int64_t>(start, r.length - limit);
     start = std::clamp<int64_t>(start, 0, r.length);
-    const std::size_t rec = token_record_bytes(int(l));
+    const std::size_t rec = kv::token_record_bytes(p.spec);
     out.data[l].first = start;
     out.data[l].records.resize(std::size_t(r.length - start) * rec);
     std::vector<int64_t> slots;
@@ -425,32 +476,39 @@ RowId KvCache::restore(const RowCache& saved) {
   Impl& m = *impl_;
   check_row_cache(saved, "KV row to restore");
   if (m.next_row == std::numeric_limits<RowId>::max()) throw Error("KV cache: row ids exhausted");
-  if (saved.layers != m.options.layers)
+  const bool switched = m.switch_after >= 0 && saved.layers == switched_layers();
+  if (saved.layers != m.options.layers && !switched)
     throw Error("KV row to restore has layout [" + layout_signature(saved.layers) + "] but the cache holds [" +
-                layout() + "]");
+                layout() + "]" +
+                (m.switch_after >= 0 ? " (or [" + layout_signature(switched_layers()) + "] once switched)"
+                                     : std::string()));
   const int bs = m.bs();
-  std::vector<int64_t> need(m.pools.size(), 0);
+  Row shape;  // which pools the restored row's layers use
+  shape.switched = switched;
+  std::vector<int64_t> need(std::size_t(m.num_pools()), 0);
   for (std::size_t l = 0; l < m.pools.size(); ++l) {
     const int64_t first = saved.data[l].first;
-    if (first < saved.length) need[l] = (saved.length - 1) / bs - first / bs + 1;
+    if (first < saved.length) need[std::size_t(m.pool_id(shape, int(l)))] = (saved.length - 1) / bs - first / bs + 1;
   }
   auto fresh = m.allocate_all(need, "restore");
   const RowId id = create_row();
   Row& r = m.rows[id];
   r.length = saved.length;
   r.min_reusable = saved.minimum_reusable_offset;
+  r.switched = switched;
   for (std::size_t l = 0; l < m.pools.size(); ++l) {
     LayerRow& lr = r.layers[l];
     const int64_t first = saved.data[l].first;
     lr.first = first;
     lr.start = first;
-    if (need[l] == 0) continue;
+    const std::size_t pid = std::size_t(m.pool_id(r, int(l)));
+    if (need[pid] == 0) continue;
     lr.blocks.assign(std::size_t((saved.length - 1) / bs + 1), kNoBlock);
-    for (int64_t i = 0; i < need[l]; ++i) lr.blocks[std::size_t(first / bs + i)] = fresh[l][std::size_t(i)];
+    for (int64_t i = 0; i < need[pid]; ++i) lr.blocks[std::size_t(first / bs + i)] = fresh[pid][std::size_t(i)];
     std::vector<int64_t> slots;
     slots.reserve(std::size_t(saved.length - first));
     for (int64_t pos = first; pos < saved.length; ++pos) slots.push_back(m.slot(r, int(l), pos));
-    m.backend.kv_store(*m.pools[l].arena, slots, saved.data[l].records);
+    m.backend.kv_store(*m.pool(int(pid)).arena, slots, saved.data[l].records);
   }
   m.settle(r);
   m.enforce_prefix_budget();
@@ -486,7 +544,7 @@ void KvCache::trim(RowId id, int64_t count) {
   for (std::size_t l = 0; l < m.pools.size(); ++l) {
     auto& blocks = r.layers[l].blocks;
     while (int64_t(blocks.size()) > keep) {
-      if (blocks.back() != kNoBlock) m.release(int(l), blocks.back());
+      if (blocks.back() != kNoBlock) m.release(m.pool_id(r, int(l)), blocks.back());
       blocks.pop_back();
     }
     r.layers[l].first = std::min(r.layers[l].first, r.length);
@@ -519,6 +577,94 @@ void KvCache::set_minimum_reusable_offset(RowId id, int64_t offset) {
   r.min_reusable = offset;
   if (!r.in_round && !r.in_step) impl_->settle(r);
   impl_->enforce_prefix_budget();
+}
+
+bool KvCache::switched(RowId row) const { return impl_->row(row).switched; }
+
+bool KvCache::switch_due(RowId row) const {
+  const Row& r = impl_->row(row);
+  return impl_->switch_after >= 0 && !r.switched && r.length >= impl_->switch_after;
+}
+
+const LayerSpec& KvCache::row_layer(RowId row, int layer_index) const {
+  (void)layer(layer_index);
+  return impl_->pool(impl_->pool_id(impl_->row(row), layer_index)).spec;
+}
+
+std::vector<LayerSpec> KvCache::switched_layers() const {
+  std::vector<LayerSpec> out = impl_->options.layers;
+  for (int l = 0; l < num_layers(); ++l)
+    if (impl_->switches(l)) out[std::size_t(l)] = impl_->switch_pools[std::size_t(l)].spec;
+  return out;
+}
+
+void KvCache::switch_precision(RowId id) {
+  Impl& m = *impl_;
+  Row& r = m.row(id);
+  if (m.switch_after < 0) throw Error("cannot switch " + row_name(id) + "'s precision: the cache has no precision switch");
+  if (r.switched) throw Error("cannot switch " + row_name(id) + "'s precision: it has switched already");
+  if (r.in_step || r.in_round)
+    throw Error("cannot switch " + row_name(id) + "'s precision inside a step or speculative round");
+  const int64_t bs = m.bs();
+  const int64_t end_block = ceil_div(r.length, bs);  // blocks past the length hold nothing it keeps
+  const int L = m.num_layers();
+  std::vector<int64_t> need(std::size_t(m.num_pools()), 0);
+  for (int l = 0; l < L; ++l) {
+    if (!m.switches(l)) continue;
+    const auto& blocks = r.layers[std::size_t(l)].blocks;
+    for (int64_t b = 0; b < std::min<int64_t>(end_block, int64_t(blocks.size())); ++b)
+      if (blocks[std::size_t(b)] != kNoBlock) need[std::size_t(L + l)] += 1;
+  }
+  auto fresh = m.allocate_all(need, "switch_precision");
+  // The new tables, and the positions re-encoded into them; the books
+  // change only once every byte has moved.
+  auto tables = std::vector<std::vector<int32_t>>(std::size_t(L));
+  try {
+    std::vector<int64_t> from, to;
+    std::vector<std::byte> in, out;
+    for (int l = 0; l < L; ++l) {
+      if (!m.switches(l)) continue;
+      const LayerRow& lr = r.layers[std::size_t(l)];
+      auto& table = tables[std::size_t(l)];
+      table.assign(std::size_t(std::min<int64_t>(end_block, int64_t(lr.blocks.size()))), kNoBlock);
+      std::size_t next = 0;
+      for (std::size_t b = 0; b < table.size(); ++b)
+        if (lr.blocks[b] != kNoBlock) table[b] = fresh[std::size_t(L + l)][next++];
+      from.clear();
+      to.clear();
+      for (int64_t pos = lr.first; pos < r.length; ++pos) {
+        from.push_back(m.slot(r, l, pos));
+        to.push_back(int64_t(table[std::size_t(pos / bs)]) * bs + pos % bs);
+      }
+      const LayerPool& src = m.pools[std::size_t(l)];
+      const LayerPool& dst = m.switch_pools[std::size_t(l)];
+      in.resize(from.size() * kv::token_record_bytes(src.spec));
+      out.resize(from.size() * kv::token_record_bytes(dst.spec));
+      m.backend.kv_read(*src.arena, from, in);
+      transcode_records(src.spec, dst.spec, in, out);
+      m.backend.kv_store(*dst.arena, to, out);
+    }
+  } catch (...) {
+    for (int p = 0; p < m.num_pools(); ++p)
+      for (int32_t b : fresh[std::size_t(p)]) m.release(p, b);
+    throw;
+  }
+  // Old blocks go tail first, every switching layer of a position together
+  // (the prefix cache's LRU then meets a published chain from its tail).
+  std::size_t n = 0;
+  for (int l = 0; l < L; ++l)
+    if (m.switches(l)) n = std::max(n, r.layers[std::size_t(l)].blocks.size());
+  for (std::size_t b = n; b-- > 0;)
+    for (int l = 0; l < L; ++l) {
+      const auto& blocks = r.layers[std::size_t(l)].blocks;
+      if (m.switches(l) && b < blocks.size() && blocks[b] != kNoBlock) m.release(l, blocks[b]);
+    }
+  for (int l = 0; l < L; ++l)
+    if (m.switches(l)) r.layers[std::size_t(l)].blocks = std::move(tables[std::size_t(l)]);
+  r.switched = true;
+  r.min_reusable = std::max(r.min_reusable, r.length);
+  m.settle(r);
+  m.enforce_prefix_budget();
 }
 
 void KvCache::retain_for_publish(RowId id, bool on) {
@@ -614,9 +760,23 @@ std::size_t KvCache::projected_bytes(int64_t tokens, int64_t step_tokens) const 
   if (tokens < 0) throw Error("projected_bytes: negative token count " + std::to_string(tokens));
   if (step_tokens < 1) throw Error("projected_bytes: step_tokens must be at least 1");
   std::size_t total = 0;
-  for (std::size_t l = 0; l < impl_->pools.size(); ++l)
-    total += std::size_t(impl_->projected_blocks(int(l), tokens, step_tokens)) * impl_->pools[l].block_bytes;
+  for (int l = 0; l < num_layers(); ++l) total += impl_->projected_layer_bytes(l, tokens, step_tokens, false, 0);
   return total;
+}
+
+std::size_t KvCache::Impl::projected_layer_bytes(int layer, int64_t tokens, int64_t step_tokens, bool switched,
+                                                 int64_t kept) const {
+  const auto blocks = [&](int64_t n) { return projected_blocks(layer, n, step_tokens); };
+  const auto less_kept = [&](int64_t n) { return std::size_t(std::max<int64_t>(0, n - kept)); };
+  const LayerPool& own = pools[std::size_t(layer)];
+  if (!switches(layer) || (!switched && tokens <= switch_after)) return less_kept(blocks(tokens)) * own.block_bytes;
+  const LayerPool& to = switch_pools[std::size_t(layer)];
+  if (switched) return less_kept(blocks(tokens)) * to.block_bytes;
+  // It will switch on the way: while re-encoding it holds its blocks of
+  // switch_after positions in both codecs, afterwards only the new ones.
+  const std::size_t at_switch =
+      less_kept(blocks(switch_after)) * own.block_bytes + std::size_t(blocks(switch_after)) * to.block_bytes;
+  return std::max(at_switch, std::size_t(blocks(tokens)) * to.block_bytes);
 }
 
 std::size_t KvCache::row_bytes(RowId id) const {
@@ -624,13 +784,13 @@ std::size_t KvCache::row_bytes(RowId id) const {
   std::size_t n = 0;
   for (std::size_t l = 0; l < impl_->pools.size(); ++l)
     for (int32_t b : r.layers[l].blocks)
-      if (b != kNoBlock) n += impl_->pools[l].block_bytes;
+      if (b != kNoBlock) n += impl_->pool(impl_->pool_id(r, int(l))).block_bytes;
   return n;
 }
 
 int64_t KvCache::blocks_in_use(int layer_index) const {
   (void)layer(layer_index);
-  return impl_->pools[std::size_t(layer_index)].in_use;
+  return impl_->pools[std::size_t(layer_index)].in_use + impl_->switch_pools[std::size_t(layer_index)].in_use;
 }
 
 std::size_t KvCache::token_record_bytes(int layer_index) const {
@@ -646,11 +806,12 @@ void KvCache::read_token(int layer_index, RowId id, int64_t position, std::span<
     throw Error("read_token: " + row_name(id) + " does not hold position " + std::to_string(position) +
                 " in KV layer " + std::to_string(layer_index) + " (holds [" + std::to_string(lr.first) + ", " +
                 std::to_string(r.length + r.pending) + "))");
-  if (out.size() != token_record_bytes(layer_index))
-    throw Error("read_token: output has " + std::to_string(out.size()) + " bytes, a record has " +
-                std::to_string(token_record_bytes(layer_index)));
+  const LayerPool& p = m.pool(m.pool_id(r, layer_index));
+  if (out.size() != kv::token_record_bytes(p.spec))
+    throw Error("read_token: output has " + std::to_string(out.size()) + " bytes, a record of " + row_name(id) +
+                " has " + std::to_string(kv::token_record_bytes(p.spec)));
   const int64_t slot = m.slot(r, layer_index, position);
-  m.backend.kv_read(*m.pools[std::size_t(layer_index)].arena, {&slot, 1}, out);
+  m.backend.kv_read(*p.arena, {&slot, 1}, out);
 }
 
 int32_t KvCache::physical_block(int layer_index, RowId id, int64_t index) const {
@@ -662,14 +823,14 @@ int32_t KvCache::physical_block(int layer_index, RowId id, int64_t index) const 
 void KvCache::check_consistency() const {
   const Impl& m = *impl_;
   const int64_t bs = m.bs();
-  std::vector<std::vector<int32_t>> refs(m.pools.size());
-  for (std::size_t l = 0; l < m.pools.size(); ++l) refs[l].assign(m.pools[l].refs.size(), 0);
+  std::vector<std::vector<int32_t>> refs(std::size_t(m.num_pools()));  // by pool id
+  for (int p = 0; p < m.num_pools(); ++p) refs[std::size_t(p)].assign(m.pool(p).refs.size(), 0);
   auto fail = [](const std::string& what) { throw Error("KV cache inconsistent: " + what); };
   for (const auto& [id, r] : m.rows) {
     for (std::size_t l = 0; l < m.pools.size(); ++l) {
       const LayerRow& lr = r.layers[l];
       for (int32_t b : lr.blocks)
-        if (b != kNoBlock) refs[l][std::size_t(b)] += 1;
+        if (b != kNoBlock) refs[std::size_t(m.pool_id(r, int(l)))][std::size_t(b)] += 1;
       const int64_t end = r.length + r.pending;
       if (lr.first > r.length || lr.start > lr.first)
         fail(row_name(id) + " layer " + std::to_string(l) + " first position outside [start, length]");
@@ -715,18 +876,22 @@ void KvCache::check_consistency() const {
     if (held == 0 && pe.children.empty()) fail("empty prefix entry stays live");
   }
   std::size_t used = 0, evictable = 0;
-  for (std::size_t l = 0; l < m.pools.size(); ++l) {
-    const LayerPool& p = m.pools[l];
+  for (int pid = 0; pid < m.num_pools(); ++pid) {
+    const LayerPool& p = m.pool(pid);
+    const std::size_t l = std::size_t(pid);
+    const std::string name = (pid < m.num_layers() ? "layer " : "switch pool of layer ") +
+                             std::to_string(pid % m.num_layers());
     int64_t in_use = 0;
     for (std::size_t b = 0; b < p.refs.size(); ++b) {
       if (refs[l][b] != p.refs[b])
-        fail("layer " + std::to_string(l) + " block " + std::to_string(b) + " has " + std::to_string(p.refs[b]) +
+        fail(name + " block " + std::to_string(b) + " has " + std::to_string(p.refs[b]) +
              " references, tables and cache hold " + std::to_string(refs[l][b]));
       if (p.refs[b] > 0) ++in_use;
       if (p.refs[b] == 0 && p.cache_entry[b] >= 0) fail("free block still marked cached");
       if (p.refs[b] == 1 && p.cache_entry[b] >= 0) evictable += p.block_bytes;
+      if (pid >= m.num_layers() && p.cache_entry[b] >= 0) fail("the prefix cache holds a switch pool's block");
     }
-    if (in_use != p.in_use) fail("layer " + std::to_string(l) + " in-use count");
+    if (in_use != p.in_use) fail(name + " in-use count");
     if (std::size_t(in_use) + p.free_ids.size() != p.refs.size()) fail("free list size");
     used += std::size_t(in_use) * p.block_bytes;
   }

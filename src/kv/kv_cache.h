@@ -37,6 +37,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -49,6 +50,23 @@
 
 namespace rowlm::kv {
 
+// Switching a row's KV precision after N positions (mlx-lm's
+// quantized_kv_start, mlx-bun's maybeQuantizeKv; docs/kv.md). A row that
+// holds `after` positions moves to `codecs` before it appends more: its
+// stored positions are re-encoded (kv::transcode_records) into blocks of the
+// layer's switch pool, its later tokens are written in the new codec, and
+// its minimum reusable offset becomes `after`. So a query at a position
+// below `after` reads the layer's codec and one at or past it reads the new
+// one, whatever the schedule: begin_step refuses a step that would carry an
+// unswitched row across `after`, and the caller switches a row when
+// switch_due() says so (the engine does before each forward).
+struct PrecisionSwitch {
+  int64_t after = 0;
+  // Per storage layer: the codec its rows move to; the layer's own codec
+  // means the layer does not switch. At least one layer must switch.
+  std::vector<CodecSpec> codecs;
+};
+
 struct CacheOptions {
   std::vector<LayerSpec> layers;
   int block_size = 16;             // token positions per block
@@ -56,6 +74,7 @@ struct CacheOptions {
   // Bytes the prefix cache may keep in blocks that no row references (least
   // recently used go first). 0 = keep a published block only while a row uses it.
   std::size_t prefix_cache_bytes = 0;
+  std::optional<PrecisionSwitch> precision_switch;  // none: rows keep their codecs
 };
 
 using RowId = int32_t;
@@ -161,7 +180,8 @@ class KvCache {
   // next query sees. Not while the row has a pending step.
   RowCache extract(RowId row, int64_t limit = -1) const;
   // A new row from a saved one. Throws (changing nothing) when the layout
-  // differs or the blocks do not fit.
+  // differs or the blocks do not fit. A row in switched_layers() is
+  // restored switched.
   RowId restore(const RowCache& saved);
   // Drops the last `count` tokens (not inside a speculative round, not below
   // the minimum reusable offset, not below what a window layer still holds).
@@ -175,10 +195,31 @@ class KvCache {
   int num_rows() const;
   std::vector<RowId> row_ids() const;  // ascending
 
-  // Positions below this were stored at another precision (e.g. imported);
-  // prefix reuse and trims never cut below it. Carried by extract/restore.
+  // Positions below this were stored at another precision (a precision
+  // switch, or imported); prefix reuse and trims never cut below it, and
+  // such a row publishes nothing. Carried by extract/restore.
   int64_t minimum_reusable_offset(RowId row) const;
   void set_minimum_reusable_offset(RowId row, int64_t offset);
+
+  // --- Precision switch (CacheOptions::precision_switch) -----------------
+  // Whether the row stores its switching layers in the switch codecs.
+  bool switched(RowId row) const;
+  // Whether the row must switch before it appends again: a switch is
+  // configured and the unswitched row holds at least `after` positions.
+  bool switch_due(RowId row) const;
+  // Moves the row to the switch codecs: new blocks for every block it holds
+  // in a switching layer, its positions re-encoded into them, the old
+  // blocks released (to the prefix cache if it holds them; other rows
+  // sharing them keep theirs), minimum reusable offset = max(itself,
+  // length). Not inside a step or round; throws OutOfBlocks having changed
+  // nothing when the new blocks do not fit beside the old ones.
+  void switch_precision(RowId row);
+  // The spec the row's K/V of `layer` is stored in (the switch codec once
+  // the row switched): its token records are token_record_bytes() of it.
+  const LayerSpec& row_layer(RowId row, int layer) const;
+  // The layout of a switched row (what extract() gives for one, and what
+  // restore() also takes); the cache's own layout when no switch is configured.
+  std::vector<LayerSpec> switched_layers() const;
 
   // The first position whose K/V the row still holds in `layer` (0 unless
   // restored with a limit or a window layer freed older blocks).
@@ -222,7 +263,10 @@ class KvCache {
   // Makes an empty row hold the longest cached prefix of `tokens` it can use,
   // at most `max_tokens` long (pass tokens.size() - 1 to leave one token to
   // compute). A full layer needs every block of the prefix, a window layer
-  // only those covering its last W - 1 positions. The prefix may end inside a
+  // only those covering its last W - 1 positions. With a precision switch
+  // the prefix is at most `after` long: the cache holds blocks in the
+  // layers' own codecs only, and positions past `after` are stored in the
+  // switch codecs. The prefix may end inside a
   // block; the row's next write there copies it. Returns the reused length.
   int64_t attach_prefix(RowId row, std::span<const int32_t> tokens, int64_t max_tokens);
   // The length attach_prefix would reuse, without changing anything.
@@ -244,6 +288,9 @@ class KvCache {
   // prefill chunk, or the tokens of one speculative round):
   // Σ_layers blocks · block_bytes with blocks = ⌈tokens / B⌉ for full layers
   // and min(⌈tokens / B⌉, ⌈(W - 1 + step_tokens) / B⌉ + 1) for window layers.
+  // A row that will pass a precision switch's `after` holds, per switching
+  // layer, the larger of blocks(after) in both codecs at once (while it
+  // re-encodes) and blocks(tokens) in the switch codec.
   std::size_t projected_bytes(int64_t tokens, int64_t step_tokens = 1) const;
   // Bytes of the blocks the row references (shared blocks counted in full).
   std::size_t row_bytes(RowId row) const;
@@ -271,7 +318,8 @@ class KvCache {
   // when the row lets it go, so it does not count as held). 0 for a row
   // already at or past target.
   std::size_t growth_bytes(RowId row, int64_t target, int64_t step_tokens) const;
-  // Blocks currently allocated in `layer`'s pool.
+  // Blocks currently allocated in `layer`'s pools (its codec's and, with a
+  // precision switch, the switch codec's).
   int64_t blocks_in_use(int layer) const;
 
   // --- Inspection (tests and tools) ----------------------------------------

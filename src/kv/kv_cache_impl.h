@@ -3,6 +3,7 @@
 // the books only: the bytes are in the backend's arenas.
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <set>
 #include <utility>
@@ -43,6 +44,7 @@ struct Row {
   bool in_round = false;
   int64_t round_start = 0;
   int64_t min_reusable = 0;
+  bool switched = false;  // its switching layers' blocks are in the switch pools
   bool retain_for_publish = false;  // window layers keep blocks until published
   std::vector<LayerRow> layers;
   // Prefix publishing resumes here: blocks [0, published) are registered,
@@ -79,7 +81,12 @@ struct KvCache::Impl {
 
   CacheOptions options;
   Backend& backend;
+  // Pool ids: l is layer l's pool (the layer's codec, the only one the
+  // prefix cache holds blocks of); num_layers() + l its switch pool (the
+  // switch codec; no arena where the layer does not switch).
   std::vector<LayerPool> pools;
+  std::vector<LayerPool> switch_pools;  // one per layer
+  int64_t switch_after = -1;            // -1: no precision switch
   std::size_t used = 0;
   std::unordered_map<RowId, Row> rows;
   RowId next_row = 0;
@@ -87,7 +94,7 @@ struct KvCache::Impl {
   bool step_open = false;
   std::vector<RowId> step_rows;
   struct StepAlloc {
-    int layer;
+    int pool;
     RowId row;
     int64_t index;
   };
@@ -105,6 +112,25 @@ struct KvCache::Impl {
   uint64_t generations = 0;
 
   int bs() const { return options.block_size; }
+  int num_layers() const { return int(pools.size()); }
+  int num_pools() const { return 2 * num_layers(); }
+  bool switches(int layer) const { return switch_pools[std::size_t(layer)].arena != nullptr; }
+  // The pool holding the row's blocks of `layer`.
+  int pool_id(const Row& r, int layer) const { return r.switched && switches(layer) ? num_layers() + layer : layer; }
+  LayerPool& pool(int id) {
+    return id < num_layers() ? pools[std::size_t(id)] : switch_pools[std::size_t(id - num_layers())];
+  }
+  const LayerPool& pool(int id) const {
+    return id < num_layers() ? pools[std::size_t(id)] : switch_pools[std::size_t(id - num_layers())];
+  }
+  // The bytes of `layer` a row reaching `tokens` holds at most (projected_bytes,
+  // per layer), less `kept` blocks of the pool it is in now.
+  std::size_t projected_layer_bytes(int layer, int64_t tokens, int64_t step_tokens, bool switched,
+                                    int64_t kept) const;
+  // attach_prefix's limit: nothing past a precision switch.
+  int64_t reuse_limit(int64_t max_tokens) const {
+    return switch_after >= 0 ? std::min(max_tokens, switch_after) : max_tokens;
+  }
   // The slot (kv_storage.h) of a row's position in `layer`; the block must be held.
   int64_t slot(const Row& r, int layer, int64_t position) const;
   // The most blocks of `layer` a row reaching `tokens` positions holds at
@@ -113,15 +139,16 @@ struct KvCache::Impl {
   Row& row(RowId id);
   const Row& row(RowId id) const;
 
-  // Blocks and references.
-  int32_t allocate(int layer);  // budget already reserved
-  void acquire(int layer, int32_t id);
-  void release(int layer, int32_t id);
+  // Blocks and references, by pool id (for the prefix cache's blocks the
+  // pool id is the layer).
+  int32_t allocate(int pool_id);  // budget already reserved
+  void acquire(int pool_id, int32_t id);
+  void release(int pool_id, int32_t id);
   // Makes `bytes` available, evicting cache-only blocks if needed; throws
   // OutOfBlocks (having evicted nothing) if even eviction would not do.
   void reserve(std::size_t bytes, const char* what);
   std::size_t available() const;
-  // Allocates `count` blocks per layer all-or-nothing.
+  // Allocates `count` blocks per pool id (num_pools() counts) all-or-nothing.
   std::vector<std::vector<int32_t>> allocate_all(const std::vector<int64_t>& count, const char* what);
 
   // Window layers: frees blocks wholly below length - W + 1.

@@ -465,5 +465,183 @@ TEST(KvAccounting, ProjectedBytesBoundWhatARowHolds) {
   }
 }
 
+// --- Precision switch -------------------------------------------------------
+
+// A bf16 full layer and a bf16 window layer that move to q8:32 after 40
+// positions, blocks of 8; `prefix_bytes` for the prefix cache.
+KvCache switching_cache(std::size_t capacity = 0, std::size_t prefix_bytes = 0, int64_t after = 40) {
+  CacheOptions o = options_for({layer_spec(2, 64, 0, "bf16"), layer_spec(2, 64, 12, "bf16")}, 8, capacity,
+                               prefix_bytes);
+  o.precision_switch = PrecisionSwitch{after, {parse_codec("q8:32"), parse_codec("q8:32")}};
+  return KvCache(std::move(o), testing::backend());
+}
+
+// The bytes a row holds fall by the codecs' ratio when it switches: 8
+// positions of 2 kv heads of 64 in bf16 are 4096 bytes a block, in q8:32
+// (64 code bytes and 2 x 2 bf16 scales and biases per head) 2304.
+TEST(PrecisionSwitch, MemoryFallsByTheCodecRatio) {
+  KvCache c = switching_cache();
+  ASSERT_EQ(c.block_bytes(0), 4096u);
+  const RowId r = c.create_row();
+  testing::append(c, r, 40, 1);
+  EXPECT_TRUE(c.switch_due(r));
+  // Full layer: 5 blocks; window 12 at length 40 keeps positions >= 29: blocks 3 and 4.
+  EXPECT_EQ(c.row_bytes(r), 7u * 4096);
+  EXPECT_EQ(c.used_bytes(), 7u * 4096);
+  c.switch_precision(r);
+  EXPECT_TRUE(c.switched(r));
+  EXPECT_FALSE(c.switch_due(r));
+  EXPECT_EQ(c.minimum_reusable_offset(r), 40);
+  EXPECT_EQ(c.row_layer(r, 0).codec, parse_codec("q8:32"));
+  EXPECT_EQ(c.row_bytes(r), 7u * 2304);
+  EXPECT_EQ(c.used_bytes(), 7u * 2304) << "the bf16 blocks went back to the pool";
+  EXPECT_EQ(c.blocks_in_use(0), 5);
+  testing::append(c, r, 60, 2);  // 100 positions: 13 blocks, the window's 2 (positions >= 89)
+  EXPECT_EQ(c.row_bytes(r), 15u * 2304);
+  c.check_consistency();
+  expect_drained(c);
+
+  // Trims stop at the switch (a full layer alone: no window limits them).
+  CacheOptions o = options_for({layer_spec(2, 64, 0, "bf16")}, 8);
+  o.precision_switch = PrecisionSwitch{40, {parse_codec("q8:32")}};
+  KvCache full(std::move(o), testing::backend());
+  const RowId f = full.create_row();
+  testing::append(full, f, 40, 1);
+  full.switch_precision(f);
+  testing::append(full, f, 20, 2);
+  EXPECT_EQ(full.min_trim_length(f), 40);
+  EXPECT_THROW(full.trim(f, 21), Error) << "a trim never cuts below the switch";
+  full.trim(f, 20);
+  EXPECT_EQ(full.row_bytes(f), 5u * 2304);
+  expect_drained(full);
+}
+
+// With the prefix cache, the published bf16 blocks stay cached (another
+// request may reuse them up to the switch); the switched row publishes nothing.
+TEST(PrecisionSwitch, PublishedBlocksStayCachedAndPrefixesStopAtTheSwitch) {
+  KvCache c = switching_cache(0, 1 << 20);
+  std::vector<int32_t> tokens(90);
+  std::iota(tokens.begin(), tokens.end(), 7);
+  const RowId r = c.create_row();
+  c.retain_for_publish(r);
+  testing::append(c, r, 40, 1);
+  EXPECT_EQ(c.publish(r, tokens), 40);
+  // The window layer let its 3 blocks below position 29 go once published.
+  EXPECT_EQ(c.prefix_cache_bytes(), 3u * 4096);
+  c.switch_precision(r);
+  // Every bf16 block the row held was published: the full layer's 5, the
+  // window layer's 5 (kept until published): all cache-only now.
+  EXPECT_EQ(c.prefix_cache_bytes(), 10u * 4096);
+  EXPECT_EQ(c.row_bytes(r), 7u * 2304);
+  testing::append(c, r, 50, 2);
+  EXPECT_EQ(c.publish(r, tokens), 0) << "a switched row publishes nothing";
+  // A new request with the same tokens reuses at most the 40 positions before the switch.
+  EXPECT_EQ(c.match_prefix(tokens, 89), 40);
+  const RowId n = c.create_row();
+  EXPECT_EQ(c.attach_prefix(n, tokens, 89), 40);
+  EXPECT_FALSE(c.switched(n));
+  EXPECT_TRUE(c.switch_due(n));
+  c.check_consistency();
+  expect_drained(c);
+}
+
+// Extract and restore keep a switched row switched, byte for byte; a cache
+// without the switch refuses its layout.
+TEST(PrecisionSwitch, ExtractRestoreKeepsASwitchedRow) {
+  KvCache c = switching_cache();
+  const RowId r = c.create_row();
+  testing::append(c, r, 40, 1);
+  c.switch_precision(r);
+  testing::append(c, r, 9, 2);
+  const RowCache saved = c.extract(r);
+  EXPECT_EQ(saved.layers, c.switched_layers());
+  EXPECT_EQ(saved.minimum_reusable_offset, 40);
+  const RowId back = c.restore(saved);
+  EXPECT_TRUE(c.switched(back));
+  EXPECT_EQ(c.row_bytes(back), c.row_bytes(r));
+  for (int l = 0; l < 2; ++l)
+    for (int64_t p = std::max(c.first_position(r, l), c.first_position(back, l)); p < 49; ++p)
+      EXPECT_EQ(testing::read_record(c, l, back, p), testing::read_record(c, l, r, p)) << l << " " << p;
+  KvCache plain(options_for({layer_spec(2, 64, 0, "bf16"), layer_spec(2, 64, 12, "bf16")}, 8), testing::backend());
+  EXPECT_THROW(plain.restore(saved), Error);
+  c.check_consistency();
+  expect_drained(c);
+}
+
+// A pool of exactly projected_bytes(total) holds a row through its switch
+// (both codecs at once while re-encoding) and on to `total`, in chunks and
+// speculative rounds, for switches at, before and after block boundaries.
+TEST(PrecisionSwitch, ProjectedBytesHoldTheRowThroughItsSwitch) {
+  for (int64_t after : {0, 5, 16, 23, 61}) {
+    KvCache probe = switching_cache(0, 0, after);
+    const int total = 70, chunk = 9;
+    KvCache c = switching_cache(probe.projected_bytes(total, chunk), 0, after);
+    const RowId r = c.create_row();
+    uint64_t s = 3;
+    while (c.length(r) < total) {
+      if (c.switch_due(r)) ASSERT_NO_THROW(c.switch_precision(r)) << "after " << after;
+      const bool round = testing::splitmix(s) % 2;
+      if (round) c.begin_round({&r, 1});
+      int64_t n = std::min<int64_t>(1 + int64_t(testing::splitmix(s) % chunk), total - c.length(r));
+      if (!c.switched(r)) n = std::min(n, after - c.length(r));
+      ASSERT_NO_THROW(testing::append(c, r, int(n), 4)) << "after " << after << " at " << c.length(r);
+      if (round) {
+        const int64_t keep = int64_t(testing::splitmix(s) % uint64_t(n + 1));
+        c.rollback_round({&r, 1}, {&keep, 1});
+      }
+    }
+    EXPECT_EQ(c.switched(r), after < total);
+    expect_drained(c);
+  }
+}
+
+TEST(PrecisionSwitch, RejectsMisuseWithClearErrors) {
+  const auto expect_error = [](auto&& f, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
+    } catch (const OutOfBlocks& e) {
+      ADD_FAILURE() << "OutOfBlocks instead of a usage error: " << e.what();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  const auto make = [](int64_t after, std::vector<const char*> codecs) {
+    CacheOptions o = options_for({layer_spec(2, 64, 0, "bf16"), layer_spec(2, 64, 12, "q8")}, 8);
+    PrecisionSwitch sw{after, {}};
+    for (const char* c : codecs) sw.codecs.push_back(parse_codec(c));
+    o.precision_switch = sw;
+    return KvCache(std::move(o), testing::backend());
+  };
+  expect_error([&] { make(-1, {"q8", "q8"}); }, "negative");
+  expect_error([&] { make(4, {"q8"}); }, "1 codecs for 2 storage layers");
+  expect_error([&] { make(4, {"bf16", "q8"}); }, "changes no layer's codec");
+  expect_error([] { parse_codec("q3"); }, "unknown KV codec 'q3'");
+
+  KvCache c = switching_cache();
+  const RowId r = c.create_row();
+  testing::append(c, r, 36, 1);
+  const int32_t eight = 8, four = 4;
+  expect_error([&] { c.begin_step({&r, 1}, {&eight, 1}); }, "across its precision switch at 40");
+  testing::append(c, r, 4, 1);
+  expect_error([&] { c.begin_step({&r, 1}, {&four, 1}); }, "switch_precision() it before appending");
+  c.begin_round({&r, 1});
+  expect_error([&] { c.switch_precision(r); }, "inside a step or speculative round");
+  c.commit_round({&r, 1});
+  c.switch_precision(r);
+  expect_error([&] { c.switch_precision(r); }, "switched already");
+
+  KvCache zero = switching_cache(0, 1 << 20, 0);
+  const RowId z = zero.create_row();
+  zero.switch_precision(z);  // after 0: switched before its first token
+  std::vector<int32_t> tokens(20, 3);
+  expect_error([&] { zero.attach_prefix(z, tokens, 19); }, "has switched precision");
+
+  KvCache plain = tagged_cache();
+  const RowId p = plain.create_row();
+  expect_error([&] { plain.switch_precision(p); }, "no precision switch");
+  EXPECT_FALSE(plain.switch_due(p));
+}
+
 }  // namespace
 }  // namespace rowlm::kv

@@ -254,7 +254,7 @@ int64_t KvCache::publish(RowId id, std::span<const int32_t> tokens) {
 int64_t KvCache::match_prefix(std::span<const int32_t> tokens, int64_t max_tokens) const {
   if (max_tokens < 0) throw Error("match_prefix: negative max_tokens");
   const Impl& m = *impl_;
-  return m.usable_prefix(m.walk(tokens), std::min<int64_t>(max_tokens, int64_t(tokens.size())));
+  return m.usable_prefix(m.walk(tokens), m.reuse_limit(std::min<int64_t>(max_tokens, int64_t(tokens.size()))));
 }
 
 int64_t KvCache::attach_prefix(RowId id, std::span<const int32_t> tokens, int64_t max_tokens) {
@@ -265,8 +265,11 @@ int64_t KvCache::attach_prefix(RowId id, std::span<const int32_t> tokens, int64_
     throw Error("attach_prefix: kv row " + std::to_string(id) + " must be empty and idle");
   for (const LayerRow& lr : r.layers)
     if (!lr.blocks.empty()) throw Error("attach_prefix: kv row " + std::to_string(id) + " already holds blocks");
+  if (r.switched)
+    throw Error("attach_prefix: kv row " + std::to_string(id) +
+                " has switched precision; the prefix cache holds the layers' own codecs only");
   const std::vector<int32_t> chain = m.walk(tokens);
-  const int64_t L = m.usable_prefix(chain, std::min<int64_t>(max_tokens, int64_t(tokens.size())));
+  const int64_t L = m.usable_prefix(chain, m.reuse_limit(std::min<int64_t>(max_tokens, int64_t(tokens.size()))));
   if (L == 0) return 0;
   const int64_t B = m.bs();
   for (std::size_t l = 0; l < m.pools.size(); ++l) {

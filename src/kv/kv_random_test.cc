@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,15 +37,42 @@ struct OracleRow {
   bool in_round = false;
   int64_t round_start = 0;
   bool publishes = false;
+  bool switched = false;  // moved to the precision switch's codecs
   std::vector<int32_t> plan;  // tokens this row will feed (prompt, then decode)
 };
 
 class Harness {
  public:
   Harness(std::vector<LayerSpec> layers, int block_size, std::size_t capacity, std::size_t prefix_bytes,
-          uint64_t seed)
-      : cache_(testing::options_for(layers, block_size, capacity, prefix_bytes), testing::backend()), layers_(std::move(layers)),
-        seed_(seed) {}
+          uint64_t seed, std::optional<PrecisionSwitch> precision_switch = std::nullopt)
+      : cache_(with_switch(testing::options_for(layers, block_size, capacity, prefix_bytes), precision_switch),
+               testing::backend()),
+        layers_(std::move(layers)), switch_(std::move(precision_switch)), seed_(seed) {}
+
+  static CacheOptions with_switch(CacheOptions o, const std::optional<PrecisionSwitch>& s) {
+    o.precision_switch = s;
+    return o;
+  }
+
+  // The spec a row stores layer `layer` in.
+  LayerSpec spec_of(int layer, bool switched) const {
+    LayerSpec s = layers_[std::size_t(layer)];
+    if (switched) s.codec = switch_->codecs[std::size_t(layer)];
+    return s;
+  }
+  bool switch_due(const OracleRow& o) const {
+    return switch_ && !o.switched && int64_t(o.tokens.size()) >= switch_->after;
+  }
+  // The oracle's side of switch_precision: every record re-encoded.
+  void oracle_switch(OracleRow& o) {
+    for (int l = 0; l < int(layers_.size()); ++l)
+      if (!(spec_of(l, false) == spec_of(l, true)))  // a layer that keeps its codec keeps its bytes
+        for (auto& rec : o.records[std::size_t(l)])
+          rec = testing::reencode_record(spec_of(l, false), spec_of(l, true), rec.data());
+    o.switched = true;
+    ++switches_;
+    o.min_reusable = std::max(o.min_reusable, int64_t(o.tokens.size()));
+  }
 
   // K (or V) of a position: a function of the tokens up to it, like a model's.
   std::vector<float> kv_for(int layer, uint64_t prefix_hash, bool value) const {
@@ -58,9 +86,9 @@ class Harness {
     return value ? v : k;
   }
 
-  std::vector<std::byte> record_for(int layer, uint64_t prefix_hash) const {
+  std::vector<std::byte> record_for(int layer, uint64_t prefix_hash, bool switched) const {
     const auto k = kv_for(layer, prefix_hash, false), v = kv_for(layer, prefix_hash, true);
-    return testing::encode_record(layers_[std::size_t(layer)], k.data(), v.data());
+    return testing::encode_record(spec_of(layer, switched), k.data(), v.data());
   }
 
   static uint64_t extend_hash(uint64_t h, int32_t token) {
@@ -72,7 +100,7 @@ class Harness {
     const uint64_t h = extend_hash(o.prefix_hash.empty() ? 0x1234 : o.prefix_hash.back(), token);
     o.tokens.push_back(token);
     o.prefix_hash.push_back(h);
-    for (int l = 0; l < int(layers_.size()); ++l) o.records[std::size_t(l)].push_back(record_for(l, h));
+    for (int l = 0; l < int(layers_.size()); ++l) o.records[std::size_t(l)].push_back(record_for(l, h, o.switched));
   }
 
   void oracle_truncate(OracleRow& o, int64_t n) {
@@ -110,6 +138,8 @@ class Harness {
     ASSERT_EQ(cache_.length(id), int64_t(o.tokens.size())) << "row " << id;
     ASSERT_EQ(cache_.in_round(id), o.in_round);
     ASSERT_EQ(cache_.minimum_reusable_offset(id), o.min_reusable);
+    ASSERT_EQ(cache_.switched(id), o.switched);
+    ASSERT_EQ(cache_.switch_due(id), switch_due(o));
     const int64_t len = int64_t(o.tokens.size());
     for (int l = 0; l < int(layers_.size()); ++l) {
       const int w = layers_[std::size_t(l)].window;
@@ -142,6 +172,7 @@ class Harness {
       const int64_t want = cache_.match_prefix(o.plan, int64_t(o.plan.size()) - 1);
       const int64_t got = cache_.attach_prefix(id, o.plan, int64_t(o.plan.size()) - 1);
       EXPECT_EQ(got, want);
+      if (switch_) EXPECT_LE(got, switch_->after) << "a prefix never reaches past the precision switch";
       for (int64_t p = 0; p < got; ++p) oracle_push(o, o.plan[std::size_t(p)]);
       attached_ += got;
     }
@@ -153,8 +184,22 @@ class Harness {
     std::vector<int32_t> counts;
     for (auto& [id, o] : rows_) {
       if (splitmix(seed_) % 3 == 0) continue;
+      int32_t count = int32_t(splitmix(seed_) % 10);
+      if (switch_due(o)) {
+        if (o.in_round) continue;  // it cannot switch inside a round, nor append before it switched
+        try {
+          cache_.switch_precision(id);
+        } catch (const OutOfBlocks&) {
+          ++out_of_blocks_;
+          continue;
+        }
+        oracle_switch(o);
+      }
+      // An unswitched row's step ends at the switch.
+      if (switch_ && !o.switched)
+        count = int32_t(std::min<int64_t>(count, switch_->after - int64_t(o.tokens.size())));
       ids.push_back(id);
-      counts.push_back(int32_t(splitmix(seed_) % 10));
+      counts.push_back(count);
     }
     if (ids.empty()) return;
     try {
@@ -176,7 +221,8 @@ class Harness {
         h = extend_hash(h, tok);
         hashes.push_back(h);
       }
-      // Write layers in a scrambled order and in uneven pieces.
+      // Write layers in a scrambled order and in uneven pieces; the row's
+      // codec quantizes the f32 K/V directly.
       for (int l = int(layers_.size()) - 1; l >= 0; --l) {
         int done = 0;
         while (done < counts[i]) {
@@ -276,7 +322,7 @@ class Harness {
       ++out_of_blocks_;
       return;
     }
-    OracleRow o = src;
+    OracleRow o = src;  // a switched row restores switched
     o.in_round = false;
     o.publishes = false;
     for (int l = 0; l < int(layers_.size()); ++l) o.start[std::size_t(l)] = saved.data[std::size_t(l)].first;
@@ -299,6 +345,19 @@ class Harness {
     o.min_reusable = off;
   }
 
+  // A switch before the row reaches `after` (the library allows it).
+  void op_early_switch() {
+    const RowId id = pick(true);
+    if (id < 0 || !switch_ || rows_.at(id).switched) return;
+    try {
+      cache_.switch_precision(id);
+    } catch (const OutOfBlocks&) {
+      ++out_of_blocks_;
+      return;
+    }
+    oracle_switch(rows_.at(id));
+  }
+
   void run(int ops) {
     for (int i = 0; i < ops; ++i) {
       const uint64_t r = splitmix(seed_) % 100;
@@ -310,6 +369,7 @@ class Harness {
       else if (r < 81) op_fork(), what = "fork";
       else if (r < 87) op_extract_restore(), what = "extract/restore";
       else if (r < 89) op_min_offset(), what = "minimum reusable offset";
+      else if (r < 91 && switch_) op_early_switch(), what = "early precision switch";
       else op_retire(), what = "retire";
       // Long rows retire so that the run keeps mixing.
       for (auto it = rows_.begin(); it != rows_.end();)
@@ -335,15 +395,18 @@ class Harness {
   }
 
   int64_t attached() const { return attached_; }
+  int64_t switches() const { return switches_; }
   int64_t out_of_blocks() const { return out_of_blocks_; }
 
  private:
   KvCache cache_;
   std::vector<LayerSpec> layers_;
+  std::optional<PrecisionSwitch> switch_;
   uint64_t seed_;
   std::map<RowId, OracleRow> rows_;
   int64_t attached_ = 0;
   int64_t out_of_blocks_ = 0;
+  int64_t switches_ = 0;
   std::map<std::string, int> counts_;
 };
 
@@ -359,6 +422,26 @@ TEST(KvRandom, OperationSequencesMatchTheSerialOracle) {
     h.run(250);
     EXPECT_GT(h.attached(), 0) << "the run should exercise prefix reuse";
   }
+}
+
+// Layers 1-3 switch (a full f32 layer to bf16, window layers to f16 and
+// q4), layers 0 and 4 keep their codecs.
+PrecisionSwitch mixed_switch(int64_t after) {
+  return PrecisionSwitch{after, {parse_codec("q4:32"), parse_codec("f16"), parse_codec("bf16"), parse_codec("q4:64"),
+                                 parse_codec("f16")}};
+}
+
+TEST(KvRandom, PrecisionSwitchesMatchTheSerialOracle) {
+  for (const auto& [seed, after] : {std::pair<uint64_t, int64_t>{21, 13}, {22, 0}}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Harness h(mixed_layers(), 4, 0, 64 << 10, seed, mixed_switch(after));
+    h.run(150);
+    EXPECT_GT(h.switches(), 0) << "the run should switch rows";
+  }
+  // Under capacity pressure: a switch that does not fit changes nothing.
+  Harness h(mixed_layers(), 4, 48 << 10, 8 << 10, 23, mixed_switch(9));
+  h.run(150);
+  EXPECT_GT(h.out_of_blocks(), 0) << "the run should hit the capacity";
 }
 
 TEST(KvRandom, UnderCapacityPressureFailuresChangeNothing) {

@@ -95,8 +95,9 @@ inline std::vector<std::byte> encode_record(const LayerSpec& spec, const float* 
   return rec;
 }
 
+// The record as the row stores it (in the switch codec once it switched precision).
 inline std::vector<std::byte> read_record(const KvCache& cache, int layer, RowId row, int64_t pos) {
-  std::vector<std::byte> rec(cache.token_record_bytes(layer));
+  std::vector<std::byte> rec(token_record_bytes(cache.row_layer(row, layer)));
   cache.read_token(layer, row, pos, rec);
   return rec;
 }
@@ -116,7 +117,7 @@ inline void decode_record(const LayerSpec& spec, const std::byte* rec, std::vect
 // token by token: the reference the block kernel must match.
 inline std::vector<double> reference_attention(const KvCache& cache, int layer, const AttentionQuery& aq,
                                                const float* q, const AttentionParams& p) {
-  const LayerSpec& spec = cache.layer(layer);
+  const LayerSpec& spec = cache.row_layer(aq.row, layer);
   const int H = p.num_heads, hd = p.head_dim, G = H / spec.kv_heads;
   int64_t lo = p.window ? std::max<int64_t>(0, aq.position - p.window + 1) : 0;
   int64_t hi = aq.key_limit >= 0 ? std::min(aq.position, aq.key_limit - 1) : aq.position;
@@ -158,6 +159,14 @@ inline CacheOptions options_for(std::vector<LayerSpec> layers, int block_size = 
   o.capacity_bytes = capacity;
   o.prefix_cache_bytes = prefix_bytes;
   return o;
+}
+
+// A record of `from` as `to` would store the same values: decoded, then
+// encoded again (what a precision switch does to a stored position).
+inline std::vector<std::byte> reencode_record(const LayerSpec& from, const LayerSpec& to, const std::byte* rec) {
+  std::vector<float> k, v;
+  decode_record(from, rec, k, v);
+  return encode_record(to, k.data(), v.data());
 }
 
 inline LayerSpec layer_spec(int kv_heads, int head_dim, int window, const char* codec) {

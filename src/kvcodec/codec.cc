@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <span>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -156,6 +157,24 @@ void decode_head(const HeadFormat& f, const std::byte* record, float* out) {
                         {out, std::size_t(f.head_dim)});
       return;
     }
+  }
+}
+
+void transcode_records(const LayerSpec& from, const LayerSpec& to, std::span<const std::byte> in,
+                       std::span<std::byte> out) {
+  if (from.kv_heads != to.kv_heads || from.head_dim != to.head_dim)
+    throw Error("KV transcode: layers of " + std::to_string(from.kv_heads) + "x" + std::to_string(from.head_dim) +
+                " and " + std::to_string(to.kv_heads) + "x" + std::to_string(to.head_dim) + " differ in geometry");
+  const HeadFormat f = head_format(from), t = head_format(to);
+  const std::size_t heads = 2 * std::size_t(from.kv_heads);  // K heads, then V heads
+  const std::size_t n = in.size() / (heads * f.head_bytes);
+  if (in.size() != n * heads * f.head_bytes || out.size() != n * heads * t.head_bytes)
+    throw Error("KV transcode: " + std::to_string(in.size()) + " bytes in and " + std::to_string(out.size()) +
+                " out are not the same whole number of records");
+  std::vector<float> x(std::size_t(from.head_dim));
+  for (std::size_t h = 0; h < n * heads; ++h) {
+    decode_head(f, in.data() + h * f.head_bytes, x.data());
+    encode_head(t, x.data(), out.data() + h * t.head_bytes);
   }
 }
 

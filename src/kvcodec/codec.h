@@ -81,4 +81,12 @@ void encode_head(const HeadFormat& f, const float* x, std::byte* record);
 // Head record to f32 (dequantized as scale * code + bias).
 void decode_head(const HeadFormat& f, const std::byte* record, float* out);
 
+// Token records of `from` re-encoded as records of `to` (a precision switch,
+// docs/kv.md): every head decoded to f32 and encoded again, so a quantized
+// `to` quantizes the stored values, not the activations they came from. The
+// layers must have the same kv_heads and head_dim; in.size() is a whole
+// number of `from` records and out.size() as many `to` records.
+void transcode_records(const LayerSpec& from, const LayerSpec& to, std::span<const std::byte> in,
+                       std::span<std::byte> out);
+
 }  // namespace rowlm::kv
