@@ -76,8 +76,8 @@ ASSISTANT = dict(vocab_size=128, hidden_size=24, intermediate_size=48, num_atten
 
 # name: (target fields, assistant text fields, assistant config fields)
 CASES = {
-    # No KV sharing in the target: its last sliding layer (3) comes after its last full one (2).
-    "plain": (dict(num_hidden_layers=4, layer_types=[S, S, F, S]), {},
+    # No KV sharing in the target: the assistant reads layers 3 (sliding) and 4 (full).
+    "plain": (dict(num_hidden_layers=5, layer_types=[S, S, F, S, F]), {},
               dict(use_ordered_embeddings=False)),
     # E-series target (per-layer inputs, KV sharing: its last layers read donors' KV) and the
     # ordered embedding (4 of 8 centroids of 16 tokens each are scored per draft).
