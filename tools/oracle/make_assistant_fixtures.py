@@ -67,8 +67,7 @@ TARGET = dict(g4.COMMON, hidden_size=32, intermediate_size=64, num_attention_hea
               hidden_size_per_layer_input=0, vocab_size_per_layer_input=128)
 ASSISTANT = dict(vocab_size=128, hidden_size=24, intermediate_size=48, num_attention_heads=2,
                  num_key_value_heads=2, head_dim=16, global_head_dim=32,
-                 sliding_window=TARGET["sliding_window"], rms_norm_eps=1e-6,
-                 final_logit_softcapping=None, tie_word_embeddings=True,
+                 sliding_window=TARGET["sliding_window"], rms_norm_eps=1e-6, tie_word_embeddings=True,
                  max_position_embeddings=256, rope_parameters=TARGET["rope_parameters"],
                  hidden_size_per_layer_input=0, vocab_size_per_layer_input=0,
                  enable_moe_block=False, use_double_wide_mlp=False,
