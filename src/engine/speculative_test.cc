@@ -213,6 +213,32 @@ TEST(Speculation, PreemptedRowsRebuildTheirDraftRows) {
   expect_stats_add_up(batched, stats);
 }
 
+// The assistant's rows continue from the target's state after preemption,
+// whether the target KV was swapped out and restored or recomputed: sampled
+// outputs equal each request's alone.
+TEST(Speculation, AssistantRowsResumeAfterPreemption) {
+  std::mt19937 rng(6);
+  std::vector<Spec> specs;
+  for (int i = 0; i < 5; ++i) specs.push_back({kPrompts[i], i == 0 ? 0.0f : 1.0f, rng(), 60, 0, {}});
+  const EngineOptions base = options("bf16", assistant_dir());
+  const auto alone = solo(base, specs);
+  for (const bool swap : {true, false}) {
+    EngineOptions opt = base;
+    opt.prefix_cache = false;
+    opt.max_running = 5;
+    opt.kv_budget_bytes = 300 * 1024;  // the prompts fit, their growth does not
+    opt.kv_overcommit = true;
+    opt.kv_swap = swap;
+    EngineStats stats;
+    const auto batched = run_schedule(opt, specs, &stats);
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      expect_same(batched[i], alone[i], "swap " + std::to_string(swap) + " request " + std::to_string(i));
+    EXPECT_GT(stats.preemptions, 0) << "the budget was meant to force preemption";
+    if (swap) EXPECT_GT(stats.kv_swaps, 0);
+    expect_stats_add_up(batched, stats);
+  }
+}
+
 // A copy of the bundled model (weights linked) whose context is `context`.
 struct ShortContextModel {
   explicit ShortContextModel(int context) {
