@@ -94,7 +94,7 @@ class DecoderModel final : public Model {
   void embed(std::span<const int32_t> tokens, Tensor& out) override;
   std::vector<int> kv_storage_of_layers() const override { return storage_of_; }
   // KvReader::forward (every layer reads target storage).
-  void forward_states(Tensor& h, std::span<const kv::AttentionQuery> queries, kv::KvCache& cache, Tensor& logits);
+  void forward_states(Tensor& h, std::span<const kv::AttentionQuery> queries, kv::KvCache& cache, Tensor* logits);
   const DecoderConfig& config() const { return cfg_; }
 
  private:
@@ -309,13 +309,13 @@ void DecoderModel::embed(std::span<const int32_t> tokens, Tensor& out) {
 }
 
 void DecoderModel::forward_states(Tensor& h, std::span<const kv::AttentionQuery> queries, kv::KvCache& cache,
-                                  Tensor& logits) {
+                                  Tensor* logits) {
   ROWLM_CHECK(&cache.backend() == &be_, "the KV cache belongs to another backend than the reader");
   const int64_t T = int64_t(queries.size());
   if (h.dim(0) != T || h.dim(1) != cfg_.hidden_size)
     throw Error("kv reader: input states are [" + std::to_string(h.dim(0)) + ", " + std::to_string(h.dim(1)) +
                 "], expected [" + std::to_string(T) + ", " + std::to_string(cfg_.hidden_size) + "]");
-  logits = Tensor::uninitialized(DType::F32, {T, int64_t(cfg_.vocab_size)});
+  if (logits) *logits = Tensor::uninitialized(DType::F32, {T, int64_t(cfg_.vocab_size)});
   if (T == 0) return;
   Step step;
   step.T = T;
@@ -333,7 +333,7 @@ void DecoderModel::forward_states(Tensor& h, std::span<const kv::AttentionQuery>
   const ForwardBatch nothing_written;  // no layer owns KV
   run_layers(step, nothing_written, cache, h);
   norm_in_place(h, w_.final_norm);
-  head(h, logits);
+  if (logits) head(h, *logits);
 }
 
 void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch, kv::KvCache& cache, Tensor& h) {
@@ -464,7 +464,7 @@ class KvReaderImpl final : public KvReader {
  public:
   explicit KvReaderImpl(std::unique_ptr<DecoderModel> model) : model_(std::move(model)) {}
   const DecoderConfig& config() const override { return model_->config(); }
-  void forward(Tensor& h, std::span<const kv::AttentionQuery> queries, kv::KvCache& cache, Tensor& logits) override {
+  void forward(Tensor& h, std::span<const kv::AttentionQuery> queries, kv::KvCache& cache, Tensor* logits) override {
     model_->forward_states(h, queries, cache, logits);
   }
 

@@ -159,12 +159,13 @@ class KvReader {
   virtual const DecoderConfig& config() const = 0;
   // Runs every layer on `h` ([T, hidden] f32 on the backend), token t
   // querying queries[t] of `cache` (read only: its positions and key limits
-  // pick the keys), and leaves the final-normed stream in `h`; `logits`
-  // becomes a host tensor [T, vocab] f32 of the output head (and softcap).
+  // pick the keys), and leaves the final-normed stream in `h`; `logits`, if
+  // not null, becomes a host tensor [T, vocab] f32 of the output head (and
+  // softcap).
   // Does not reset the backend's workspace: `h` may live there. Throws
   // rowlm::Error for queries the cache cannot answer; the cache is unchanged.
   virtual void forward(Tensor& h, std::span<const kv::AttentionQuery> queries, kv::KvCache& cache,
-                       Tensor& logits) = 0;
+                       Tensor* logits) = 0;
 };
 
 // Checks `config` (as make_decoder_model does; every layer must read target

@@ -28,6 +28,27 @@ struct TargetKv {
   int sliding = -1, full = -1;
 };
 
+// `t`'s rows in `order` (row i of the result is row order[i] of `t`), owned.
+Tensor permute_rows(const Tensor& t, std::span<const int32_t> order) {
+  Tensor out(t.dtype(), t.shape());
+  const std::size_t row = t.nbytes() / std::size_t(t.dim(0));
+  for (std::size_t i = 0; i < order.size(); ++i)
+    std::memcpy(static_cast<std::byte*>(out.raw()) + i * row,
+                static_cast<const std::byte*>(t.raw()) + std::size_t(order[i]) * row, row);
+  return out;
+}
+
+// A matrix whose rows are `w`'s in `order`, same format.
+Weight permute_rows(const Weight& w, std::span<const int32_t> order) {
+  Weight p = w;
+  p.values = permute_rows(w.values, order);
+  if (w.format == WeightFormat::Affine) {
+    p.scales = permute_rows(w.scales, order);
+    p.biases = permute_rows(w.biases, order);
+  }
+  return p;
+}
+
 TargetKv target_kv_of(const Model& target, const std::vector<kv::LayerSpec>& specs) {
   TargetKv t;
   for (int storage : target.kv_storage_of_layers()) (specs.at(std::size_t(storage)).window > 0 ? t.sliding : t.full) = storage;
@@ -84,6 +105,14 @@ class AssistantImpl final : public Assistant {
 
     decoder::DecoderWeights w = load_weights(dir, config_);
     bind_projections(dir, w);
+    if (a.use_ordered_embeddings) {
+      // The head in centroid order, so that a centroid's tokens are one row
+      // range; the reader then has no head of its own.
+      Weight& head = config_.tie_word_embeddings ? w.embed : w.lm_head;
+      ordered_head_ = be_.prepare_weight(permute_rows(head, token_ordering_));
+      w.embed = Weight{};
+      w.lm_head = Weight{};
+    }
     info_ = d.info;
     info_.vocab_size = config_.vocab_size;
     info_.hidden_size = config_.hidden_size;
@@ -119,6 +148,7 @@ class AssistantImpl final : public Assistant {
   int target_sliding_ = -1;  // the target storage the sliding layers read
   std::unique_ptr<decoder::KvReader> reader_;
   Weight pre_projection_, post_projection_, centroids_;
+  Weight ordered_head_;  // ordered embeddings: the head's rows in token_ordering_'s order
   std::vector<int32_t> token_ordering_;  // [num_centroids · tokens per centroid]: centroid c's tokens at c·K
   std::shared_ptr<const void> storage_;  // the checkpoint behind the projections
 };
@@ -173,15 +203,17 @@ void AssistantImpl::step(std::span<const int32_t> tokens, const Tensor& states,
   be_.copy_from_host(joined_host.data<float>(), joined);
   Tensor h = ws.tensor(DType::F32, {n, Ha});
   be_.matmul(joined, pre_projection_, h);
-  reader_->forward(h, queries, target_cache, logits);  // h: the final-normed stream
+  const bool ordered = config_.assistant->use_ordered_embeddings;
+  reader_->forward(h, queries, target_cache, ordered ? nullptr : &logits);  // h: the final-normed stream
   Tensor post = ws.tensor(DType::F32, {n, Hb});
   be_.matmul(h, post_projection_, post);
   be_.copy_to_host(post, next_states.raw());
-  if (config_.assistant->use_ordered_embeddings) ordered_logits(h, logits);
+  if (ordered) ordered_logits(h, logits);
 }
 
-// Keeps the logits of the tokens of each row's top-k centroids; every other
-// token gets the smallest of those minus 1 (transformers' mask value).
+// Scores only the tokens of each row's top-k centroids (one row range of the
+// ordered head each); every other token gets the smallest of those minus 1
+// (transformers' mask value).
 void AssistantImpl::ordered_logits(const Tensor& h, Tensor& logits) {
   const int64_t n = h.dim(0), C = config_.assistant->num_centroids, V = config_.vocab_size, K = V / C;
   const int top = config_.assistant->centroid_intermediate_top_k;
@@ -189,26 +221,29 @@ void AssistantImpl::ordered_logits(const Tensor& h, Tensor& logits) {
   be_.matmul(h, centroids_, scores_dev);
   std::vector<float> scores(std::size_t(n * C));
   be_.copy_to_host(scores_dev, scores.data());
+  Tensor part_dev = be_.workspace().tensor(DType::F32, {1, K});
+  std::vector<float> part(static_cast<std::size_t>(K));
   std::vector<int> order(static_cast<std::size_t>(C));
-  std::vector<char> chosen(static_cast<std::size_t>(V));
   for (int64_t i = 0; i < n; ++i) {
     const float* s = scores.data() + i * C;
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + top, order.end(),
                       [&](int a, int b) { return s[a] != s[b] ? s[a] > s[b] : a < b; });
     float* row = logits.data<float>() + i * V;
-    std::fill(chosen.begin(), chosen.end(), 0);
+    std::vector<std::pair<int32_t, float>> scored;
+    scored.reserve(std::size_t(top * K));
     float lowest = 0.0f;
-    bool first = true;
-    for (int c = 0; c < top; ++c)
+    for (int c = 0; c < top; ++c) {
+      const int64_t first = int64_t(order[std::size_t(c)]) * K;
+      be_.matmul(h.rows(i, i + 1), ordered_head_.row_range(first, first + K), part_dev);
+      be_.copy_to_host(part_dev, part.data());
       for (int64_t j = 0; j < K; ++j) {
-        const int32_t token = token_ordering_[std::size_t(int64_t(order[std::size_t(c)]) * K + j)];
-        chosen[std::size_t(token)] = 1;
-        lowest = first ? row[token] : std::min(lowest, row[token]);
-        first = false;
+        scored.emplace_back(token_ordering_[std::size_t(first + j)], part[std::size_t(j)]);
+        lowest = scored.size() == 1 ? part[std::size_t(j)] : std::min(lowest, part[std::size_t(j)]);
       }
-    for (int64_t v = 0; v < V; ++v)
-      if (!chosen[std::size_t(v)]) row[v] = lowest - 1.0f;
+    }
+    std::fill(row, row + V, lowest - 1.0f);
+    for (const auto& [token, logit] : scored) row[token] = logit;
   }
 }
 

@@ -17,6 +17,7 @@
 #include "backend/factory/make_backend.h"
 #include "core/error.h"
 #include "core/npy.h"
+#include "io/safetensors.h"
 #include "io/temp_dir.h"
 #include "model/awaiting_fixtures.h"
 #include "model/gemma4_assistant_test_util.h"
@@ -212,6 +213,48 @@ TEST(Assistant, StepIsBatchInvariantAndStopsAtTheKeyLimit) {
       EXPECT_EQ(std::count(r.begin(), r.end(), lowest), 128 - 48);
     }
   }
+}
+
+// With ordered embeddings, the scored tokens are whole centroid groups of
+// the checkpoint's token_ordering, `top_k` of them, each scored as the full
+// head scores it (the same assistant without ordered embeddings), every
+// other token at the smallest scored logit minus 1.
+TEST(Assistant, OrderedEmbeddingScoresWholeCentroidGroupsAsTheFullHeadDoes) {
+  TempDir ordered_dir("rowlm_assistant"), full_dir("rowlm_assistant");
+  test::AssistantShape s = small_shape();
+  test::write_random_assistant(full_dir.path(), s, 4);
+  s.centroids = 8;
+  s.top_k = 3;
+  test::write_random_assistant(ordered_dir.path(), s, 4);  // the same weights, and the centroids
+  const SafetensorsFile file = SafetensorsFile::open(ordered_dir.path() + "/model.safetensors");
+  const Tensor ordering = file.tensor("masked_embedding.token_ordering");
+  Pair ordered(small_target(), ordered_dir.path()), full(small_target(), full_dir.path());
+  const std::vector<int32_t> seq = {5, 9, 2, 77, 3, 8, 41, 1, 100, 6};
+  auto [row_o, state_o] = ordered.prefill(seq);
+  auto [row_f, state_f] = full.prefill(seq);
+  ASSERT_EQ(state_o, state_f);
+  const int64_t P = int64_t(seq.size());
+  auto [lo, no] = ordered.step({7}, {state_o}, {{row_o, P, P}});
+  auto [lf, nf] = full.step({7}, {state_f}, {{row_f, P, P}});
+  EXPECT_EQ(row_of(no, 0), row_of(nf, 0));
+  const std::vector<float> o = row_of(lo, 0), f = row_of(lf, 0);
+  const float lowest = *std::min_element(o.begin(), o.end());
+  int groups = 0;
+  float lowest_scored = INFINITY;
+  for (int64_t c = 0; c < 8; ++c) {
+    int scored = 0;
+    for (int64_t j = 0; j < 16; ++j) {
+      const int64_t token = ordering.data<int64_t>()[c * 16 + j];
+      if (o[std::size_t(token)] == lowest) continue;
+      ++scored;
+      EXPECT_NEAR(o[std::size_t(token)], f[std::size_t(token)], 1e-5f) << "token " << token;
+      lowest_scored = std::min(lowest_scored, o[std::size_t(token)]);
+    }
+    EXPECT_TRUE(scored == 0 || scored == 16) << "centroid " << c << ": " << scored << " of its tokens scored";
+    groups += scored == 16;
+  }
+  EXPECT_EQ(groups, 3);
+  EXPECT_EQ(lowest, lowest_scored - 1.0f);
 }
 
 // --- transformers' drafts (tools/oracle/make_assistant_fixtures.py) -----------
