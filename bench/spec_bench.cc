@@ -8,12 +8,14 @@
 // speedup over plain decoding, the draft acceptance rate and the tokens
 // emitted per target forward.
 //
-// Usage: spec_bench [--model DIR] [--draft-model DIR] [--assistant DIR|random]
+// Usage: spec_bench [--model DIR] [--draft-model DIR] [--assistant DIR|random|random-ordered]
 //                   [--max-tokens N] [--reps N] [--draft-tokens G,G,...] [--threads N]
 //
 // --assistant adds a Gemma 4 assistant drafter (model_type gemma4_assistant)
-// for the model; "random" writes a random one for the bundled model's shapes
-// (its drafts are never right: what is measured is the drafter's cost).
+// for the model; "random" writes a random one for the bundled model's shapes,
+// "random-ordered" one with ordered embeddings (64 centroids, 4 scored: 1/16
+// of the vocabulary), whose drafts are never right: what is measured is the
+// drafter's cost.
 
 #include <algorithm>
 #include <chrono>
@@ -132,7 +134,7 @@ int main(int argc, char** argv) {
     else if (a == "--threads") threads = std::atoi(value().c_str());
     else if (a == "--draft-tokens") gammas = int_list(value());
     else {
-      std::fprintf(stderr, "usage: spec_bench [--model DIR] [--draft-model DIR] [--assistant DIR|random] "
+      std::fprintf(stderr, "usage: spec_bench [--model DIR] [--draft-model DIR] [--assistant DIR|random|random-ordered] "
                            "[--max-tokens N] [--reps N] [--draft-tokens G,G,...] [--threads N]\n");
       return 2;
     }
@@ -143,12 +145,17 @@ int main(int argc, char** argv) {
   }
 
   std::optional<TempDir> random_assistant;
-  if (assistant == "random") {
+  const std::string assistant_name = assistant;
+  if (assistant == "random" || assistant == "random-ordered") {
     random_assistant.emplace("spec_bench_assistant");
     rowlm::test::AssistantShape shape;  // the bundled model's: vocab 8192, hidden 256, 1 KV head of 64 / 128
     shape.hidden = 128;
     shape.intermediate = 512;
     shape.heads = 4;
+    if (assistant == "random-ordered") {
+      shape.centroids = 64;
+      shape.top_k = 4;
+    }
     rowlm::test::write_random_assistant(random_assistant->path(), shape, 7);
     assistant = random_assistant->path();
   }
@@ -156,7 +163,7 @@ int main(int argc, char** argv) {
   nlohmann::json out;
   out["model"] = model;
   out["draft_model"] = draft_model;
-  if (!assistant.empty()) out["assistant"] = random_assistant ? std::string("random") : assistant;
+  if (!assistant.empty()) out["assistant"] = assistant_name;
   out["threads"] = threads;
   out["prompts"] = std::size(kPrompts);
   out["max_tokens"] = max_tokens;
