@@ -45,6 +45,7 @@
 
 #include "backend/factory/make_backend.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "engine/model_files.h"
 #include "engine/output.h"
 #include "engine/request_handle.h"
@@ -126,6 +127,8 @@ class EngineImpl final : public Engine {
   std::optional<StepRunner> runner_;
   std::optional<Scheduler> scheduler_;
   std::optional<Output> output_;
+  // Samples a step's rows in parallel (apply_logits); idle during forwards.
+  ThreadPool sampling_pool_;
 
   // Submissions cross threads through this queue.
   mutable std::mutex submit_mu_;
@@ -138,7 +141,8 @@ class EngineImpl final : public Engine {
 
 EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> backend,
                        std::unique_ptr<Model> model)
-    : opt_(options), backend_(std::move(backend)), model_(std::move(model)) {
+    : opt_(options), backend_(std::move(backend)), model_(std::move(model)),
+      sampling_pool_(backend_->host_threads()) {
   check_options(opt_);
   DraftSource draft = load_draft(opt_, *backend_, *model_);
   if (!opt_.model_dir.empty()) tokenizer_ = load_model_tokenizer(opt_.model_dir);
@@ -225,6 +229,7 @@ void EngineImpl::fail_running(const std::string& error) {
 }
 
 bool EngineImpl::step_locked_out() {
+  const auto step_start = Clock::now();
   take_submissions();
   for (const auto& r : scheduler_->take_cancelled()) finish(*r, FinishReason::Cancelled);
   scheduler_->admit([this](RequestState& r) {
@@ -248,6 +253,7 @@ bool EngineImpl::step_locked_out() {
     }
     const StepPlan plan = scheduler_->plan(jobs);
     StepLogits out;
+    const auto forward_start = Clock::now();
     try {
       out = runner_->forward(plan, jobs);
     } catch (const kv::OutOfBlocks& e) {
@@ -257,11 +263,17 @@ bool EngineImpl::step_locked_out() {
       fail_running(e.what());
       return true;
     }
-    stats_.update([](EngineStats& s) { ++s.steps; });
+    const auto forward_end = Clock::now();
     apply_logits(plan, jobs, out);
     scheduler_->remove_finished();
     for (const auto& r : scheduler_->running()) runner_->end_step(*r);
     update_gauges();
+    const auto step_end = Clock::now();
+    stats_.update([&](EngineStats& s) {
+      ++s.steps;
+      s.step_seconds += std::chrono::duration<double>(step_end - step_start).count();
+      s.forward_seconds += std::chrono::duration<double>(forward_end - forward_start).count();
+    });
     return true;
   }
 }
@@ -270,6 +282,22 @@ bool EngineImpl::step_locked_out() {
 // its round settled; any other row whose logits were computed samples its
 // next token. Rows whose token ends them finish.
 void EngineImpl::apply_logits(const StepPlan& plan, std::span<DraftJob> jobs, const StepLogits& out) {
+  // A plain row's token depends on its own logits and sampler alone, so the
+  // rows are sampled in parallel (a 262,144-entry row is a scan each);
+  // emitting stays on this thread, in feed order (it detokenizes, runs the
+  // request's callback and may finish the request).
+  const std::size_t vocab = std::size_t(output_->vocab_size());
+  std::vector<std::optional<sampling::SampledToken>> sampled(plan.feeds.size());
+  std::vector<std::string> sample_errors(plan.feeds.size());
+  sampling_pool_.run(int64_t(plan.feeds.size()), [&](int64_t i) {
+    const float* logits = out.row(std::size_t(i));
+    if (plan.feeds[std::size_t(i)].job >= 0 || !logits) return;
+    try {
+      sampled[std::size_t(i)] = plan.feeds[std::size_t(i)].request->sampler.sample(std::span(logits, vocab));
+    } catch (const std::exception& e) {
+      sample_errors[std::size_t(i)] = e.what();
+    }
+  });
   for (std::size_t i = 0; i < plan.feeds.size(); ++i) {
     const Feed& f = plan.feeds[i];
     RequestState& r = *f.request;
@@ -282,8 +310,12 @@ void EngineImpl::apply_logits(const StepPlan& plan, std::span<DraftJob> jobs, co
       continue;
     }
     if (!logits) continue;
+    if (!sampled[i]) {
+      finish(r, FinishReason::Error, std::move(sample_errors[i]));
+      continue;
+    }
     try {
-      if (const auto end = output_->sample(r, logits)) finish(r, *end);
+      if (const auto end = output_->emit(r, *sampled[i])) finish(r, *end);
     } catch (const std::exception& e) {
       if (!r.handle->done()) finish(r, FinishReason::Error, e.what());
     }
