@@ -24,7 +24,12 @@ The target then verifies; the committed tokens grow by the accepted drafts and t
 next token (so they are always the target's greedy continuation).
 
 These rounds are computed by direct calls of the assistant's forward, on the target's KV and
-hidden states from a cache-free forward over the verified tokens. Which target embedding
+hidden states from a cache-free forward over the verified tokens. (transformers' own assisted
+generation differs after its first round: its shared KV is the verification forward's, cropped
+to the committed length, so it still holds the slot of the position being drafted from, which
+verification filled with a rejected draft's KV, and its sliding entries are the cache's last
+ones. The direct calls give the assistant only the verified tokens' KV, which is what rowlm
+does; "hf_generate" records where and how the two differ: kv_lens, state_seen.) Which target embedding
 (scaled or raw) and which hidden state (final norm or last layer's output) they use is read off
 transformers' own assisted generation (target.generate(assistant_model=...)), whose assistant
 calls are recorded too and compared with the direct calls (reference.json "hf_generate"); if
@@ -219,22 +224,32 @@ def record_hf_generate(target, assistant, prompt, n, k):
     return out[0].tolist(), calls
 
 
+def state_source(x, tp, H):
+    """Which of the target pass's hidden states (kind, position) `x` is, or None."""
+    for kind in ("final_norm", "last_layer"):  # hidden_states[-1] is one of these
+        for pos in range(tp.hidden[kind].shape[0] - 1, -1, -1):
+            if torch.allclose(x, tp.hidden[kind][pos].float(), atol=1e-4, rtol=1e-3):
+                return kind, pos
+    return None
+
+
 def find_wiring(target, prompt, greedy_ids, calls):
     """Which embedding and hidden state transformers fed the assistant's first draft step."""
     first = calls[0]
     P = first["position"]  # committed length P + 1: the prompt's next token is pending
     x = first["inputs_embeds"].reshape(-1)
     H = x.numel() // 2
-    found = {}
+    found = {"first_state": x[H:].tolist()}
     for kind in ("scaled", "raw"):
         if torch.allclose(x[:H], embed(target, kind, greedy_ids[P]).reshape(-1).float(),
                           atol=1e-5, rtol=1e-4):
             found["embedding"] = kind
-    tp = TargetPass(target, greedy_ids[:P])
-    for kind in ("final_norm", "last_layer"):  # hidden_states[-1] is one of these
-        if "hidden" not in found and torch.allclose(x[H:], tp.hidden[kind][P - 1].float(),
-                                                    atol=1e-4, rtol=1e-3):
-            found["hidden"] = kind
+    # The state: a hidden state of the prompt's pass, at which position (P - 1 expected).
+    source = state_source(x[H:], TargetPass(target, greedy_ids[:P]), H)
+    if source:
+        found["hidden_seen"], found["hidden_seen_position"] = source[0], source[1] - (P - 1)
+        if source[1] == P - 1:
+            found["hidden"] = source[0]
     return found
 
 
@@ -249,6 +264,13 @@ def compare_hf_rounds(target, assistant, greedy_ids, calls, wiring, k):
         hf_drafts = [int(torch.argmax(c["logits"])) for c in calls[i:j]]
         entry = {"committed_len": pos + 1, "kv_lens": calls[i]["kv_lens"],
                  "mask_len": calls[i]["mask_len"], "hf_drafts": hf_drafts}
+        # The round's first state, located among a clean pass's hidden states over the
+        # committed tokens but the last (offset 0: the last computed position).
+        x = calls[i]["inputs_embeds"].reshape(-1)
+        H = x.numel() // 2
+        if pos >= 1:
+            source = state_source(x[H:], TargetPass(target, greedy_ids[:pos]), H)
+            entry["state_seen"] = None if source is None else [source[0], source[1] - (pos - 1)]
         if pos + 1 <= len(greedy_ids):
             drafts, logits = draft_round(target, assistant, greedy_ids[:pos + 1], wiring, j - i)
             hf_logits = np.stack([c["logits"].numpy() for c in calls[i:j]])
