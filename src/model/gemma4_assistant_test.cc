@@ -272,7 +272,10 @@ TEST_P(AssistantReference, DraftsAndLogitsMatchTransformers) {
   }
   std::ifstream in(dir + "/reference.json");
   const json ref = json::parse(in);
-  // The wiring this implementation has (gemma4_assistant.h), as transformers' own generation showed it.
+  // The direct-call rounds used this wiring (gemma4_assistant.h's). The
+  // script reads it off transformers' own assisted generation where that
+  // matches (the scaled embedding did; reference.json's hf_generate says what
+  // its state and KV were).
   EXPECT_EQ(ref["wiring"]["embedding"], "scaled") << ref["hf_generate"].dump(1);
   EXPECT_EQ(ref["wiring"]["hidden"], "final_norm") << ref["hf_generate"].dump(1);
   const Tensor want = read_npy(dir + "/draft_logits.npy");
