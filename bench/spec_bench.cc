@@ -8,8 +8,14 @@
 // speedup over plain decoding, the draft acceptance rate and the tokens
 // emitted per target forward.
 //
-// Usage: spec_bench [--model DIR] [--draft-model DIR] [--max-tokens N]
-//                   [--reps N] [--draft-tokens G,G,...] [--threads N]
+// Usage: spec_bench [--model DIR] [--draft-model DIR] [--assistant DIR|random|random-ordered]
+//                   [--max-tokens N] [--reps N] [--draft-tokens G,G,...] [--threads N]
+//
+// --assistant adds a Gemma 4 assistant drafter (model_type gemma4_assistant)
+// for the model; "random" writes a random one for the bundled model's shapes,
+// "random-ordered" one with ordered embeddings (64 centroids, 4 scored: 1/16
+// of the vocabulary), whose drafts are never right: what is measured is the
+// drafter's cost.
 
 #include <algorithm>
 #include <chrono>
@@ -17,12 +23,15 @@
 #include <cstdlib>
 #include <ctime>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "bench_clock.h"
+#include "io/temp_dir.h"
+#include "model/gemma4_assistant_test_util.h"
 #include "rowlm/engine.h"
 
 using namespace rowlm;
@@ -105,6 +114,7 @@ std::vector<int> int_list(const std::string& s) {
 int main(int argc, char** argv) {
   std::string model = std::string(ROWLM_SOURCE_DIR) + "/models/rowlm-tiny";
   std::string draft_model = std::string(ROWLM_SOURCE_DIR) + "/models/rowlm-tiny-draft";
+  std::string assistant;
   int max_tokens = 128, reps = 3, threads = 1;
   std::vector<int> gammas = {2, 3, 4, 6};
   for (int i = 1; i < argc; ++i) {
@@ -118,13 +128,14 @@ int main(int argc, char** argv) {
     };
     if (a == "--model") model = value();
     else if (a == "--draft-model") draft_model = value();
+    else if (a == "--assistant") assistant = value();
     else if (a == "--max-tokens") max_tokens = std::atoi(value().c_str());
     else if (a == "--reps") reps = std::atoi(value().c_str());
     else if (a == "--threads") threads = std::atoi(value().c_str());
     else if (a == "--draft-tokens") gammas = int_list(value());
     else {
-      std::fprintf(stderr, "usage: spec_bench [--model DIR] [--draft-model DIR] [--max-tokens N] [--reps N] "
-                           "[--draft-tokens G,G,...] [--threads N]\n");
+      std::fprintf(stderr, "usage: spec_bench [--model DIR] [--draft-model DIR] [--assistant DIR|random|random-ordered] "
+                           "[--max-tokens N] [--reps N] [--draft-tokens G,G,...] [--threads N]\n");
       return 2;
     }
   }
@@ -133,9 +144,26 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  std::optional<TempDir> random_assistant;
+  const std::string assistant_name = assistant;
+  if (assistant == "random" || assistant == "random-ordered") {
+    random_assistant.emplace("spec_bench_assistant");
+    rowlm::test::AssistantShape shape;  // the bundled model's: vocab 8192, hidden 256, 1 KV head of 64 / 128
+    shape.hidden = 128;
+    shape.intermediate = 512;
+    shape.heads = 4;
+    if (assistant == "random-ordered") {
+      shape.centroids = 64;
+      shape.top_k = 4;
+    }
+    rowlm::test::write_random_assistant(random_assistant->path(), shape, 7);
+    assistant = random_assistant->path();
+  }
+
   nlohmann::json out;
   out["model"] = model;
   out["draft_model"] = draft_model;
+  if (!assistant.empty()) out["assistant"] = assistant_name;
   out["threads"] = threads;
   out["prompts"] = std::size(kPrompts);
   out["max_tokens"] = max_tokens;
@@ -165,12 +193,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "spec_bench: draft tokens %d...\n", g);
     out["runs"].push_back(entry("ngram", g, measure(model, "ngram", g, max_tokens, reps, threads)));
     out["runs"].push_back(entry("model", g, measure(model, draft_model, g, max_tokens, reps, threads)));
+    if (!assistant.empty())
+      out["runs"].push_back(entry("assistant", g, measure(model, assistant, g, max_tokens, reps, threads)));
   }
   std::cout << out.dump(1) << "\n";
-  std::fprintf(stderr, "%-6s %5s %12s %12s %9s %11s %9s\n", "drafter", "gamma", "tok/cpu-s", "tok/wall-s", "speedup",
+  std::fprintf(stderr, "%-9s %5s %12s %12s %9s %11s %9s\n", "drafter", "gamma", "tok/cpu-s", "tok/wall-s", "speedup",
                "acceptance", "identical");
   for (const auto& r : out["runs"])
-    std::fprintf(stderr, "%-7s %5d %12.1f %12.1f %8.2fx %10.1f%% %9s\n", r["drafter"].get<std::string>().c_str(),
+    std::fprintf(stderr, "%-9s %5d %12.1f %12.1f %8.2fx %10.1f%% %9s\n", r["drafter"].get<std::string>().c_str(),
                  r.value("draft_tokens", 0), double(r["tokens_per_cpu_s"]), double(r["tokens_per_wall_s"]),
                  double(r["speedup_cpu"]), 100 * r.value("acceptance_rate", 0.0),
                  r["identical_to_plain"].get<bool>() ? "yes" : "NO");

@@ -19,6 +19,8 @@
 
 #include "cli/cli_test_util.h"
 #include "core/npy.h"
+#include "io/temp_dir.h"
+#include "model/gemma4_assistant_test_util.h"
 
 namespace rowlm {
 namespace {
@@ -210,14 +212,17 @@ TEST(Cli, ChatReusesTheConversationKv) {
 }
 
 // Speculative decoding end to end: greedy output is plain decoding's, and
-// the JSON reports what was drafted.
+// the JSON reports what was drafted; --draft takes a draft model, "ngram"
+// or a Gemma 4 assistant (here a random one for the bundled model).
 TEST(Cli, DraftFlagsSpeculateAndReportIt) {
   const std::string m = kSource + "/models/rowlm-tiny";
   const std::string args = " \"And the king said unto\" --max-tokens 40 --ignore-eos --json --threads 1";
   const CommandRun plain = rowlm("generate " + m + args);
   ASSERT_EQ(plain.status, 0) << plain.err;
   EXPECT_FALSE(json::parse(plain.out).contains("speculative"));
-  for (const std::string& draft : {kSource + "/models/rowlm-tiny-draft", std::string("ngram")}) {
+  const TempDir assistant("rowlm_cli_assistant");
+  test::write_random_assistant(assistant.path(), test::AssistantShape{}, 5);
+  for (const std::string& draft : {kSource + "/models/rowlm-tiny-draft", std::string("ngram"), assistant.path()}) {
     const CommandRun r = rowlm("generate " + m + args + " --draft " + draft + " --draft-tokens 3");
     ASSERT_EQ(r.status, 0) << r.err;
     const json j = json::parse(r.out);
@@ -232,6 +237,11 @@ TEST(Cli, DraftFlagsSpeculateAndReportIt) {
   const CommandRun bad = rowlm("generate " + m + " hi --threads 1 --draft " + kSource + "/tests/fixtures/gemma4/bf16");
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.err.find("vocabulary"), std::string::npos) << bad.err;
+  // An assistant made for another model is refused, naming the mismatch.
+  const CommandRun other = rowlm("generate " + kSource + "/tests/fixtures/gemma4/bf16 --ids 1,2 --threads 1 --draft " +
+                                 assistant.path());
+  EXPECT_NE(other.status, 0);
+  EXPECT_NE(other.err.find("cannot use the assistant"), std::string::npos) << other.err;
 }
 
 TEST(Cli, InspectReportsSizeAndKvCost) {

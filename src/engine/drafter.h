@@ -7,7 +7,11 @@
 // propose() once for all of them, verifies each row's proposal against the
 // target's logits, and reports back with resolve() (or discard() if the
 // step is replanned). A drafter that keeps per-row state (the draft model's
-// KV rows) follows the rows through attach() / detach().
+// KV rows) follows the rows through attach() / detach(). A drafter that
+// continues from the target's state (the Gemma 4 assistant) reads the
+// target's KV rows through propose()'s TargetView, and the target's hidden
+// state of each row's last computed position from the request
+// (RequestState::target_state, kept when reads_target_state()).
 //
 // What a drafter proposes may depend only on the row's own tokens and
 // sampling parameters, never on other rows: with sampling, the emitted
@@ -22,9 +26,17 @@
 
 #include "engine/request_state.h"
 #include "kv/kv_cache.h"
+#include "model/gemma4_assistant.h"
 #include "model/model.h"
 
 namespace rowlm::engine {
+
+// The target model and its KV cache, for drafters that read them during
+// propose(): the cache's rows hold each request's computed tokens.
+struct TargetView {
+  Model& model;
+  kv::KvCache& cache;
+};
 
 struct DraftJob {
   RequestState* request = nullptr;
@@ -53,7 +65,7 @@ class Drafter {
   // Proposes tokens for every job with max_tokens > 0. Throws
   // kv::OutOfBlocks (leaving every row as it was before the call) when the
   // drafter's storage is full; the engine then preempts a row and replans.
-  virtual void propose(std::span<DraftJob> jobs) = 0;
+  virtual void propose(std::span<DraftJob> jobs, const TargetView& target) = 0;
   // The row's proposal was verified: its first `accepted` tokens were kept.
   virtual void resolve(const DraftJob& /*job*/, int /*accepted*/) {}
   // This step's proposals will not be verified (the target forward must be
@@ -61,6 +73,9 @@ class Drafter {
   virtual void discard(std::span<DraftJob> /*jobs*/) {}
   // End of a step: the row's accepted tokens may be published for reuse.
   virtual void after_step(RequestState& /*request*/) {}
+
+  // Whether the step runner should keep RequestState::target_state.
+  virtual bool reads_target_state() const { return false; }
 
   // Memory for the engine's gauges (0 for a stateless drafter).
   virtual std::size_t used_bytes() const { return 0; }
@@ -86,5 +101,12 @@ std::vector<int32_t> ngram_lookup(std::span<const int32_t> tokens, int max_token
 // rows as they stand, not their max_length (SchedulerOptions::overcommit).
 std::unique_ptr<Drafter> make_model_drafter(std::unique_ptr<Model> draft, Backend& backend, kv::CacheOptions cache_options,
                                             bool prefix_cache, int64_t step_tokens, bool overcommit);
+
+// The Gemma 4 assistant (model/gemma4_assistant.h): no KV of its own; each
+// round's drafts are one batched assistant step per draft position over the
+// drafting rows, reading the target's rows (up to their computed length)
+// and each row's target state. Sampled drafts use the request's parameters
+// with RandomStream::kDraft, like the draft model's.
+std::unique_ptr<Drafter> make_assistant_drafter(std::unique_ptr<gemma4::Assistant> assistant);
 
 }  // namespace rowlm::engine

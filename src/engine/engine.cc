@@ -155,14 +155,14 @@ EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> ba
     : opt_(options), backend_(std::move(backend)), model_(std::move(model)),
       sampling_pool_(sampling_threads(*backend_)) {
   check_options(opt_);
-  std::unique_ptr<Model> draft_model = load_draft_model(opt_, *backend_, model_->info());
+  DraftSource draft = load_draft(opt_, *backend_, *model_);
   if (!opt_.model_dir.empty()) tokenizer_ = load_model_tokenizer(opt_.model_dir);
   const ModelInfo& info = model_->info();
   limits_ = RequestLimits{info.vocab_size, info.max_position, tokenizer_ ? &*tokenizer_ : nullptr};
 
   kv::CacheOptions copt = cache_options(opt_, *model_, *backend_);
   stats_.update([&](EngineStats& s) { s.kv_capacity_bytes = copt.capacity_bytes; });  // the draft's share included
-  std::unique_ptr<Drafter> drafter = make_drafter(opt_, std::move(draft_model), *backend_, *model_, copt);
+  std::unique_ptr<Drafter> drafter = make_drafter(opt_, std::move(draft), *backend_, *model_, copt);
   const bool speculating = drafter != nullptr;
   // Swapped-out rows may hold as many host bytes as the pool holds KV.
   const std::size_t swap_limit = !opt_.kv_swap ? 0 : copt.capacity_bytes ? copt.capacity_bytes : SIZE_MAX;

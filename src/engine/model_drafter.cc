@@ -20,20 +20,12 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "engine/draft_sampler.h"
 #include "engine/drafter.h"
 #include "engine/kv_room.h"
 
 namespace rowlm::engine {
 namespace {
-
-// The request's parameters for the draft's own draws, with the target
-// sampler's seed (a request without a seed drew one once) and no logprobs.
-sampling::SamplingParams draft_params(const RequestState& r) {
-  sampling::SamplingParams p = r.request.sampling;
-  p.seed = r.sampler.seed();
-  p.logprobs.reset();
-  return p;
-}
 
 class ModelDrafter final : public Drafter {
  public:
@@ -63,9 +55,7 @@ class ModelDrafter final : public Drafter {
         // length, and the target's computed tokens are what it follows.
         cache_.attach_prefix(row, r.tokens, r.computed);
       }
-      sampling::Sampler sampler(draft_params(r), model_->info().vocab_size,
-                                std::span(r.tokens).first(std::size_t(r.prompt_length)));
-      rows_.emplace(r.id, Row{&r, row, std::move(sampler)});
+      rows_.emplace(r.id, Row{&r, row, DraftSampler(r, model_->info().vocab_size)});
     } catch (...) {
       cache_.retire(row);
       throw;
@@ -82,7 +72,7 @@ class ModelDrafter final : public Drafter {
     rows_.erase(it);
   }
 
-  void propose(std::span<DraftJob> jobs) override;
+  void propose(std::span<DraftJob> jobs, const TargetView& target) override;
   void resolve(const DraftJob& job, int accepted) override;
   void discard(std::span<DraftJob> jobs) override;
   void after_step(RequestState& r) override {
@@ -96,7 +86,7 @@ class ModelDrafter final : public Drafter {
   struct Row {
     RequestState* request;
     kv::RowId kv_row;
-    sampling::Sampler sampler;  // the request's accepted tokens (its drafts only inside propose)
+    DraftSampler sampler;       // the request's accepted tokens (its drafts only inside propose)
     int64_t round_fed = 0;      // accepted tokens fed at the start of the open round
   };
 
@@ -110,15 +100,6 @@ class ModelDrafter final : public Drafter {
     const int64_t length = std::min(cache_.length(row.kv_row), row.request->sequence_length());
     cache_.publish(row.kv_row, std::span(row.request->tokens).first(std::size_t(length)));
   }
-  // Samples the job's next draft token from a draft logits row. A greedy
-  // draw's q is one-hot at the token, which an empty q already says.
-  void draw(DraftJob& job, Row& row, const float* logits) {
-    const std::span<const float> l(logits, std::size_t(model_->info().vocab_size));
-    const sampling::SampledToken s = row.sampler.sample(l, sampling::RandomStream::kDraft);
-    if (!row.sampler.params().greedy()) job.probs.push_back(row.sampler.next_token_probs(l));
-    job.tokens.push_back(s.token);
-    row.sampler.accept(s.token);  // later drafts see it (penalties, step)
-  }
   void drop_drafts(Row& row) {
     if (cache_.in_round(row.kv_row)) cache_.rollback_round(std::span(&row.kv_row, 1), std::array<int64_t, 1>{0});
   }
@@ -131,7 +112,7 @@ class ModelDrafter final : public Drafter {
   std::unordered_map<uint64_t, Row> rows_;
 };
 
-void ModelDrafter::propose(std::span<DraftJob> jobs) {
+void ModelDrafter::propose(std::span<DraftJob> jobs, const TargetView& /*target*/) {
   const int64_t context = model_->info().max_position;
   std::vector<Row*> rows(jobs.size());
   std::vector<int> want(jobs.size());  // drafts this step, per job
@@ -144,8 +125,7 @@ void ModelDrafter::propose(std::span<DraftJob> jobs) {
     job.probs.clear();
     RequestState& r = *job.request;
     Row& row = *(rows[i] = &row_of(r));
-    // The sampler follows the request's accepted tokens.
-    for (int32_t t : r.generated().subspan(std::size_t(row.sampler.step()))) row.sampler.accept(t);
+    row.sampler.follow(r);
     const int64_t length = cache_.length(row.kv_row);
     // A drafting row feeds up to its last sampled token, whose logits give
     // the first draft; drafts stay below the draft's context.
@@ -175,7 +155,7 @@ void ModelDrafter::propose(std::span<DraftJob> jobs) {
     Tensor logits;
     model_->forward(batch, cache_, logits);
     for (std::size_t k = 0; k < logit_job.size(); ++k)
-      draw(jobs[logit_job[k]], *rows[logit_job[k]], logits.data<float>() + int64_t(k) * vocab);
+      rows[logit_job[k]]->sampler.draw(jobs[logit_job[k]], logits.data<float>() + int64_t(k) * vocab);
     for (int d = 1;; ++d) {
       ForwardBatch next;
       logit_job.clear();
@@ -188,19 +168,19 @@ void ModelDrafter::propose(std::span<DraftJob> jobs) {
       if (next.tokens.empty()) break;
       model_->forward(next, cache_, logits);
       for (std::size_t k = 0; k < logit_job.size(); ++k)
-        draw(jobs[logit_job[k]], *rows[logit_job[k]], logits.data<float>() + int64_t(k) * vocab);
+        rows[logit_job[k]]->sampler.draw(jobs[logit_job[k]], logits.data<float>() + int64_t(k) * vocab);
     }
   } catch (...) {
     for (std::size_t i = 0; i < jobs.size(); ++i) {
       drop_drafts(*rows[i]);
-      rows[i]->sampler.rollback(jobs[i].tokens.size());
+      rows[i]->sampler.forget(jobs[i].tokens.size());
       jobs[i].tokens.clear();
       jobs[i].probs.clear();
     }
     throw;
   }
   // Between steps the sampler holds accepted tokens only.
-  for (std::size_t i = 0; i < jobs.size(); ++i) rows[i]->sampler.rollback(jobs[i].tokens.size());
+  for (std::size_t i = 0; i < jobs.size(); ++i) rows[i]->sampler.forget(jobs[i].tokens.size());
 }
 
 void ModelDrafter::resolve(const DraftJob& job, int accepted) {

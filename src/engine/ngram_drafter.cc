@@ -30,7 +30,7 @@ namespace {
 
 class NgramDrafter final : public Drafter {
  public:
-  void propose(std::span<DraftJob> jobs) override {
+  void propose(std::span<DraftJob> jobs, const TargetView& /*target*/) override {
     for (DraftJob& job : jobs) {
       job.tokens = ngram_lookup(job.request->tokens, job.max_tokens);
       job.probs.clear();  // deterministic: q is one-hot at each token

@@ -55,6 +55,12 @@ struct RequestState {
   kv::RowId row = -1;
   int64_t computed = 0;
   std::optional<kv::RowCache> swapped;  // its KV in host memory while preempted (StepRunner::evict)
+  // The target's final-normed hidden state at target_state_position, its
+  // last computed position when it was set (StepRunner, for drafters that
+  // continue from it). Kept across preemption: batch invariance makes a
+  // recomputed state the same, and a restored row needs no recompute.
+  std::vector<float> target_state;
+  int64_t target_state_position = -1;
   uint64_t admit_order = 0;
   Clock::time_point submitted = Clock::now(), admitted, first_token, finished;
   bool ever_admitted = false;

@@ -61,7 +61,7 @@ class FakeDrafter final : public Drafter {
  public:
   bool room = true;
   bool has_room(const RequestState&, int64_t) const override { return room; }
-  void propose(std::span<DraftJob>) override {}
+  void propose(std::span<DraftJob>, const TargetView&) override {}
 };
 
 struct Spec {

@@ -71,11 +71,19 @@ void check_options(const EngineOptions& opt) {
                 std::to_string(opt.draft_tokens));
 }
 
-std::unique_ptr<Model> load_draft_model(const EngineOptions& options, Backend& backend, const ModelInfo& target) {
+DraftSource load_draft(const EngineOptions& options, Backend& backend, const Model& target_model) {
   const std::string& dir = options.draft;
-  if (dir.empty() || dir == "ngram") return nullptr;
+  const ModelInfo& target = target_model.info();
+  if (dir.empty() || dir == "ngram") return {};
   if (!std::filesystem::is_directory(dir))
     throw Error("engine: draft '" + dir + "' is neither \"ngram\" nor a model directory");
+  if (gemma4::is_assistant_dir(dir)) {
+    try {
+      return {nullptr, gemma4::Assistant::load(dir, backend, target_model)};
+    } catch (const std::exception& e) {
+      throw Error("engine: cannot use the assistant " + dir + " for the model " + target.directory + ": " + e.what());
+    }
+  }
   std::unique_ptr<Model> draft;
   try {
     draft = load_model(dir, backend);
@@ -86,7 +94,7 @@ std::unique_ptr<Model> load_draft_model(const EngineOptions& options, Backend& b
     throw Error("engine: the draft model " + dir + " has a vocabulary of " + std::to_string(draft->info().vocab_size) +
                 " tokens, the model " + target.directory + " one of " + std::to_string(target.vocab_size) +
                 "; a draft must share the model's vocabulary");
-  return draft;
+  return {std::move(draft), nullptr};
 }
 
 kv::CacheOptions cache_options(const EngineOptions& options, const Model& model, const Backend& backend) {
@@ -114,8 +122,13 @@ kv::CacheOptions cache_options(const EngineOptions& options, const Model& model,
   return copt;
 }
 
-std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, std::unique_ptr<Model> draft_model,
-                                      Backend& backend, const Model& target_model, kv::CacheOptions& target) {
+std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, DraftSource draft, Backend& backend,
+                                      const Model& target_model, kv::CacheOptions& target) {
+  if (draft.assistant) {
+    draft.assistant->widen_target_windows(target.layers);
+    return make_assistant_drafter(std::move(draft.assistant));
+  }
+  std::unique_ptr<Model> draft_model = std::move(draft.model);
   if (!draft_model) return options.draft == "ngram" ? make_ngram_drafter() : nullptr;
   // The split below weighs a step of the token budget. Admission counts
   // what a draft row appends between settle points: one propose() is one

@@ -21,10 +21,17 @@ inline constexpr int kMaxDraftTokens = 64;
 // Throws rowlm::Error naming the first option out of range.
 void check_options(const EngineOptions& options);
 
-// The draft model options.draft names when it is a directory (null for ""
-// and "ngram"), loaded on `backend`. Throws rowlm::Error if it cannot be
-// loaded or its vocabulary is not the target's.
-std::unique_ptr<Model> load_draft_model(const EngineOptions& options, Backend& backend, const ModelInfo& target);
+// What options.draft names when it is a directory (neither for "" and
+// "ngram"): a draft model, or a Gemma 4 assistant (config.json's model_type
+// gemma4_assistant or architectures Gemma4AssistantForCausalLM) bound to
+// `target`, loaded on `backend`.
+struct DraftSource {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<gemma4::Assistant> assistant;
+};
+// Throws rowlm::Error if it cannot be loaded, its vocabulary is not the
+// target's, or an assistant does not fit the target.
+DraftSource load_draft(const EngineOptions& options, Backend& backend, const Model& target);
 
 // The precision switch options.kv_quantize_after / kv_quantize_to ask for
 // over `layers`: every layer whose codec is wider than the target switches.
@@ -43,8 +50,9 @@ kv::CacheOptions cache_options(const EngineOptions& options, const Model& model,
 // `backend` (the target's). With a draft model, its
 // cache takes the share of `target`'s capacity and prefix-cache bytes that
 // one full-context row costs it beside the target, and `target` keeps the
-// rest.
-std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, std::unique_ptr<Model> draft_model,
-                                      Backend& backend, const Model& target_model, kv::CacheOptions& target);
+// rest. An assistant has no cache: `target`'s window layers it reads are
+// widened to keep the keys it attends to.
+std::unique_ptr<Drafter> make_drafter(const EngineOptions& options, DraftSource draft, Backend& backend,
+                                      const Model& target_model, kv::CacheOptions& target);
 
 }  // namespace rowlm::engine

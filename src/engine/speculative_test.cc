@@ -17,9 +17,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "backend/factory/make_backend.h"
 #include "engine/drafter.h"
 #include "engine/engine_test_util.h"
+#include "engine/step_runner.h"
+#include "model/model.h"
 #include "io/temp_dir.h"
+#include "model/gemma4_assistant_test_util.h"
 
 namespace rowlm {
 namespace {
@@ -34,7 +38,24 @@ EngineOptions options(const std::string& codec = "bf16", const std::string& draf
   return o;
 }
 
-std::string drafter_dir(const std::string& name) { return name == "model" ? draft_model_dir() : name; }
+// A random Gemma 4 assistant for the bundled model (its KV geometry and
+// hidden size), with ordered embeddings: written once per test binary.
+const std::string& assistant_dir() {
+  static const TempDir dir("rowlm_assistant");
+  static const bool written = [] {
+    AssistantShape s;  // vocab 8192, backbone 256, 1 KV head of 64 / 128, window 64
+    s.centroids = 64;
+    s.top_k = 8;
+    write_random_assistant(dir.path(), s, 11);
+    return true;
+  }();
+  (void)written;
+  return dir.path();
+}
+
+std::string drafter_dir(const std::string& name) {
+  return name == "model" ? draft_model_dir() : name == "assistant" ? assistant_dir() : name;
+}
 
 // Prompts past the 64-token window, and short ones.
 std::string prompt(std::mt19937& rng) {
@@ -138,6 +159,13 @@ INSTANTIATE_TEST_SUITE_P(DraftersAndCodecs, GreedySpeculation,
                          [](const auto& p) {
                            return std::string(std::get<0>(p.param)) + "_" + std::get<1>(p.param);
                          });
+// The assistant reads the target's KV through the same attention as the
+// target, whatever its codec; one codec keeps the test short.
+INSTANTIATE_TEST_SUITE_P(Assistant, GreedySpeculation,
+                         ::testing::Combine(::testing::Values("assistant"), ::testing::Values("bf16")),
+                         [](const auto& p) {
+                           return std::string(std::get<0>(p.param)) + "_" + std::get<1>(p.param);
+                         });
 
 class SampledSpeculation : public ::testing::TestWithParam<const char*> {};
 
@@ -161,7 +189,7 @@ TEST_P(SampledSpeculation, OutputDependsOnTheSeedNotTheSchedule) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Drafters, SampledSpeculation, ::testing::Values("ngram", "model"),
+INSTANTIATE_TEST_SUITE_P(Drafters, SampledSpeculation, ::testing::Values("ngram", "model", "assistant"),
                          [](const auto& p) { return std::string(p.param); });
 
 TEST(Speculation, PreemptedRowsRebuildTheirDraftRows) {
@@ -183,6 +211,32 @@ TEST(Speculation, PreemptedRowsRebuildTheirDraftRows) {
   for (std::size_t i = 0; i < specs.size(); ++i) expect_same(batched[i], alone[i], "request " + std::to_string(i));
   EXPECT_GT(stats.preemptions, 0) << "the budget was meant to force preemption";
   expect_stats_add_up(batched, stats);
+}
+
+// The assistant's rows continue from the target's state after preemption,
+// whether the target KV was swapped out and restored or recomputed: sampled
+// outputs equal each request's alone.
+TEST(Speculation, AssistantRowsResumeAfterPreemption) {
+  std::mt19937 rng(6);
+  std::vector<Spec> specs;
+  for (int i = 0; i < 5; ++i) specs.push_back({kPrompts[i], i == 0 ? 0.0f : 1.0f, rng(), 60, 0, {}});
+  const EngineOptions base = options("bf16", assistant_dir());
+  const auto alone = solo(base, specs);
+  for (const bool swap : {true, false}) {
+    EngineOptions opt = base;
+    opt.prefix_cache = false;
+    opt.max_running = 5;
+    opt.kv_budget_bytes = 300 * 1024;  // the prompts fit, their growth does not
+    opt.kv_overcommit = true;
+    opt.kv_swap = swap;
+    EngineStats stats;
+    const auto batched = run_schedule(opt, specs, &stats);
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      expect_same(batched[i], alone[i], "swap " + std::to_string(swap) + " request " + std::to_string(i));
+    EXPECT_GT(stats.preemptions, 0) << "the budget was meant to force preemption";
+    if (swap) EXPECT_GT(stats.kv_swaps, 0);
+    expect_stats_add_up(batched, stats);
+  }
 }
 
 // A copy of the bundled model (weights linked) whose context is `context`.
@@ -324,6 +378,86 @@ TEST(Speculation, BadDraftOptionsAreRefusedClearly) {
   EngineOptions zero = options("bf16", "ngram");
   zero.draft_tokens = 0;
   EXPECT_NE(error_of(zero).find("draft_tokens"), std::string::npos);
+}
+
+// For a drafter that continues from the target's state (the assistant), the
+// step runner leaves each row's RequestState::target_state at its last
+// computed position after a prefill and after every verified round, however
+// many drafts were kept: bitwise what a fresh prefill of the row's computed
+// tokens gives as the final-normed hidden state of the last of them.
+TEST(Speculation, RowsKeepTheTargetStateOfTheirLastComputedPosition) {
+  // The greedy continuation, from plain decoding.
+  const std::vector<int32_t> prompt = {2, 818, 5279, 529, 506, 7670, 1032, 4055};
+  Spec spec{"", 0.0f, 1, 40, 0, {}};
+  spec.prompt_ids = prompt;
+  std::vector<int32_t> sequence = prompt;
+  const std::vector<RequestResult> plain = solo(options(), {spec});
+  sequence.insert(sequence.end(), plain[0].token_ids.begin(), plain[0].token_ids.end());
+
+  // Proposes what the continuation holds for a scheduled number of drafts,
+  // then a token it does not hold.
+  struct Oracle final : engine::Drafter {
+    const std::vector<int32_t>* sequence = nullptr;
+    std::mt19937 rng{3};
+    bool reads_target_state() const override { return true; }
+    void propose(std::span<engine::DraftJob> jobs, const engine::TargetView&) override {
+      for (engine::DraftJob& job : jobs) {
+        job.tokens.clear();
+        const int64_t from = job.request->sequence_length();
+        const int right = int(rng() % std::size_t(job.max_tokens + 1));
+        for (int j = 0; j < job.max_tokens && from + j < int64_t(sequence->size()); ++j)
+          job.tokens.push_back(j < right ? (*sequence)[std::size_t(from + j)] : (*sequence)[std::size_t(from + j)] ^ 1);
+      }
+    }
+  };
+  auto backend = make_backend({"cpu", 1, MatmulPrecision::F32});
+  auto model = load_model(model_dir(), *backend);
+  kv::CacheOptions copt;
+  copt.layers = model->kv_layers(kv::parse_codec("bf16"));
+  auto drafter = std::make_unique<Oracle>();
+  drafter->sequence = &sequence;
+  engine::StepRunner runner(*model, std::make_unique<kv::KvCache>(copt, *backend), std::move(drafter), false, 0);
+  // A fresh prefill's final-normed state of the last of `tokens`.
+  auto fresh_state = [&](std::span<const int32_t> tokens) {
+    kv::KvCache cache(copt, *backend);
+    ForwardBatch b;
+    const kv::RowId row = cache.create_row();
+    for (std::size_t i = 0; i < tokens.size(); ++i) b.add(row, int64_t(i), tokens[i], i + 1 == tokens.size());
+    Tensor logits, hidden;
+    model->forward(b, cache, logits, &hidden);
+    return std::vector<float>(hidden.data<float>(), hidden.data<float>() + hidden.numel());
+  };
+
+  Request request;
+  request.prompt_ids = prompt;
+  engine::RequestState r(1, request, prompt, model->info().vocab_size, nullptr,
+                         std::make_shared<engine::HandleImpl>(1, [] {}), {});
+  runner.attach(r);
+  runner.forward(engine::StepPlan{{{&r, int64_t(prompt.size()), -1}}}, {});
+  r.tokens.push_back(sequence[prompt.size()]);
+  int rounds = 0, kept_drafts = 0;
+  std::vector<float> previous;
+  while (r.sequence_length() + 4 < int64_t(sequence.size())) {
+    ASSERT_EQ(r.target_state_position, r.computed - 1);
+    const std::vector<float> want = fresh_state(std::span(r.tokens).first(std::size_t(r.computed)));
+    ASSERT_EQ(r.target_state, want) << "round " << rounds << ", computed " << r.computed;
+    EXPECT_NE(want, previous);
+    previous = want;
+    std::vector<engine::DraftJob> jobs{{&r, 3, {}, {}}};
+    runner.propose(jobs);
+    runner.forward(engine::StepPlan{{{&r, 1, 0}}}, jobs);
+    // Greedy verification against the known continuation.
+    int accepted = 0;
+    while (accepted < int(jobs[0].tokens.size()) &&
+           jobs[0].tokens[std::size_t(accepted)] == sequence[std::size_t(r.sequence_length() + accepted)])
+      ++accepted;
+    for (int j = 0; j <= accepted; ++j) r.tokens.push_back(sequence[r.tokens.size()]);
+    runner.settle_round(r, jobs[0], accepted + 1, accepted);
+    kept_drafts += accepted;
+    ++rounds;
+  }
+  EXPECT_GT(kept_drafts, rounds / 2) << "the schedule was meant to keep drafts";
+  runner.release(r);
 }
 
 }  // namespace

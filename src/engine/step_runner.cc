@@ -80,7 +80,7 @@ bool StepRunner::evict(RequestState& r) {
 
 void StepRunner::propose(std::span<DraftJob> jobs) {
   ROWLM_CHECK(drafter_, "propose() without a drafter");
-  drafter_->propose(jobs);
+  drafter_->propose(jobs, TargetView{model_, *cache_});
 }
 
 StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
@@ -111,23 +111,42 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
 
   // The drafted rows' KV appends happen inside a speculative round, rolled
   // back to what verification keeps.
+  const bool keep_state = drafter_ && drafter_->reads_target_state();
+  round_hidden_row_.clear();
   cache_->begin_round(round);
   try {
-    model_.forward(batch, *cache_, out.logits);
+    model_.forward(batch, *cache_, out.logits, keep_state ? &hidden_ : nullptr);
   } catch (...) {
     cache_->rollback_round(round, std::vector<int64_t>(round.size(), 0));
     if (drafter_) drafter_->discard(jobs);
     throw;
   }
-  for (const Feed& f : plan.feeds)
-    if (f.job < 0) f.request->computed += f.tokens;
+  for (std::size_t i = 0; i < plan.feeds.size(); ++i) {
+    const Feed& f = plan.feeds[i];
+    if (f.job >= 0) {
+      if (keep_state) round_hidden_row_[f.request->id] = out.first_row[i];
+      continue;
+    }
+    f.request->computed += f.tokens;
+    if (keep_state && out.first_row[i] >= 0) keep_target_state(*f.request, out.first_row[i]);
+  }
   return out;
 }
 
 void StepRunner::settle_round(RequestState& r, const DraftJob& job, int emitted, int accepted) {
   cache_->rollback_round(std::span(&r.row, 1), std::array<int64_t, 1>{emitted});
   r.computed += emitted;
+  // The state of the last kept token: the fed token's row, then the drafts'.
+  if (const auto it = round_hidden_row_.find(r.id); it != round_hidden_row_.end() && emitted > 0 && it->second >= 0)
+    keep_target_state(r, it->second + emitted - 1);
   drafter_->resolve(job, accepted);
+}
+
+void StepRunner::keep_target_state(RequestState& r, int64_t hidden_row) {
+  const int64_t H = hidden_.dim(1);
+  const float* row = hidden_.data<float>() + hidden_row * H;
+  r.target_state.assign(row, row + H);
+  r.target_state_position = r.computed - 1;
 }
 
 void StepRunner::end_step(RequestState& r) {

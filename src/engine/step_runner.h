@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "core/tensor.h"
@@ -94,7 +95,10 @@ class StepRunner {
   StepLogits forward(const StepPlan& plan, std::span<DraftJob> jobs);
   // After verification of a drafting feed: the row's KV keeps `emitted` of
   // the tokens it fed, r.computed advances by as many, and the drafter keeps
-  // `accepted` of its proposal.
+  // `accepted` of its proposal. (When the drafter reads the target's state,
+  // every feed with logits leaves its row's RequestState::target_state at
+  // its last computed position: forward() for feeds without drafts, this
+  // for drafting ones.)
   void settle_round(RequestState& r, const DraftJob& job, int emitted, int accepted);
   // End of a step, for a row still running: publishes what it computed.
   void end_step(RequestState& r);
@@ -106,6 +110,7 @@ class StepRunner {
 
  private:
   void publish(RequestState& r);
+  void keep_target_state(RequestState& r, int64_t hidden_row);
 
   Model& model_;
   std::unique_ptr<kv::KvCache> cache_;
@@ -114,6 +119,10 @@ class StepRunner {
   const bool prefix_cache_;
   const std::size_t swap_limit_;
   std::size_t swapped_bytes_ = 0;  // held by preempted requests' r.swapped
+  // The last forward's final hidden states (when the drafter reads them),
+  // and each drafting row's first row there, for settle_round.
+  Tensor hidden_;
+  std::unordered_map<uint64_t, int64_t> round_hidden_row_;
 };
 
 }  // namespace rowlm::engine

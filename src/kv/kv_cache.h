@@ -100,8 +100,8 @@ struct TokenRun {
 // Which keys a query token sees: its row's positions j with
 // max(0, position - window + 1) <= j <= position (window 0 = unbounded),
 // and j < key_limit when key_limit >= 0 (a donor view: a drafter reading
-// the target's rows up to their verified length; supported and tested here,
-// not used by the engine's drafters yet, which keep their own rows). The keys must be stored
+// the target's rows up to their verified length, as the Gemma 4 assistant
+// drafter does). The keys must be stored
 // (written in this or an earlier step); a query that sees no key at all
 // gets a zero output.
 struct AttentionQuery {

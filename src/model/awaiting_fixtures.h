@@ -10,7 +10,8 @@
 
 namespace rowlm::test {
 
-// Empty: every fixture the tests read is committed, and a missing one fails.
+// Empty: every fixture the tests read is committed (the last, the Gemma 4
+// assistant pairs of tools/oracle/make_assistant_fixtures.py).
 inline constexpr std::array<std::string_view, 0> kAwaitingFixtures = {};
 
 // `name` is its path under tests/fixtures (<family>/<case>, gguf/llamacpp/<type>).

@@ -40,6 +40,7 @@ void check_config(const DecoderConfig& c) {
     if (a.rope < 0 || std::size_t(a.rope) >= c.ropes.size() || c.ropes[std::size_t(a.rope)].head_dim != a.head_dim)
       fail(where + "no rope table of its head_dim");
     if (a.kv_source < 0 || std::size_t(a.kv_source) > i) fail(where + "reads the K/V of a later layer");
+    if (a.target_kv >= 0 && std::size_t(a.kv_source) != i) fail(where + "reads both target storage and layer " + std::to_string(a.kv_source));
     if (std::size_t(a.kv_source) != i) {
       const AttentionConfig& d = c.layers[std::size_t(a.kv_source)].attention;
       if (!c.layers[std::size_t(a.kv_source)].owns_kv(a.kv_source) || d.kv_heads != a.kv_heads ||
@@ -67,8 +68,11 @@ class DecoderModel final : public Model {
     info_.weight_bytes = w_.weight_bytes;
     info_.device = be_.name();
     for (std::size_t l = 0; l < cfg_.layers.size(); ++l) {
-      const int source = cfg_.layers[l].attention.kv_source;
-      storage_of_.push_back(std::size_t(source) == l ? num_storage_++ : storage_of_.at(std::size_t(source)));
+      const AttentionConfig& a = cfg_.layers[l].attention;
+      if (a.target_kv >= 0)
+        storage_of_.push_back(a.target_kv);
+      else
+        storage_of_.push_back(std::size_t(a.kv_source) == l ? num_storage_++ : storage_of_.at(std::size_t(a.kv_source)));
     }
     prepare();
   }
@@ -85,7 +89,13 @@ class DecoderModel final : public Model {
   }
 
   std::string describe() const override { return description_; }
-  void forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits) override;
+  using Model::forward;
+  void forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits, Tensor* hidden) override;
+  void embed(std::span<const int32_t> tokens, Tensor& out) override;
+  std::vector<int> kv_storage_of_layers() const override { return storage_of_; }
+  // KvReader::forward (every layer reads target storage).
+  void forward_states(Tensor& h, std::span<const kv::AttentionQuery> queries, kv::KvCache& cache, Tensor* logits);
+  const DecoderConfig& config() const { return cfg_; }
 
  private:
   // One step's inputs on the device, shared by every layer.
@@ -99,6 +109,10 @@ class DecoderModel final : public Model {
   void prepare();
   void prepare_weights();
   void validate(const ForwardBatch& batch, const kv::KvCache& cache) const;
+  void check_ids(std::span<const int32_t> ids) const;
+  void run_layers(Step& step, const ForwardBatch& batch, kv::KvCache& cache, Tensor& h);
+  // The output head (and softcap) of the final-normed rows `normed` into the host tensor `logits`.
+  void head(const Tensor& normed, Tensor& logits);
   Tensor scratch(Shape shape) { return be_.workspace().tensor(DType::F32, std::move(shape)); }
   Tensor ids_tensor(const std::vector<int32_t>& ids) {
     Tensor t = be_.workspace().tensor(DType::I32, {int64_t(ids.size())});
@@ -177,9 +191,8 @@ void DecoderModel::prepare_weights() {
   }
 }
 
-void DecoderModel::validate(const ForwardBatch& batch, const kv::KvCache& cache) const {
-  const std::size_t n = batch.tokens.size();
-  for (int32_t id : batch.tokens) {
+void DecoderModel::check_ids(std::span<const int32_t> ids) const {
+  for (int32_t id : ids) {
     if (id < 0 || id >= cfg_.vocab_size)
       throw Error("token id " + std::to_string(id) + " is outside the vocabulary (size " +
                   std::to_string(cfg_.vocab_size) + ")");
@@ -187,6 +200,11 @@ void DecoderModel::validate(const ForwardBatch& batch, const kv::KvCache& cache)
       throw Error("token id " + std::to_string(id) + " has no per-layer embedding (the table holds " +
                   std::to_string(cfg_.per_layer_vocab) + " ids)");
   }
+}
+
+void DecoderModel::validate(const ForwardBatch& batch, const kv::KvCache& cache) const {
+  const std::size_t n = batch.tokens.size();
+  check_ids(batch.tokens);
   std::unordered_set<kv::RowId> seen;
   std::size_t counted = 0;
   for (const kv::TokenRun& run : batch.runs) {
@@ -207,12 +225,13 @@ void DecoderModel::validate(const ForwardBatch& batch, const kv::KvCache& cache)
     if (r < 0 || std::size_t(r) >= n) throw Error("forward batch: logit row out of range");
 }
 
-void DecoderModel::forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits) {
+void DecoderModel::forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits, Tensor* hidden) {
   ROWLM_CHECK(&cache.backend() == &be_, "the KV cache belongs to another backend than the model");
   validate(batch, cache);
   const int64_t T = int64_t(batch.tokens.size()), H = cfg_.hidden_size, V = cfg_.vocab_size;
   const int64_t n_logits = int64_t(batch.logit_rows.size());
   logits = Tensor::uninitialized(DType::F32, {n_logits, V});
+  if (hidden) *hidden = Tensor::uninitialized(DType::F32, {n_logits, H});
   if (T == 0) return;
 
   std::vector<kv::RowId> rows;
@@ -246,31 +265,75 @@ void DecoderModel::forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor
       step.x0 = scratch({T, H});
       be_.copy(h, step.x0);
     }
-    for (std::size_t l = 0; l < cfg_.layers.size(); ++l) {
-      const LayerConfig& lc = cfg_.layers[l];
-      const LayerWeights& lw = w_.layers[l];
-      attention(int(l), step, batch, cache, h);
-      Tensor f = feed_forward(lc, lw, h);
-      be_.add(h, f);
-      if (cfg_.per_layer_input > 0) per_layer_input(int(l), step, batch, h);
-      if (lw.layer_scalar != 1.0f) be_.scale(h, lw.layer_scalar);
-    }
+    run_layers(step, batch, cache, h);
 
     if (n_logits > 0) {
       Tensor last = scratch({n_logits, H});
       be_.gather_rows(h, ids_tensor(batch.logit_rows), last);
       norm_in_place(last, w_.final_norm);
-      // On the host the head writes straight into the caller's logits.
-      Tensor out = be_.device().is_host() ? logits : scratch({n_logits, V});
-      be_.matmul(last, cfg_.tie_word_embeddings ? w_.embed : w_.lm_head, out);
-      if (cfg_.final_softcap > 0) be_.softcap(out, cfg_.final_softcap);
-      if (!be_.device().is_host()) be_.copy_to_host(out, logits.raw());
+      if (hidden) be_.copy_to_host(last, hidden->raw());
+      head(last, logits);
     }
   } catch (...) {
     cache.abort_step();
     throw;
   }
   cache.end_step();
+}
+
+void DecoderModel::run_layers(Step& step, const ForwardBatch& batch, kv::KvCache& cache, Tensor& h) {
+  for (std::size_t l = 0; l < cfg_.layers.size(); ++l) {
+    const LayerConfig& lc = cfg_.layers[l];
+    const LayerWeights& lw = w_.layers[l];
+    attention(int(l), step, batch, cache, h);
+    Tensor f = feed_forward(lc, lw, h);
+    be_.add(h, f);
+    if (cfg_.per_layer_input > 0) per_layer_input(int(l), step, batch, h);
+    if (lw.layer_scalar != 1.0f) be_.scale(h, lw.layer_scalar);
+  }
+}
+
+void DecoderModel::head(const Tensor& normed, Tensor& logits) {
+  // On the host the head writes straight into the caller's logits.
+  Tensor out = be_.device().is_host() ? logits : scratch({normed.dim(0), int64_t(cfg_.vocab_size)});
+  be_.matmul(normed, cfg_.tie_word_embeddings ? w_.embed : w_.lm_head, out);
+  if (cfg_.final_softcap > 0) be_.softcap(out, cfg_.final_softcap);
+  if (!be_.device().is_host()) be_.copy_to_host(out, logits.raw());
+}
+
+void DecoderModel::embed(std::span<const int32_t> tokens, Tensor& out) {
+  check_ids(tokens);
+  ROWLM_CHECK(out.dim(0) == int64_t(tokens.size()) && out.dim(1) == cfg_.hidden_size, "embed: output shape");
+  if (tokens.empty()) return;
+  be_.embed(ids_tensor(std::vector<int32_t>(tokens.begin(), tokens.end())), w_.embed, cfg_.embed_scale, out);
+}
+
+void DecoderModel::forward_states(Tensor& h, std::span<const kv::AttentionQuery> queries, kv::KvCache& cache,
+                                  Tensor* logits) {
+  ROWLM_CHECK(&cache.backend() == &be_, "the KV cache belongs to another backend than the reader");
+  const int64_t T = int64_t(queries.size());
+  if (h.dim(0) != T || h.dim(1) != cfg_.hidden_size)
+    throw Error("kv reader: input states are [" + std::to_string(h.dim(0)) + ", " + std::to_string(h.dim(1)) +
+                "], expected [" + std::to_string(T) + ", " + std::to_string(cfg_.hidden_size) + "]");
+  if (logits) *logits = Tensor::uninitialized(DType::F32, {T, int64_t(cfg_.vocab_size)});
+  if (T == 0) return;
+  Step step;
+  step.T = T;
+  step.queries.assign(queries.begin(), queries.end());
+  std::vector<int32_t> positions;
+  int64_t end = 0;
+  for (const kv::AttentionQuery& q : queries) {
+    if (q.position < 0 || q.position >= std::numeric_limits<int32_t>::max())
+      throw Error("kv reader: query position " + std::to_string(q.position) + " is out of range");
+    positions.push_back(int32_t(q.position));
+    end = std::max(end, q.position + 1);
+  }
+  step.positions = ids_tensor(positions);
+  for (auto& table : rope_tables_) table->reserve(end);
+  const ForwardBatch nothing_written;  // no layer owns KV
+  run_layers(step, nothing_written, cache, h);
+  norm_in_place(h, w_.final_norm);
+  if (logits) head(h, *logits);
 }
 
 void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch, kv::KvCache& cache, Tensor& h) {
@@ -394,6 +457,31 @@ void DecoderModel::per_layer_input(int l, const Step& step, const ForwardBatch& 
 }
 
 }  // namespace
+
+namespace {
+
+class KvReaderImpl final : public KvReader {
+ public:
+  explicit KvReaderImpl(std::unique_ptr<DecoderModel> model) : model_(std::move(model)) {}
+  const DecoderConfig& config() const override { return model_->config(); }
+  void forward(Tensor& h, std::span<const kv::AttentionQuery> queries, kv::KvCache& cache, Tensor* logits) override {
+    model_->forward_states(h, queries, cache, logits);
+  }
+
+ private:
+  std::unique_ptr<DecoderModel> model_;
+};
+
+}  // namespace
+
+std::unique_ptr<KvReader> make_kv_reader(DecoderConfig config, DecoderWeights weights, Backend& backend) {
+  if (config.per_layer_input > 0) throw Error("decoder config: a KV reader has no per-layer inputs");
+  for (std::size_t i = 0; i < config.layers.size(); ++i)
+    if (config.layers[i].attention.target_kv < 0)
+      throw Error("decoder config: layer " + std::to_string(i) + " of a KV reader reads no target storage");
+  return std::make_unique<KvReaderImpl>(
+      std::make_unique<DecoderModel>(std::move(config), std::move(weights), backend, "kv reader"));
+}
 
 std::unique_ptr<Model> make_decoder_model(DecoderConfig config, DecoderWeights weights, Backend& backend,
                                           std::string description) {

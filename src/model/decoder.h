@@ -29,6 +29,7 @@
 // depend on what else is in the batch.
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,7 @@ struct AttentionConfig {
   int window = 0;         // sliding window W (keys p-W < j <= p); 0 = full
   int rope = 0;           // index into DecoderConfig::ropes
   int kv_source = 0;      // decoder layer whose K/V this layer reads (itself when it owns its cache)
+  int target_kv = -1;     // >= 0: reads this storage layer of another model's cache (a KvReader); owns none
   bool k_eq_v = false;    // V is the raw K projection (no v_proj)
   bool qk_norm = false;   // RMS norm over each head of q and k, with weights q_norm / k_norm
   bool v_norm = false;    // RMS norm over each head of v, without a weight
@@ -82,7 +84,7 @@ struct LayerConfig {
   FfnConfig ffn;
   bool post_attention_norm = false;  // norm of the attention output before the residual add
   bool post_ffn_norm = false;        // norm of the feed-forward output before the residual add
-  bool owns_kv(int index) const { return attention.kv_source == index; }
+  bool owns_kv(int index) const { return attention.kv_source == index && attention.target_kv < 0; }
 };
 
 struct DecoderConfig {
@@ -143,6 +145,32 @@ struct DecoderWeights {
 // weight. `description` is what describe() returns.
 std::unique_ptr<Model> make_decoder_model(DecoderConfig config, DecoderWeights weights, Backend& backend,
                                           std::string description);
+
+// A decoder that starts from given input states and reads another model's
+// KV cache: every layer has AttentionConfig::target_kv set and owns no KV
+// (the Gemma 4 assistant's body, reading its target's KV). Its output head
+// is DecoderWeights::embed (tied) or lm_head; nothing else of the embedding
+// is used, and it has no per-layer inputs.
+//
+// Threads: one caller at a time, on the backend's thread, like Model.
+class KvReader {
+ public:
+  virtual ~KvReader() = default;
+  virtual const DecoderConfig& config() const = 0;
+  // Runs every layer on `h` ([T, hidden] f32 on the backend), token t
+  // querying queries[t] of `cache` (read only: its positions and key limits
+  // pick the keys), and leaves the final-normed stream in `h`; `logits`, if
+  // not null, becomes a host tensor [T, vocab] f32 of the output head (and
+  // softcap).
+  // Does not reset the backend's workspace: `h` may live there. Throws
+  // rowlm::Error for queries the cache cannot answer; the cache is unchanged.
+  virtual void forward(Tensor& h, std::span<const kv::AttentionQuery> queries, kv::KvCache& cache,
+                       Tensor* logits) = 0;
+};
+
+// Checks `config` (as make_decoder_model does; every layer must read target
+// storage, and no per-layer inputs) and builds the reader on `backend`.
+std::unique_ptr<KvReader> make_kv_reader(DecoderConfig config, DecoderWeights weights, Backend& backend);
 
 // Standard RoPE frequencies as transformers computes them in f32:
 // inv_freq[k] = 1 / theta^(2k / head_dim) / factor for the first

@@ -57,6 +57,9 @@ std::unique_ptr<Model> load_model(const std::string& dir, Backend& backend) {
   std::string model_type;
   if (j.is_object() && j.contains("model_type") && j["model_type"].is_string()) model_type = j["model_type"];
   const ModelFamily* family = find_model_family(model_type);
+  if (model_type == "gemma4_assistant")
+    throw Error(source + ": a Gemma 4 assistant drafts for a Gemma 4 model, reading its KV; it does not run alone "
+                         "(pass it as --draft DIR with its model)");
   if (!family)
     throw Error(source + ": model_type '" + model_type + "' is not supported (supported: " + supported_model_types() +
                 ")");

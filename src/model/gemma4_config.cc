@@ -152,9 +152,10 @@ Config parse_config(const std::string& json_text, const std::string& source) {
   if (!outer.has("model_type")) outer.fail("model_type", "is required");
   c.model_type = outer.string("model_type", "");
   const bool unified = c.model_type == "gemma4_unified";
+  const bool assistant = c.model_type == "gemma4_assistant";
   const json* text_json = &top;
   std::string prefix;
-  if (c.model_type == "gemma4" || unified) {
+  if (c.model_type == "gemma4" || unified || assistant) {
     const auto it = top.find("text_config");
     if (it == top.end()) outer.fail("text_config", "is required for model_type " + c.model_type);
     if (!it->is_object()) outer.fail("text_config", "must be an object");
@@ -166,7 +167,21 @@ Config parse_config(const std::string& json_text, const std::string& source) {
       nested.fail("model_type", "'" + inner + "' is not a Gemma 4 text model");
     }
   } else if (c.model_type != "gemma4_text") {
-    outer.fail("model_type", "'" + c.model_type + "' is not supported (expected gemma4_text, gemma4 or gemma4_unified)");
+    outer.fail("model_type", "'" + c.model_type +
+                                 "' is not supported (expected gemma4_text, gemma4, gemma4_unified or gemma4_assistant)");
+  }
+  if (assistant) {
+    AssistantFields a;
+    a.backbone_hidden_size = outer.integer("backbone_hidden_size", a.backbone_hidden_size, 1);
+    a.use_ordered_embeddings = outer.boolean("use_ordered_embeddings", false);
+    if (a.use_ordered_embeddings) {
+      a.num_centroids = outer.integer("num_centroids", a.num_centroids, 1);
+      a.centroid_intermediate_top_k = outer.integer("centroid_intermediate_top_k", a.centroid_intermediate_top_k, 1);
+      if (a.centroid_intermediate_top_k > a.num_centroids)
+        outer.fail("centroid_intermediate_top_k", "(" + std::to_string(a.centroid_intermediate_top_k) +
+                                                      ") exceeds num_centroids (" + std::to_string(a.num_centroids) + ")");
+    }
+    c.assistant = a;
   }
   const Fields f(*text_json, prefix, source);
 
@@ -188,6 +203,8 @@ Config parse_config(const std::string& json_text, const std::string& source) {
   }
   c.attention_k_eq_v = f.boolean("attention_k_eq_v", false);
   c.num_kv_shared_layers = f.integer("num_kv_shared_layers", 0, 0);
+  // transformers' Gemma4AssistantConfig makes every layer shared when unset.
+  if (assistant && c.num_kv_shared_layers == 0) c.num_kv_shared_layers = c.num_layers;
   c.use_double_wide_mlp = f.boolean("use_double_wide_mlp", false);
   // Tied embeddings may be declared on the text config or the outer one.
   c.tie_word_embeddings =
@@ -204,6 +221,7 @@ Config parse_config(const std::string& json_text, const std::string& source) {
 
   if (!unified) {  // the unified text model has neither per-layer embeddings nor MoE
     c.hidden_size_per_layer_input = f.nullable_integer("hidden_size_per_layer_input", 256, 0, 0);
+    if (assistant && c.hidden_size_per_layer_input != 0) f.fail("hidden_size_per_layer_input", "must be 0 in an assistant");
     if (c.hidden_size_per_layer_input > 0) c.vocab_size_per_layer_input = f.integer("vocab_size_per_layer_input", 262144);
     c.enable_moe_block = f.boolean("enable_moe_block", false);
     if (c.enable_moe_block) {
@@ -237,9 +255,19 @@ Config parse_config(const std::string& json_text, const std::string& source) {
   if (any_sliding) c.rope_sliding = parse_rope(f, rope, LayerType::Sliding, source);
   c.rope_full = parse_rope(f, rope, LayerType::Full, source);
 
+  if (assistant) {  // Gemma4AssistantConfig.validate_architecture
+    if (c.enable_moe_block) f.fail("enable_moe_block", "must be false in an assistant");
+    if (c.use_double_wide_mlp) f.fail("use_double_wide_mlp", "must be false in an assistant");
+    if (c.num_kv_shared_layers != c.num_layers)
+      f.fail("num_kv_shared_layers", "(" + std::to_string(c.num_kv_shared_layers) +
+                                         ") must be num_hidden_layers in an assistant: every layer reads the target's KV");
+    if (c.assistant->use_ordered_embeddings && c.vocab_size % c.assistant->num_centroids != 0)
+      outer.fail("num_centroids", "(" + std::to_string(c.assistant->num_centroids) + ") does not divide vocab_size (" +
+                                      std::to_string(c.vocab_size) + ")");
+  }
   // KV sharing: the last num_kv_shared_layers layers read the K/V of the
-  // last earlier layer of their own type.
-  if (c.num_kv_shared_layers >= c.num_layers) {
+  // last earlier layer of their own type (an assistant's: the target's).
+  if (c.num_kv_shared_layers >= c.num_layers && !assistant) {
     f.fail("num_kv_shared_layers", "(" + std::to_string(c.num_kv_shared_layers) + ") must be below num_hidden_layers (" +
                                        std::to_string(c.num_layers) + ")");
   }
@@ -267,8 +295,8 @@ Config parse_config(const std::string& json_text, const std::string& source) {
     check_product_fits(f, "head_dim", c.num_heads, L.head_dim);
     if (L.head_dim % 2 != 0) f.fail("head_dim", "of " + where + " is odd (" + std::to_string(L.head_dim) + "); RoPE needs pairs");
     const bool shared = l >= first_shared && c.num_kv_shared_layers > 0;
-    L.kv_source = l;
-    if (shared) {
+    L.kv_source = assistant ? -1 : l;
+    if (shared && !assistant) {
       L.kv_source = -1;
       for (int j = first_shared - 1; j >= 0; --j) {
         if (c.layer_types[j] == L.type) {
@@ -287,7 +315,7 @@ Config parse_config(const std::string& json_text, const std::string& source) {
                                        " but their head_dim / KV heads differ");
       }
     }
-    L.intermediate = c.intermediate_size * (shared && c.use_double_wide_mlp ? 2 : 1);
+    L.intermediate = c.intermediate_size * (shared && c.use_double_wide_mlp && !assistant ? 2 : 1);
   }
 
   // Summary fields for the full layers (all full layers agree in released

@@ -1,11 +1,14 @@
 #pragma once
 // The Gemma 4 text decoder's configuration, read from a Hugging Face
 // config.json (model_type gemma4_text, or gemma4 / gemma4_unified with the
-// text fields under text_config). Every field the forward pass needs is
-// resolved here, per layer, so the forward never consults defaults.
+// text fields under text_config; or gemma4_assistant, transformers'
+// Gemma4AssistantForCausalLM drafter, whose text stack under text_config
+// reads its target's KV in every layer). Every field the forward pass needs
+// is resolved here, per layer, so the forward never consults defaults.
 // Design note: docs/design/families.md (Gemma 4).
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,9 +35,17 @@ struct LayerConfig {
   bool k_eq_v = false;      // full layer without v_proj: V from the raw K projection
   int window = 0;           // sliding window W (keys p-W < j <= p); 0 for full layers
   int index = 0;
-  int kv_source = 0;        // the layer whose K/V this layer reads (itself for donors)
+  int kv_source = 0;        // the layer whose K/V this layer reads (itself for donors; -1: the target's, in an assistant)
   bool owns_kv() const { return kv_source == index; }
   int intermediate = 0;     // dense MLP width (2·I for double-wide shared layers)
+};
+
+// Gemma4AssistantConfig's own fields (transformers 5.17 defaults).
+struct AssistantFields {
+  int backbone_hidden_size = 1536;      // the target's hidden size: pre_projection reads twice that
+  bool use_ordered_embeddings = false;  // logits only for the tokens of the top centroids
+  int num_centroids = 2048;
+  int centroid_intermediate_top_k = 32;  // centroids whose tokens are scored
 };
 
 struct Config {
@@ -72,6 +83,11 @@ struct Config {
   int bos_token_id = 2;
   int pad_token_id = 0;
   std::vector<int> eos_token_ids;
+
+  // Set for model_type gemma4_assistant: every layer reads the target's KV
+  // (kv_source -1), and the text stack has no per-layer inputs, MoE or
+  // double-wide MLP.
+  std::optional<AssistantFields> assistant;
 
   std::vector<LayerType> layer_types;
   std::vector<LayerConfig> layers;  // resolved, one per decoder layer

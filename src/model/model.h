@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -46,10 +47,21 @@ class Model {
   // its cache, each with `codec`.
   virtual std::vector<kv::LayerSpec> kv_layers(const kv::CodecSpec& codec) const = 0;
   // Runs one step on the cache's backend (the model's own). `logits` becomes
-  // a host tensor [batch.logit_rows.size(), vocab] f32. On failure (bad ids,
-  // positions, out of KV blocks) it throws and the cache is as it was before
-  // the call.
-  virtual void forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits) = 0;
+  // a host tensor [batch.logit_rows.size(), vocab] f32; `hidden`, when not
+  // null, a host tensor [batch.logit_rows.size(), hidden_size] f32 holding
+  // the final-normed state of each logits row (what the output head reads:
+  // drafters that continue from the model's state take it). On failure (bad
+  // ids, positions, out of KV blocks) it throws and the cache is as it was
+  // before the call.
+  virtual void forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits, Tensor* hidden) = 0;
+  void forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits) { forward(batch, cache, logits, nullptr); }
+  // The scaled token embedding the first layer reads, of `tokens`, into
+  // `out` ([tokens.size(), hidden_size] f32 on the model's backend). Throws
+  // for an id outside the vocabulary.
+  virtual void embed(std::span<const int32_t> tokens, Tensor& out) = 0;
+  // Per decoder layer, the KV storage layer (an index into kv_layers()) its
+  // attention reads.
+  virtual std::vector<int> kv_storage_of_layers() const = 0;
   // A human-readable summary of the architecture (for `rowlm inspect`).
   virtual std::string describe() const = 0;
 };
