@@ -70,6 +70,7 @@ std::span<const float> Sampler::processed(std::span<const float> logits) const {
     throw Error("logits row has " + std::to_string(logits.size()) + " entries, the vocabulary " +
                 std::to_string(vocab_size_));
   row_.assign(logits.begin(), logits.end());
+  if (constraint_) constraint_->mask(row_);
   process_logits(row_, params_, history_);
   return row_;
 }
@@ -112,11 +113,13 @@ SampledToken Sampler::chosen(std::span<const float> logits, int32_t token) const
 
 void Sampler::accept(int32_t token) {
   ROWLM_CHECK(token >= 0 && token < vocab_size_, "accepted token outside the vocabulary");
+  if (constraint_) constraint_->accept(token);
   history_.push(token);
 }
 
 void Sampler::rollback(std::size_t n) {
   ROWLM_CHECK(n <= history_.generated().size(), "rollback past the first generated token");
+  if (constraint_) constraint_->rollback(n);
   for (std::size_t i = 0; i < n; ++i) history_.pop();
 }
 
