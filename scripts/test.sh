@@ -28,8 +28,10 @@ cmake --build build-asan -j "$jobs"
 # Engine.PreemptionKeepsOutputsIdentical and
 # Speculation.PreemptedRowsRebuildTheirDraftRows), the statistical sampling
 # test (75 s) and the bundled model's KV-row schedules (20 s each; the same
-# schedules run here on the fixture models).
+# schedules run here on the fixture models), and the structured-output
+# schedules (the automaton and masks run here through constrain_tests).
 asan_slow='Codecs/EnginePreemption|Speculation.SampledTokensFollowTheTargetDistribution'
+asan_slow+='|StructuredOutputs.SameBitsAloneAndInAnySchedule|StructuredOutputs.GreedySpeculationEmitsWhatPlainDecodingDoes'
 asan_slow+='|Schedules/KvRowsModel.RowLogitsIndependentOfSchedule/models_rowlm_tiny'
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan -L unit -E "$asan_slow" --output-on-failure -j "$jobs" | tee -a "$log"
