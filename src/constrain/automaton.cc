@@ -369,6 +369,13 @@ bool Automaton::can_finish(const State& s) const {
   return s.frames.size() == 2 && s.frames[0].phase == kRootValue && can_end(s.frames[1]);
 }
 
+std::optional<uint32_t> Automaton::string_room(const State& s) const {
+  const Frame& f = s.frames.back();
+  if (f.kind != kString || f.sub != kStrPlain || f.utf8 != 0) return std::nullopt;
+  const uint32_t max = g_.node(f.node).max_length;
+  return max == kUnbounded ? kUnbounded : max - std::min(f.count, max);
+}
+
 bool Automaton::finished(const State& s) const { return s.frames.size() == 1 && s.frames[0].phase == kRootDone; }
 
 }  // namespace rowlm::constrain

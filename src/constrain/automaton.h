@@ -11,6 +11,7 @@
 // identity for caching (two states with the same key accept the same bytes).
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,6 +61,12 @@ class Automaton {
   bool can_finish(const State& s) const;
   // Nothing but the end of output can follow.
   bool finished(const State& s) const;
+  // Inside a string's text, between characters: the most characters the
+  // string may still take (kUnbounded: no limit). Nullopt anywhere else.
+  // From such a state, bytes of plain text (no '"', '\\' or control
+  // character; whole UTF-8 characters) are accepted exactly when their
+  // characters fit.
+  std::optional<uint32_t> string_room(const State& s) const;
 
  private:
   enum class Step { kConsumed, kRejected, kPopped };

@@ -33,12 +33,18 @@ void JsonConstraint::mask(std::span<float> logits) {
   if (can_end)
     for (int32_t t : terminators_)
       if (t >= 0 && std::size_t(t) < logits.size()) kept.emplace_back(t, logits[std::size_t(t)]);
+  // Whole words first: most are all allowed or all forbidden.
+  const std::size_t n = logits.size();
   for (std::size_t w = 0; w < m.words.size(); ++w) {
     const uint64_t bits = m.words[w];
     if (bits == ~uint64_t(0)) continue;
-    const std::size_t end = std::min(logits.size(), (w + 1) * 64);
-    for (std::size_t i = w * 64; i < end; ++i)
-      if (!(bits >> (i & 63) & 1)) logits[i] = kNegInf;
+    float* row = logits.data() + w * 64;
+    const std::size_t len = std::min<std::size_t>(64, n - w * 64);
+    if (bits == 0) {
+      std::fill(row, row + len, kNegInf);
+      continue;
+    }
+    for (std::size_t j = 0; j < len; ++j) row[j] = (bits >> j & 1) ? row[j] : kNegInf;
   }
   for (const auto& [t, v] : kept) logits[std::size_t(t)] = v;
 }

@@ -7,7 +7,9 @@
 // a token sharing k bytes with the previous one restarts from the state
 // after those k bytes, and every token behind a rejected prefix is skipped
 // on one comparison, so the walk costs about one automaton step per distinct
-// prefix byte that the state accepts, not per vocabulary byte.
+// prefix byte that the state accepts, not per vocabulary byte. Inside a
+// string's text, where most tokens are accepted, the plain-text tokens are
+// taken by their character count instead and only the others walked.
 // MaskCache keeps each state's mask: decoding revisits the same states
 // (inside a string, between a key and its value), and a cached mask costs
 // one pass over the logits row.
@@ -38,16 +40,25 @@ class TokenTable {
 
   int64_t vocab_size() const { return int64_t(bytes_.size()); }
   const std::string& bytes(int32_t id) const { return bytes_[std::size_t(id)]; }
-  // The ids with bytes, sorted by them, and how many leading bytes each
+  // The ids with bytes, sorted by them, with how many leading bytes each
   // shares with the one before it.
-  const std::vector<int32_t>& sorted() const { return sorted_; }
-  const std::vector<uint32_t>& shared_prefix() const { return shared_; }
+  struct Sorted {
+    std::vector<int32_t> ids;
+    std::vector<uint32_t> shared;  // leading bytes shared with the one before
+  };
+  const Sorted& all() const { return all_; }
+  const std::vector<int32_t>& sorted() const { return all_.ids; }
+  // Plain-text tokens (Automaton::string_room) as (characters, id),
+  // ascending; and the other tokens, sorted like all().
+  const std::vector<std::pair<uint32_t, int32_t>>& plain_by_chars() const { return plain_; }
+  const Sorted& not_plain() const { return not_plain_; }
 
  private:
   void sort_tokens();
+  Sorted sorted_by_bytes(std::vector<int32_t> ids) const;
   std::vector<std::string> bytes_;
-  std::vector<int32_t> sorted_;
-  std::vector<uint32_t> shared_;
+  Sorted all_, not_plain_;
+  std::vector<std::pair<uint32_t, int32_t>> plain_;
 };
 
 // A set of token ids, a bit each.
