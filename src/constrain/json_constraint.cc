@@ -78,6 +78,4 @@ std::unique_ptr<JsonConstraint> ConstraintFactory::make(std::shared_ptr<const Gr
   return std::make_unique<JsonConstraint>(std::move(grammar), *cache_, std::move(terminators));
 }
 
-const MaskCache* ConstraintFactory::cache() const { return cache_.get(); }
-
 }  // namespace rowlm::constrain

@@ -59,8 +59,6 @@ class ConstraintFactory {
   ConstraintFactory(const Tokenizer& tokenizer, int64_t vocab_size) : tokenizer_(tokenizer), vocab_size_(vocab_size) {}
 
   std::unique_ptr<JsonConstraint> make(std::shared_ptr<const Grammar> grammar, std::vector<int32_t> terminators);
-  // Null until the first make().
-  const MaskCache* cache() const;
 
  private:
   const Tokenizer& tokenizer_;
