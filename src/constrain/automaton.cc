@@ -42,6 +42,21 @@ bool extended(const std::vector<std::string>& lits, uint32_t i) {
          lits[i + 1].compare(0, lits[i].size(), lits[i]) == 0;
 }
 
+// Whether an integer whose text so far is `digits` digits of magnitude m
+// (negative if neg) can still end within [lo, hi]: as it is, or with up to
+// kMaxIntegerDigits digits in all when it may go on (no leading 0).
+bool integer_reachable(bool neg, int64_t m, uint32_t digits, bool extend, int64_t lo, int64_t hi) {
+  int64_t scale = 1;
+  for (uint32_t k = digits;; ++k) {
+    // Magnitudes [m * scale, m * scale + scale - 1] (k = digits: m alone).
+    const int64_t a = m * scale, b = k == digits ? m : m * scale + scale - 1;
+    const int64_t vlo = neg ? -b : a, vhi = neg ? -a : b;
+    if (vlo <= hi && vhi >= lo) return true;
+    if (!extend || k + 1 > uint32_t(kMaxIntegerDigits)) return false;
+    scale *= 10;
+  }
+}
+
 }  // namespace
 
 std::string State::key() const {
@@ -72,8 +87,15 @@ void Automaton::complete(State& s) const {
 }
 
 bool Automaton::can_end(const Frame& f) const {
-  if (f.kind == kNumber)
+  if (f.kind == kNumber) {
+    const Node& n = g_.node(f.node);
+    if (n.kind == NodeKind::Integer && n.bounded()) {
+      if (f.phase != kNumZero && f.phase != kNumInt) return false;
+      const int64_t v = f.sub ? -int64_t(f.seen) : int64_t(f.seen);
+      return v >= n.minimum && v <= n.maximum;
+    }
     return f.phase == kNumZero || f.phase == kNumInt || f.phase == kNumFrac || f.phase == kNumExpDigits;
+  }
   if (f.kind == kLiteral) return f.pos == g_.node(f.node).literals[f.lit].size();
   return false;
 }
@@ -299,19 +321,34 @@ Automaton::Step Automaton::step(State& s, uint8_t c) const {
       const bool digit = is_digit(c);
       const bool exp = !integer && (c == 'e' || c == 'E');
       auto pop = [&]() { return can_end(f) ? (complete(s), Step::kPopped) : kNo; };
+      // Bounded integers keep their sign (sub) and magnitude (seen), and
+      // take a digit only if some value within the bounds can still follow.
+      const bool bounded = integer && n.bounded();
+      auto reachable = [&](int64_t m, uint32_t digits, bool extend) {
+        return !bounded || integer_reachable(f.sub != 0, m, digits, extend, n.minimum, n.maximum);
+      };
       switch (f.phase) {
         case kNumStart:
-          if (c == '-') return f.phase = kNumMinus, kOk;
+          if (c == '-') {
+            if (bounded && n.minimum > -1) return kNo;
+            f.sub = 1;
+            return f.phase = kNumMinus, kOk;
+          }
           [[fallthrough]];
         case kNumMinus:
-          if (c == '0') return f.phase = kNumZero, kOk;
-          if (!digit) return kNo;
+          if (c == '0') return reachable(0, 1, false) ? (f.phase = kNumZero, kOk) : kNo;
+          if (!digit || !reachable(c - '0', 1, true)) return kNo;
           f.phase = kNumInt;
           f.count = 1;
+          if (bounded) f.seen = uint64_t(c - '0');
           return kOk;
         case kNumZero:
         case kNumInt:
-          if (digit && f.phase == kNumInt && f.count < uint32_t(kMaxIntegerDigits)) return ++f.count, kOk;
+          if (digit && f.phase == kNumInt && f.count < uint32_t(kMaxIntegerDigits) &&
+              reachable(int64_t(f.seen) * 10 + (c - '0'), f.count + 1, true)) {
+            if (bounded) f.seen = f.seen * 10 + uint64_t(c - '0');
+            return ++f.count, kOk;
+          }
           if (c == '.' && !integer) return f.phase = kNumDot, kOk;
           if (exp) return f.phase = kNumExp, kOk;
           return pop();

@@ -28,7 +28,7 @@ bool accepts(const Grammar& g, std::string_view text) {
 
 const char* kPerson = R"({"type": "object", "additionalProperties": false,
   "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 3},
-                 "age": {"type": "integer"}, "tags": {"type": "array", "items": {"enum": ["a", "b", 7]}, "maxItems": 2},
+                 "age": {"type": "integer", "minimum": -10, "exclusiveMaximum": 151}, "tags": {"type": "array", "items": {"enum": ["a", "b", 7]}, "maxItems": 2},
                  "ok": {"type": ["boolean", "null"]}, "x": {"type": "number"}},
   "required": ["name"]})";
 
@@ -50,6 +50,9 @@ TEST(Automaton, RejectsInvalidTexts) {
            R"({"name":"a","other":1})",           // not a property
            R"({"name":"a","age":1.5})",           // integer
            R"({"name":"a","age":01})",            // leading zero
+           R"({"name":"a","age":151})",           // exclusiveMaximum
+           R"({"name":"a","age":-11})",           // minimum
+           R"({"name":"a","age":1000})",          // no prefix of it fits either
            R"({"name":"a","tags":["c"]})",        // enum
            R"({"name":"a","tags":["a","b",7]})",  // maxItems
            R"({"name":"a","ok":"yes"})",          // type list
@@ -90,6 +93,24 @@ TEST(Automaton, TopLevelNumbersAndLiteralsMayEndOrGoOn) {
   EXPECT_TRUE(accepts(*Grammar::from_schema(Json::parse(R"({"type":"integer"})")), "-42"));
 }
 
+TEST(Automaton, IntegerBoundsHoldForEveryValueWritten) {
+  auto g = Grammar::from_schema(Json::parse(R"({"type":"integer","minimum":-5,"maximum":120})"));
+  for (int v = -200; v <= 1300; ++v) EXPECT_EQ(accepts(*g, std::to_string(v)), v >= -5 && v <= 120) << v;
+  EXPECT_TRUE(accepts(*g, "-0"));
+  auto positive = Grammar::from_schema(Json::parse(R"({"type":"integer","exclusiveMinimum":0})"));
+  EXPECT_FALSE(accepts(*positive, "0"));
+  EXPECT_FALSE(accepts(*positive, "-1"));
+  EXPECT_TRUE(accepts(*positive, "999999999999999"));
+  // No dead ends: every digit accepted leaves a value within the bounds reachable.
+  Automaton a(*g);
+  State s = a.initial();
+  ASSERT_TRUE(a.feed(s, "1"));
+  EXPECT_TRUE(a.feed(s, "2"));  // 12, or 120 after another 0
+  State t = s;
+  EXPECT_FALSE(a.feed(t, "1"));  // 121.. cannot fit
+  EXPECT_TRUE(a.feed(s, "0") && a.can_finish(s));
+}
+
 TEST(Grammar, RefusesWhatItCannotHonourNamingThePlace) {
   auto path_of = [](const char* schema) {
     try {
@@ -103,6 +124,11 @@ TEST(Grammar, RefusesWhatItCannotHonourNamingThePlace) {
   const std::string base = "response_format.json_schema.schema";
   EXPECT_EQ(path_of(R"({"type":"string","pattern":"a+"})"), base + ".pattern");
   EXPECT_EQ(path_of(R"({"properties":{"a":{"type":"number","minimum":0}}})"), base + ".properties.a.minimum");
+  EXPECT_EQ(path_of(R"({"minimum":0})"), base + ".minimum");
+  EXPECT_EQ(path_of(R"({"type":"integer","enum":[1],"maximum":3})"), base + ".maximum");
+  EXPECT_EQ(path_of(R"({"type":"integer","minimum":3,"maximum":2.5})"), base + ".minimum");
+  EXPECT_EQ(path_of(R"({"type":"integer","multipleOf":2})"), base + ".multipleOf");
+  EXPECT_EQ(path_of(R"({"type":["integer","null"],"minimum":1,"maximum":9})"), "accepted");
   EXPECT_EQ(path_of(R"({"anyOf":[{"type":"string"}]})"), base + ".anyOf");
   EXPECT_EQ(path_of(R"({"$ref":"#/x"})"), base + ".$ref");
   EXPECT_EQ(path_of(R"({"type":"object","properties":{},"required":["a"]})"), base + ".required[0]");
@@ -134,7 +160,7 @@ TEST(TokenMasks, WalkEqualsTestingEveryTokenAlone) {
   auto g = Grammar::from_schema(Json::parse(kPerson));
   Automaton a(*g);
   // States along a valid text, each checked against the token-by-token oracle.
-  const std::string text = R"({"name":"é\n", "tags":["a",7],"x":-1.5e3,"ok":false})";
+  const std::string text = R"({"name":"é\n", "tags":["a",7],"age":-7,"x":-1.5e3,"ok":false})";
   State s = a.initial();
   for (std::size_t k = 0; k <= text.size(); ++k) {
     const TokenMask m = compute_mask(a, s, table);

@@ -17,7 +17,9 @@ const std::set<std::string> kAnnotations = {"title", "description", "$schema", "
                                             "strict"};
 const std::set<std::string> kSupported = {"type",     "properties", "required",  "additionalProperties",
                                           "items",    "minItems",   "maxItems",  "enum",
-                                          "const",    "minLength",  "maxLength"};
+                                          "const",    "minLength",  "maxLength", "minimum",
+                                          "maximum",  "exclusiveMinimum", "exclusiveMaximum"};
+const char* const kBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
 [[noreturn]] void refuse(const std::string& path, const std::string& why) { throw UnsupportedSchema(path, path + ": " + why); }
 
@@ -63,8 +65,13 @@ class Grammar::Compiler {
         refuse(path + "." + key, "the schema keyword '" + key +
                                      "' is not supported (supported: type, properties, required, "
                                      "additionalProperties, items, minItems, maxItems, enum, const, minLength, "
-                                     "maxLength)");
+                                     "maxLength; minimum, maximum, exclusiveMinimum, exclusiveMaximum on integers)");
     std::vector<std::string> types = type_list(s, path);
+    for (const char* key : kBounds) {
+      if (!s.contains(key)) continue;
+      if (s.contains("enum") || s.contains("const")) refuse(path + "." + key, "is not supported together with enum or const");
+      if (types.empty()) refuse(path + "." + key, "needs \"type\": \"integer\"");
+    }
     if (s.contains("enum") || s.contains("const")) return literals(s, path, types);
     if (types.empty()) {
       // No type: the keywords say which, or any value.
@@ -170,13 +177,42 @@ class Grammar::Compiler {
     return add(std::move(n));
   }
 
+  // Integer bounds, as inclusive integers. The values written have at most
+  // kMaxIntegerDigits digits, so bounds beyond them are clamped.
+  static void integer_bounds(const Json& s, const std::string& path, Node& n) {
+    const double limit = std::pow(10.0, kMaxIntegerDigits) - 1;
+    double lo = -limit, hi = limit;
+    for (const char* key : kBounds) {
+      const auto it = s.find(key);
+      if (it == s.end()) continue;
+      if (!it->is_number()) refuse(path + "." + key, "must be a number");
+      const double v = it->get<double>();
+      const std::string k = key;
+      if (k == "minimum") lo = std::max(lo, std::ceil(v));
+      else if (k == "exclusiveMinimum") lo = std::max(lo, std::floor(v) + 1);
+      else if (k == "maximum") hi = std::min(hi, std::floor(v));
+      else hi = std::min(hi, std::ceil(v) - 1);
+    }
+    if (lo > hi)
+      refuse(path + "." + (s.contains("minimum") ? "minimum" : s.contains("exclusiveMinimum") ? "exclusiveMinimum" : "maximum"),
+             "no integer of at most " + std::to_string(kMaxIntegerDigits) + " digits lies within the bounds");
+    if (lo > -limit) n.minimum = int64_t(lo);
+    if (hi < limit) n.maximum = int64_t(hi);
+  }
+
   uint32_t typed(const Json& s, const std::string& path, const std::string& type, int depth) {
+    if (type == "number")  // on other types JSON Schema ignores them
+      for (const char* key : kBounds)
+        if (s.contains(key)) refuse(path + "." + key, std::string("'") + key + "' is supported on integers only, not numbers");
     Node n;
     if (type == "boolean" || type == "null") {
       n.kind = NodeKind::Literals;
       n.literals = type == "null" ? std::vector<std::string>{"null"} : std::vector<std::string>{"false", "true"};
-    } else if (type == "integer" || type == "number") {
-      n.kind = type == "integer" ? NodeKind::Integer : NodeKind::Number;
+    } else if (type == "integer") {
+      n.kind = NodeKind::Integer;
+      integer_bounds(s, path, n);
+    } else if (type == "number") {
+      n.kind = NodeKind::Number;
     } else if (type == "string") {
       n.kind = NodeKind::String;
       n.min_length = count_field(s, "minLength", path, 0);

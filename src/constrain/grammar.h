@@ -13,6 +13,7 @@
 //   items            arrays; "minItems", "maxItems"
 //   enum, const      any JSON values, generated in their compact form
 //   minLength, maxLength  strings, in code points
+//   minimum, maximum, exclusiveMinimum, exclusiveMaximum  integers only
 //   title, description, $schema, default, examples, strict: ignored
 //
 // Any other keyword is refused: UnsupportedSchema names it and its place
@@ -25,6 +26,7 @@
 // A Grammar is immutable once compiled and may be shared by any threads.
 
 #include <cstdint>
+#include <climits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,6 +74,9 @@ struct Node {
   // Array.
   uint32_t items = 0;  // node of every item
   uint32_t min_items = 0, max_items = kUnbounded;
+  // Integer: the values allowed (both inclusive); bounded when either is set.
+  int64_t minimum = INT64_MIN, maximum = INT64_MAX;
+  bool bounded() const { return minimum != INT64_MIN || maximum != INT64_MAX; }
   // String, in code points.
   uint32_t min_length = 0, max_length = kUnbounded;
   // Literals: the allowed values as compact JSON texts, sorted, distinct.

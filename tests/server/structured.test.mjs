@@ -44,7 +44,9 @@ function randomSchema(r, depth = 0) {
       if (r() < 0.3) s.minLength = Math.floor(r() * s.maxLength);
       return s;
     }
-    case 'integer': return { type: 'integer' };
+    case 'integer':
+      return pick([{ type: 'integer' }, { type: 'integer', minimum: -50, maximum: 200 }, { type: 'integer', exclusiveMinimum: 0 },
+                   { type: 'integer', minimum: 1000, exclusiveMaximum: 1010 }]);
     case 'number': return { type: 'number', description: 'any number' };
     case 'boolean': return { type: 'boolean' };
     case 'null': return { type: 'null' };
