@@ -22,17 +22,32 @@ echo "== ASan+UBSan: unit tests" >&2
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROWLM_SANITIZE=ON -DROWLM_CUDA=OFF \
       -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" >/dev/null
 cmake --build build-asan -j "$jobs"
-# Left to the Release pass above, to keep CI within its time: the engine's
-# preemption-by-swap schedules for every codec (about 35 s each under the
-# sanitizers, 12 of them; the swap path runs here through
-# Engine.PreemptionKeepsOutputsIdentical and
-# Speculation.PreemptedRowsRebuildTheirDraftRows), the statistical sampling
-# test (75 s) and the bundled model's KV-row schedules (20 s each; the same
-# schedules run here on the fixture models), and the structured-output
-# schedules (the automaton and masks run here through constrain_tests).
+# Left to the Release pass above, to keep CI within its time: tests that run
+# the same engine paths on the bundled model once per codec or drafter keep
+# one or two instances here, the rest run in Release only (each costs 10-80 s
+# under the sanitizers):
+# - the engine's preemption-by-swap schedules for every codec (the swap path
+#   runs here through Engine.PreemptionKeepsOutputsIdentical and
+#   Speculation.PreemptedRowsRebuildTheirDraftRows);
+# - the statistical sampling test (75 s) and the bundled model's KV-row
+#   schedules (the same schedules run here on the fixture models);
+# - the CLI's bundled-model numerics against transformers (81 s; the forward
+#   runs here on every fixture model);
+# - greedy speculation on bf16 and q8 blocks (q4 stays, for both drafters),
+#   sampled speculation with the draft model (the n-gram drafter stays), the
+#   long-prompt stall property (scheduling only), and the schedule
+#   determinism on f32, bf16 and q4 blocks (q8 and the two bf16-matmul
+#   variants stay);
+# - the structured-output schedules (the automaton and masks run here through
+#   constrain_tests).
 asan_slow='Codecs/EnginePreemption|Speculation.SampledTokensFollowTheTargetDistribution'
 asan_slow+='|StructuredOutputs.SameBitsAloneAndInAnySchedule|StructuredOutputs.GreedySpeculationEmitsWhatPlainDecodingDoes'
 asan_slow+='|Schedules/KvRowsModel.RowLogitsIndependentOfSchedule/models_rowlm_tiny'
+asan_slow+='|Cli.BundledModelsMatchTransformers'
+asan_slow+='|GreedySpeculation.EmitsExactlyWhatPlainDecodingDoes/(model|ngram)_(bf16|q8)( |$)'
+asan_slow+='|SampledSpeculation.OutputDependsOnTheSeedNotTheSchedule/model( |$)'
+asan_slow+='|Engine.LongPromptDoesNotStallRunningRows'
+asan_slow+='|Codecs/EngineDeterminism.RequestOutputIndependentOfSchedule/(f32|bf16|q4)( |$)'
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan -L unit -E "$asan_slow" --output-on-failure -j "$jobs" | tee -a "$log"
 echo "== libFuzzer targets, 5 s each" >&2

@@ -155,6 +155,10 @@ struct EngineStats {
   int64_t kv_swaps = 0;  // preemptions whose KV moved to host memory and back instead of being recomputed
   std::size_t kv_used_bytes = 0, kv_capacity_bytes = 0, prefix_cache_bytes = 0;
   int64_t draft_proposed = 0, draft_accepted = 0;
+  // Wall time of the steps that ran a forward pass, and of the forward passes
+  // in them: the difference is what a step costs outside the model (sampling,
+  // detokenization, stop strings, delivery, scheduling and KV bookkeeping).
+  double step_seconds = 0, forward_seconds = 0;
 };
 
 class QueueFull : public Error {

@@ -1,5 +1,6 @@
 // rowlm generate: one request on its own, streamed to stdout.
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -77,9 +78,16 @@ int run_generate(const std::vector<std::string>& argv) {
     std::cout << "\n";
   }
   std::cout.flush();  // the summary on stderr comes after the text
-  std::fprintf(stderr, "[%s] prompt %lld tokens (%lld cached), generated %lld, time to first token %.1f ms, %.1f tokens/s\n",
+  // Per step: the forward pass, and everything else the engine did (one
+  // request alone: a step is a token after the first).
+  const EngineStats st = engine->stats();
+  const double steps = double(std::max<int64_t>(st.steps, 1));
+  std::fprintf(stderr,
+               "[%s] prompt %lld tokens (%lld cached), generated %lld, time to first token %.1f ms, %.1f tokens/s; "
+               "per step %.2f ms forward, %.2f ms outside it\n",
                finish_reason_name(r.finish), (long long)r.usage.prompt_tokens, (long long)r.usage.cached_prompt_tokens,
-               (long long)r.usage.completion_tokens, r.timings.time_to_first_token_s * 1e3, r.timings.decode_tokens_per_s);
+               (long long)r.usage.completion_tokens, r.timings.time_to_first_token_s * 1e3, r.timings.decode_tokens_per_s,
+               st.forward_seconds / steps * 1e3, (st.step_seconds - st.forward_seconds) / steps * 1e3);
   if (r.finish == FinishReason::Error) throw Error(r.error);
   return 0;
 }

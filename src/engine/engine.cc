@@ -34,6 +34,7 @@
 // rejection scheme when sampling). The target's KV keeps what was accepted
 // through a speculative round per row (kv::KvCache::rollback_round).
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -45,6 +46,7 @@
 
 #include "backend/factory/make_backend.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "engine/model_files.h"
 #include "engine/output.h"
 #include "engine/request_handle.h"
@@ -72,6 +74,16 @@ const char* finish_reason_name(FinishReason r) {
 
 namespace engine {
 namespace {
+
+// Threads that sample a step's rows. On the CPU they are the backend's own
+// threads (idle while rows are sampled). A GPU backend drives the device from
+// one host thread, but a step's rows still come to the host to be sampled:
+// 64 rows of a 262,144-entry vocabulary are 64 scans, so they get the host's
+// cores (up to 16; a row's token never depends on which thread samples it).
+int sampling_threads(const Backend& backend) {
+  if (backend.device().is_host()) return backend.host_threads();
+  return int(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
+}
 
 // Wakes the scheduler thread; shared with handles so a late cancel() after
 // the engine is gone touches nothing freed.
@@ -129,6 +141,8 @@ class EngineImpl final : public Engine {
   std::optional<StepRunner> runner_;
   std::optional<Scheduler> scheduler_;
   std::optional<Output> output_;
+  // Samples a step's rows in parallel (apply_logits); idle during forwards.
+  ThreadPool sampling_pool_;
 
   // Submissions cross threads through this queue.
   mutable std::mutex submit_mu_;
@@ -141,7 +155,8 @@ class EngineImpl final : public Engine {
 
 EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> backend,
                        std::unique_ptr<Model> model)
-    : opt_(options), backend_(std::move(backend)), model_(std::move(model)) {
+    : opt_(options), backend_(std::move(backend)), model_(std::move(model)),
+      sampling_pool_(sampling_threads(*backend_)) {
   check_options(opt_);
   std::unique_ptr<Model> draft_model = load_draft_model(opt_, *backend_, model_->info());
   if (!opt_.model_dir.empty()) tokenizer_ = load_model_tokenizer(opt_.model_dir);
@@ -236,6 +251,7 @@ void EngineImpl::fail_running(const std::string& error) {
 }
 
 bool EngineImpl::step_locked_out() {
+  const auto step_start = Clock::now();
   take_submissions();
   for (const auto& r : scheduler_->take_cancelled()) finish(*r, FinishReason::Cancelled);
   scheduler_->admit([this](RequestState& r) {
@@ -259,6 +275,7 @@ bool EngineImpl::step_locked_out() {
     }
     const StepPlan plan = scheduler_->plan(jobs);
     StepLogits out;
+    const auto forward_start = Clock::now();
     try {
       out = runner_->forward(plan, jobs);
     } catch (const kv::OutOfBlocks& e) {
@@ -268,11 +285,17 @@ bool EngineImpl::step_locked_out() {
       fail_running(e.what());
       return true;
     }
-    stats_.update([](EngineStats& s) { ++s.steps; });
+    const auto forward_end = Clock::now();
     apply_logits(plan, jobs, out);
     scheduler_->remove_finished();
     for (const auto& r : scheduler_->running()) runner_->end_step(*r);
     update_gauges();
+    const auto step_end = Clock::now();
+    stats_.update([&](EngineStats& s) {
+      ++s.steps;
+      s.step_seconds += std::chrono::duration<double>(step_end - step_start).count();
+      s.forward_seconds += std::chrono::duration<double>(forward_end - forward_start).count();
+    });
     return true;
   }
 }
@@ -281,6 +304,22 @@ bool EngineImpl::step_locked_out() {
 // its round settled; any other row whose logits were computed samples its
 // next token. Rows whose token ends them finish.
 void EngineImpl::apply_logits(const StepPlan& plan, std::span<DraftJob> jobs, const StepLogits& out) {
+  // A plain row's token depends on its own logits and sampler alone, so the
+  // rows are sampled in parallel (a 262,144-entry row is a scan each);
+  // emitting stays on this thread, in feed order (it detokenizes, runs the
+  // request's callback and may finish the request).
+  const std::size_t vocab = std::size_t(output_->vocab_size());
+  std::vector<std::optional<sampling::SampledToken>> sampled(plan.feeds.size());
+  std::vector<std::string> sample_errors(plan.feeds.size());
+  sampling_pool_.run(int64_t(plan.feeds.size()), [&](int64_t i) {
+    const float* logits = out.row(std::size_t(i));
+    if (plan.feeds[std::size_t(i)].job >= 0 || !logits) return;
+    try {
+      sampled[std::size_t(i)] = plan.feeds[std::size_t(i)].request->sampler.sample(std::span(logits, vocab));
+    } catch (const std::exception& e) {
+      sample_errors[std::size_t(i)] = e.what();
+    }
+  });
   for (std::size_t i = 0; i < plan.feeds.size(); ++i) {
     const Feed& f = plan.feeds[i];
     RequestState& r = *f.request;
@@ -293,8 +332,12 @@ void EngineImpl::apply_logits(const StepPlan& plan, std::span<DraftJob> jobs, co
       continue;
     }
     if (!logits) continue;
+    if (!sampled[i]) {
+      finish(r, FinishReason::Error, std::move(sample_errors[i]));
+      continue;
+    }
     try {
-      if (const auto end = output_->sample(r, logits)) finish(r, *end);
+      if (const auto end = output_->emit(r, *sampled[i])) finish(r, *end);
     } catch (const std::exception& e) {
       if (!r.handle->done()) finish(r, FinishReason::Error, e.what());
     }

@@ -42,11 +42,6 @@ void Output::preempted(RequestState& r) {
   stats_.update([](EngineStats& s) { ++s.preemptions; });
 }
 
-std::optional<FinishReason> Output::sample(RequestState& r, const float* logits) {
-  const std::span<const float> row(logits, std::size_t(vocab_size_));
-  return emit(r, r.sampler.sample(row));
-}
-
 std::optional<FinishReason> Output::emit(RequestState& r, const sampling::SampledToken& s) {
   r.sampler.accept(s.token);
   r.tokens.push_back(s.token);

@@ -47,10 +47,6 @@ class Output {
   // The request was preempted (its KV released, to be recomputed).
   void preempted(RequestState& r);
 
-  // Samples the token after the row's sequence from its logits row
-  // (vocab_size() floats) and emits it. Returns how the request ends if
-  // that token ends it.
-  std::optional<FinishReason> sample(RequestState& r, const float* logits);
   // Records a generated token and streams its text. Returns how the
   // request ends if this token ends it. Throws what the sampler, the
   // decoder or the request's callback throws.

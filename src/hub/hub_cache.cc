@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 
@@ -74,6 +77,40 @@ void HubCache::write_ref(const std::string& repo, const std::string& revision, c
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << commit;
+    if (!out.flush()) throw Error("cannot write " + tmp.string());
+  }
+  fs::rename(tmp, p);
+}
+
+void HubCache::write_tree_listing(const std::string& repo, const RepoListing& listing) const {
+  const fs::path p = repo_dir(repo) / "trees" / (listing.commit + ".json");
+  std::error_code ec;
+  if (fs::exists(p, ec)) return;
+  std::map<std::string, const RepoFile*> by_path;  // Python's sorted(): code point order = UTF-8 byte order
+  for (const RepoFile& f : listing.files) {
+    if (!f.size || f.blob_id.empty()) return;
+    by_path[f.path] = &f;
+  }
+  // ordered_json keeps the keys in huggingface_hub's order.
+  nlohmann::ordered_json files = nlohmann::ordered_json::object();
+  for (const auto& [path, f] : by_path) {
+    nlohmann::ordered_json e;
+    e["size"] = *f->size;
+    e["blob_id"] = f->blob_id;
+    if (f->lfs_sha256) {
+      e["lfs_sha256"] = *f->lfs_sha256;
+      e["lfs_size"] = *f->size;
+    }
+    files[path] = std::move(e);
+  }
+  nlohmann::ordered_json doc;
+  doc["format_version"] = 1;
+  doc["files"] = std::move(files);
+  fs::create_directories(p.parent_path());
+  const fs::path tmp = temporary_beside(p);
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << doc.dump(1, ' ', /*ensure_ascii=*/true);  // json.dump's defaults: ASCII, no final newline
     if (!out.flush()) throw Error("cannot write " + tmp.string());
   }
   fs::rename(tmp, p);

@@ -7,6 +7,9 @@
 //   CACHE/models--ORG--REPO/blobs/<etag>.incomplete  a download in progress
 //   CACHE/models--ORG--REPO/snapshots/<commit>/<path> relative symlinks into blobs/
 //   CACHE/models--ORG--REPO/refs/<revision>          the commit a branch or tag names
+//   CACHE/models--ORG--REPO/trees/<commit>.json      the commit's file listing
+//                                                    (huggingface_hub >= 1.x reads it
+//                                                    instead of asking the Hub again)
 //   CACHE/.locks/models--ORG--REPO/<etag>.lock       held while a blob is written
 //
 // A blob appears under its final name only when complete and verified (it is
@@ -20,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "hub/repo_listing.h"
 #include "hub/repo_ref.h"
 
 namespace rowlm::hub {
@@ -47,6 +51,14 @@ class HubCache {
   std::optional<std::string> read_ref(const std::string& repo, const std::string& revision) const;
   // Points refs/<revision> at `commit` (no trailing newline, as huggingface_hub writes).
   void write_ref(const std::string& repo, const std::string& revision, const std::string& commit) const;
+
+  // Writes trees/<commit>.json, the commit's whole listing in the format and
+  // bytes huggingface_hub's _tree_cache.py writes (format_version 1, files by
+  // path with size, blob_id and, for LFS files, lfs_sha256 and lfs_size;
+  // json.dump with indent 1), unless it exists: a commit's listing never
+  // changes. Written only when every file's size and blob id are listed, as
+  // huggingface_hub needs them.
+  void write_tree_listing(const std::string& repo, const RepoListing& listing) const;
 
   // The snapshot directory for `ref` if the cache has it: a commit hash
   // names its snapshot directly, a branch or tag goes through refs/.

@@ -89,6 +89,7 @@ class Puller {
     result.commit = listing.commit;
     for (const RepoFile& f : files) fetch_file(listing.commit, f, result);
     if (ref_.revision != listing.commit) cache_.write_ref(ref_.repo, ref_.revision, listing.commit);
+    cache_.write_tree_listing(ref_.repo, listing);
     result.snapshot = cache_.snapshot_dir(ref_.repo, listing.commit);
     fs::create_directories(result.snapshot);
     return result;

@@ -169,9 +169,12 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCodec{"models/rowlm-tiny", "q8:32"}, ModelCodec{"models/rowlm-tiny", "q4:32"},
                       ModelCodec{"tests/fixtures/qwen3/sliding_bias", "bf16"},
                       ModelCodec{"tests/fixtures/qwen3/mqa_untied", "f16"},
-                      ModelCodec{"tests/fixtures/llama/llama3_tied", "q8:32"},
+                      // The family fixtures' heads are 16 and 24 wide, narrower than or not a
+                      // multiple of the smallest quantized group (32): the q8/q4 codecs run on
+                      // the models above, these on the float codecs.
+                      ModelCodec{"tests/fixtures/llama/llama3_tied", "f16"},
                       ModelCodec{"tests/fixtures/mistral/window", "bf16"},
-                      ModelCodec{"tests/fixtures/qwen2/sliding_gqa", "q4:32"},
+                      ModelCodec{"tests/fixtures/qwen2/sliding_gqa", "f32"},
                       ModelCodec{"tests/fixtures/gemma3/text", "bf16"},
                       ModelCodec{"tests/fixtures/qwen3_moe/step2_window", "f16"}),
     [](const auto& param_info) {

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstdint>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -192,6 +193,65 @@ int32_t argmax(std::span<const float> values) {
   for (std::size_t i = 0; i < values.size(); ++i)
     if (values[i] == m) return int32_t(i);
   return 0;  // every value is NaN; rows are checked before they get here
+}
+
+bool greedy_leaves_row_unchanged(const SamplingParams& params) {
+  return params.greedy() && params.logit_bias.empty() && params.repetition_penalty == 1.0f &&
+         params.presence_penalty == 0.0f && params.frequency_penalty == 0.0f;
+}
+
+int32_t checked_argmax(std::span<const float> logits) {
+  ROWLM_CHECK(!logits.empty(), "empty logits row");
+  // One read of the row instead of a copy, a check and two argmax passes.
+  // Vector lanes (GCC/Clang vector extensions; SSE2 on any x86-64, the
+  // compiler's lowering elsewhere) each keep their largest value and its
+  // first index, and the bits check_row tests; strict > keeps the first
+  // index, so the lanes' merge below gives the lowest index among equals.
+  using F4 = float __attribute__((vector_size(16)));
+  using I4 = int32_t __attribute__((vector_size(16)));
+  constexpr int kWidth = 4, kVectors = 4, kStep = kWidth * kVectors;
+  constexpr int32_t kInfBits = 0x7f800000;
+  F4 best[kVectors];
+  I4 at[kVectors], index[kVectors], bad[kVectors], finite[kVectors];
+  for (int v = 0; v < kVectors; ++v) {
+    best[v] = F4{} + kNegInf;
+    bad[v] = finite[v] = I4{};
+    for (int l = 0; l < kWidth; ++l) index[v][l] = v * kWidth + l;
+    at[v] = index[v];
+  }
+  const float* p = logits.data();
+  const std::size_t n = logits.size();
+  std::size_t i = 0;
+  for (; i + kStep <= n; i += kStep) {
+    for (int v = 0; v < kVectors; ++v) {
+      F4 x;
+      std::memcpy(&x, p + i + std::size_t(v * kWidth), sizeof x);
+      const I4 bits = reinterpret_cast<I4>(x), magnitude = bits & 0x7fffffff;
+      bad[v] |= (magnitude > kInfBits) | (bits == kInfBits);  // NaN, +inf
+      finite[v] |= magnitude < kInfBits;
+      const I4 larger = x > best[v];
+      best[v] = reinterpret_cast<F4>((reinterpret_cast<I4>(x) & larger) | (reinterpret_cast<I4>(best[v]) & ~larger));
+      at[v] = (index[v] & larger) | (at[v] & ~larger);
+      index[v] += kStep;
+    }
+  }
+  bool any_bad = false, any_finite = false;
+  float m = kNegInf;
+  int32_t token = 0;
+  for (int v = 0; v < kVectors; ++v)
+    for (int l = 0; l < kWidth; ++l) {
+      any_bad |= bad[v][l] != 0;
+      any_finite |= finite[v][l] != 0;
+      if (best[v][l] > m || (best[v][l] == m && at[v][l] < token)) m = best[v][l], token = at[v][l];
+    }
+  for (; i < n; ++i) {  // the tail: later indices, so only a larger value wins
+    const float x = p[i];
+    any_bad |= std::isnan(x) || x == std::numeric_limits<float>::infinity();
+    any_finite |= std::isfinite(x);
+    if (x > m) m = x, token = int32_t(i);
+  }
+  if (any_bad || !any_finite) check_row(logits);  // throws, naming the culprit
+  return token;
 }
 
 void softmax(std::span<const float> logits, std::span<float> probs) {

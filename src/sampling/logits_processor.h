@@ -45,6 +45,16 @@ void process_logits(std::span<float> logits, const SamplingParams& params, const
 // Index of the largest value, the lowest index among equals.
 int32_t argmax(std::span<const float> values);
 
+// True when process_logits would leave a greedy row as it is (no bias, no
+// penalty), so the argmax can be taken on the model's row without a copy.
+// Must name every step process_logits applies before greedy's return.
+bool greedy_leaves_row_unchanged(const SamplingParams& params);
+
+// process_logits' checks and argmax in one pass over an unprocessed row:
+// the same token (lowest index among equals; +0 and -0 equal) and the same
+// errors for NaN, +inf or no finite value.
+int32_t checked_argmax(std::span<const float> logits);
+
 // softmax over a processed row into probs (same length): -inf gives 0.
 void softmax(std::span<const float> logits, std::span<float> probs);
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -219,6 +220,55 @@ TEST(LogitsProcessor, ArgmaxTakesTheLowestIdAmongTies) {
   EXPECT_EQ(argmax(std::vector<float>{1, 3, 3, 2}), 1);
   EXPECT_EQ(argmax(std::vector<float>{kNegInf, kNegInf, 0}), 2);
   EXPECT_EQ(argmax(std::vector<float>{5}), 0);
+}
+
+// The one-pass greedy scan against the definition: the first index holding
+// the largest value (+0 == -0), and an error wherever process_logits throws.
+// Lengths around the scan's 16 lanes, rows full of ties, signed zeros and
+// -inf, and a vocab-sized row.
+TEST(LogitsProcessor, CheckedArgmaxIsTheFirstLargestAndChecksLikeProcessLogits) {
+  std::mt19937 rng(3);
+  const float values[] = {kNegInf, -0.0f, 0.0f, 1.0f, 2.5f, -3.0f, 1e30f, -1e30f};
+  auto first_largest = [](const std::vector<float>& row) {
+    std::size_t at = 0;
+    for (std::size_t i = 1; i < row.size(); ++i)
+      if (row[i] > row[at]) at = i;
+    return int32_t(at);
+  };
+  std::vector<std::size_t> lengths;
+  for (std::size_t n = 1; n <= 50; ++n) lengths.push_back(n);
+  lengths.push_back(1000);
+  lengths.push_back(262144);
+  for (std::size_t n : lengths) {
+    for (int trial = 0; trial < (n > 1000 ? 2 : 20); ++trial) {
+      std::vector<float> row(n);
+      for (float& x : row) x = values[rng() % (trial % 2 ? 3 : 8)];  // odd trials: only -inf and zeros
+      if (std::all_of(row.begin(), row.end(), [](float x) { return x == kNegInf; })) row[rng() % n] = -0.0f;
+      EXPECT_EQ(checked_argmax(row), first_largest(row)) << "n " << n << " trial " << trial;
+      const std::vector<float> random = random_row(rng, int(n), 2.0f, trial % 3);
+      EXPECT_EQ(checked_argmax(random), first_largest(random)) << "n " << n;
+      // A NaN or +inf anywhere (the last lane, the tail) is refused, as is a row of -inf only.
+      std::vector<float> bad = row;
+      bad[rng() % n] = trial % 4 < 2 ? std::nanf("") : std::numeric_limits<float>::infinity();
+      EXPECT_THROW(checked_argmax(bad), Error) << "n " << n;
+      std::vector<float> dead(n, kNegInf);
+      EXPECT_THROW(checked_argmax(dead), Error) << "n " << n;
+    }
+  }
+}
+
+TEST(LogitsProcessor, OnlyAGreedyRowWithoutBiasOrPenaltyIsLeftUnchanged) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  EXPECT_TRUE(greedy_leaves_row_unchanged(p));
+  // Each of these changes a greedy row (or is not greedy): process_logits must run.
+  std::vector<SamplingParams> changed(5, p);
+  changed[0].temperature = 0.5f;
+  changed[1].logit_bias = {{3, 1.0f}};
+  changed[2].repetition_penalty = 1.1f;
+  changed[3].presence_penalty = 0.5f;
+  changed[4].frequency_penalty = -0.5f;
+  for (const SamplingParams& c : changed) EXPECT_FALSE(greedy_leaves_row_unchanged(c));
 }
 
 }  // namespace

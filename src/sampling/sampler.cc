@@ -16,6 +16,12 @@ uint64_t resolve_seed(const std::optional<uint64_t>& seed) {
   return uint64_t(device()) << 32 | device();
 }
 
+void check_row_size(std::span<const float> logits, int64_t vocab_size) {
+  if (int64_t(logits.size()) != vocab_size)
+    throw Error("logits row has " + std::to_string(logits.size()) + " entries, the vocabulary " +
+                std::to_string(vocab_size));
+}
+
 }  // namespace
 
 int32_t draw_token(std::span<const float> probs, double u) {
@@ -66,9 +72,7 @@ Sampler::Sampler(SamplingParams params, int64_t vocab_size, std::span<const int3
 }
 
 std::span<const float> Sampler::processed(std::span<const float> logits) const {
-  if (int64_t(logits.size()) != vocab_size_)
-    throw Error("logits row has " + std::to_string(logits.size()) + " entries, the vocabulary " +
-                std::to_string(vocab_size_));
+  check_row_size(logits, vocab_size_);
   row_.assign(logits.begin(), logits.end());
   if (constraint_) constraint_->mask(row_);
   process_logits(row_, params_, history_);
@@ -94,7 +98,10 @@ std::vector<float> Sampler::next_token_probs(std::span<const float> logits) cons
 
 SampledToken Sampler::sample(std::span<const float> logits, RandomStream stream) const {
   int32_t token;
-  if (params_.greedy()) {
+  if (!constraint_ && greedy_leaves_row_unchanged(params_)) {
+    check_row_size(logits, vocab_size_);
+    token = checked_argmax(logits);  // no copy: nothing would change the row
+  } else if (params_.greedy()) {
     token = argmax(processed(logits));
   } else {
     probs_.resize(vocab_size_);

@@ -132,7 +132,7 @@ GenerationRequest parse_messages_request(const Json& body, int64_t /*vocab_size:
   Fields f(body, "");
   GenerationRequest r;
   r.chat = true;
-  r.model = f.required_string("model");
+  r.model = f.string("model");
   check_depth(body, "");
   auto max_tokens = f.integer("max_tokens", 1, kInt32Max);
   if (!max_tokens) throw_bad_field("max_tokens", "is required");

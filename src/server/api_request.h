@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,9 @@ struct PromptInput {
 };
 
 struct GenerationRequest {
-  std::string model;
+  // Absent: the request is for whichever model is served (one per server, as
+  // llama.cpp's server and vLLM accept); given, it must name that model.
+  std::optional<std::string> model;
   bool chat = true;
   // Chat requests.
   std::vector<ChatTurn> turns;

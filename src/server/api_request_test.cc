@@ -52,9 +52,26 @@ void expect_rejections(Parser parse, const Json& base, const std::vector<BadFiel
 
 const Json kRemove = Json::value_t::discarded;
 
+// `model` may be left out (the one served model serves it) or null; given, it
+// is kept as written for prepare_generation to check.
+TEST(GenerationRequests, ModelIsOptional) {
+  for (Parser parse : {parse_chat_completion_request, parse_completion_request, parse_messages_request}) {
+    const Json base = parse == parse_chat_completion_request ? chat_body()
+                      : parse == parse_completion_request    ? completion_body()
+                                                             : messages_body();
+    EXPECT_EQ(parse(base, kVocab).model, std::optional<std::string>("m"));
+    Json body = base;
+    body.erase("model");
+    EXPECT_EQ(parse(body, kVocab).model, std::nullopt);
+    body["model"] = nullptr;
+    EXPECT_EQ(parse(body, kVocab).model, std::nullopt);
+    body["model"] = "";
+    EXPECT_EQ(parse(body, kVocab).model, std::optional<std::string>(""));  // a wrong name, not an absent one
+  }
+}
+
 TEST(ChatCompletionRequest, EveryBadFieldIsNamed) {
   expect_rejections(parse_chat_completion_request, chat_body(), {
-      {"/model", kRemove, "model"},
       {"/model", 3, "model"},
       {"/messages", kRemove, "messages"},
       {"/messages", Json::array(), "messages"},
@@ -226,7 +243,7 @@ TEST(MessagesRequest, EveryBadFieldIsNamed) {
   expect_rejections(parse_messages_request, messages_body(), {
       {"/max_tokens", kRemove, "max_tokens"},
       {"/max_tokens", 0, "max_tokens"},
-      {"/model", kRemove, "model"},
+      {"/model", 3, "model"},
       {"/messages", kRemove, "messages"},
       {"/messages/0/role", "system", "messages[0].role"},
       {"/messages/0/content", {{{"type", "image"}, {"source", Json::object()}}}, "messages[0].content[0].type"},

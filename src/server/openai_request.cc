@@ -56,7 +56,7 @@ std::vector<std::string> stop_strings(const Fields& f, const char* name, std::si
 
 // Fields shared by chat completions and completions.
 void parse_common(const Fields& f, int64_t vocab_size, GenerationRequest& r) {
-  r.model = f.required_string("model");
+  r.model = f.string("model");
   auto& s = r.sampling;
   if (auto v = f.number("temperature", 0, 2)) s.temperature = float(*v);
   if (auto v = f.number("top_p", 0, 1)) {

@@ -29,8 +29,8 @@ void check_prompt_bytes(std::size_t bytes, const ServedModel& m, const std::stri
 }  // namespace
 
 PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedModel& m) {
-  if (r.model != m.name)
-    throw ApiError(404, "model: '" + r.model + "' is not served here; this server serves '" + m.name + "'", "model",
+  if (r.model && *r.model != m.name)
+    throw ApiError(404, "model: '" + *r.model + "' is not served here; this server serves '" + m.name + "'", "model",
                    "model_not_found");
   PreparedGeneration out;
   ReplyContext& rc = out.reply;

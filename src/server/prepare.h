@@ -39,7 +39,8 @@ struct PreparedGeneration {
   ReplyContext reply;             // all but id, created and make_tool_call_id
 };
 
-// Throws ApiError: 404 for another model's name, 400 for a conversation the
+// A request without a model is served by `model`. Throws ApiError: 404 for
+// another model's name, 400 for a conversation the
 // chat format rejects, or a request the engine's check refuses
 // (engine/validate_request.h, with this API's rule that prompt + max_tokens
 // fit the context, and a prompt text over max_prompt_bytes is refused

@@ -303,6 +303,47 @@ TEST_F(ServerTest, ErrorsAreJsonInTheEndpointsShape) {
   EXPECT_EQ(post("/v1/chat/completions", chat())->status, 200);
 }
 
+// With one model served, a request without `model` is served by it on every
+// generation endpoint; a wrong name is a 404 naming it, in the endpoint's shape.
+TEST_F(ServerTest, ModelMayBeLeftOutButNotMisnamed) {
+  start();
+  const Json chat_body = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
+  const Json completion_body = {{"prompt", "In the beginning"}, {"max_tokens", 3}};
+  const Json messages_body = {{"max_tokens", 64}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
+  struct Endpoint {
+    std::string path;
+    Json body;
+    bool anthropic;
+  };
+  for (const Endpoint& e : {Endpoint{"/v1/chat/completions", chat_body, false},
+                            Endpoint{"/v1/completions", completion_body, false},
+                            Endpoint{"/v1/messages", messages_body, true}}) {
+    SCOPED_TRACE(e.path);
+    auto r = post(e.path, e.body);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(Json::parse(r->body)["model"], "rowlm-tiny");  // the reply names the model that served it
+    for (const char* wrong : {"gemma-7b", ""}) {
+      Json body = e.body;
+      body["model"] = wrong;
+      r = post(e.path, body);
+      ASSERT_TRUE(r);
+      EXPECT_EQ(r->status, 404) << r->body;
+      const Json err = Json::parse(r->body);
+      const std::string message = err["error"]["message"];
+      EXPECT_NE(message.find("'" + std::string(wrong) + "'"), std::string::npos) << message;
+      EXPECT_NE(message.find("rowlm-tiny"), std::string::npos) << message;
+      EXPECT_EQ(err["error"]["type"], "not_found_error");
+      if (e.anthropic) {
+        EXPECT_EQ(err["type"], "error") << r->body;
+      } else {
+        EXPECT_EQ(err["error"]["param"], "model") << r->body;
+        EXPECT_EQ(err["error"]["code"], "model_not_found") << r->body;
+      }
+    }
+  }
+}
+
 TEST_F(ServerTest, PromptLongerThanTheContext) {
   engine_.set_max_position(32);
   start();

@@ -116,8 +116,9 @@ def llama_cpp_greedy(bin_dir, path, prompt_text, n):
     exe = os.path.join(bin_dir, "llama-simple")
     if not os.path.exists(exe):
         return None
-    r = subprocess.run([exe, "-m", path, "-n", str(n), prompt_text], capture_output=True, text=True)
-    return r.stdout if r.returncode == 0 else None
+    # A random model's continuation can end inside a UTF-8 sequence: keep the bytes visible.
+    r = subprocess.run([exe, "-m", path, "-n", str(n), prompt_text], capture_output=True)
+    return r.stdout.decode("utf-8", errors="backslashreplace") if r.returncode == 0 else None
 
 
 def main():

@@ -92,6 +92,9 @@ class FakeHub:
         m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/revision/(.+)", path)
         if m:
             return self._listing(h, m.group(1), m.group(2), head)
+        m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/tree/([^/]+)", path)
+        if m:
+            return self._tree(h, m.group(1), m.group(2), head)
         m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
         if m:
             return self._resolve(h, m.group(1), m.group(2), m.group(3), head)
@@ -118,6 +121,25 @@ class FakeHub:
         body = json.dumps({"id": repo_id, "modelId": repo_id, "sha": commit, "private": False, "gated": False,
                            "siblings": siblings}).encode()
         self._reply(h, 200, {"Content-Type": "application/json"}, body, head)
+
+    def _tree(self, h, repo_id, rev, head):
+        """The repo tree listing (GET /api/models/ORG/REPO/tree/REV?recursive=...), one page: newer
+        huggingface_hub releases list the files this way in snapshot_download. The repos are flat."""
+        repo = self.repos.get(repo_id)
+        if repo is None:
+            return self._reply(h, 401, {"X-Error-Message": "Repository not found"}, b"[]", head)
+        commit = repo.refs.get(rev, rev if rev == repo.commit else None)
+        if commit is None:
+            return self._reply(h, 404, {"X-Error-Message": "Invalid rev id: " + rev}, b"[]", head)
+        entries = []
+        for p, (content, lfs) in sorted(repo.files.items()):
+            pointer = b"p" * 130
+            e = {"type": "file", "path": p, "oid": git_blob_id(pointer if lfs else content),
+                 "size": len(content)}
+            if lfs:
+                e["lfs"] = {"oid": hashlib.sha256(content).hexdigest(), "size": len(content), "pointerSize": 130}
+            entries.append(e)
+        self._reply(h, 200, {"Content-Type": "application/json"}, json.dumps(entries).encode(), head)
 
     def _resolve(self, h, repo_id, rev, file_path, head):
         repo = self.repos.get(repo_id)
