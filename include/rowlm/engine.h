@@ -38,6 +38,9 @@ namespace rowlm {
 class Backend;
 class Model;
 class Tokenizer;
+namespace constrain {
+class Grammar;
+}  // namespace constrain
 
 struct EngineOptions {
   std::string model_dir;
@@ -94,6 +97,12 @@ struct Request {
   // is kept, as tool-call parsing needs (Gemma 4 marks calls with special
   // tokens). A stop token's text is never part of the output either way.
   bool skip_special_tokens = true;
+  // Structured output: the generated text is held to a JSON value this
+  // grammar admits (constrain/grammar.h: Grammar::from_schema for a JSON
+  // Schema, Grammar::any_object), every token masked that cannot continue
+  // one; the end-of-sequence and stop tokens only where the value is
+  // complete. Null: free text. Needs a tokenizer.
+  std::shared_ptr<const constrain::Grammar> response_format;
 };
 
 enum class FinishReason { Stop, Length, Cancelled, Error };

@@ -130,7 +130,8 @@ int run_batch(const std::vector<std::string>& argv) {
                      "max_tokens, temperature (default 1), top_p, top_k, min_p, seed, stop, logprobs,\n"
                      "presence_penalty, frequency_penalty, repetition_penalty, logit_bias, ignore_eos,\n"
                      "arrival_step (the engine step at which the request is submitted; default 0, at most\n"
-                     "1000000). A bad line gets an error result and the others run.");
+                     "1000000), json_schema (a JSON Schema the output is held to: constrained decoding).\n"
+                     "A bad line gets an error result and the others run.");
   add_model_argument(args)
       .option("input", "FILE", "requests, one JSON object per line ('-' = stdin)")
       .option("output", "FILE", "results, one JSON object per line ('-' = stdout)", "-")

@@ -97,8 +97,11 @@ double percentile(std::vector<double> v, double p) {
 
 // Continuous batching under load: C requests submitted at once to one
 // engine; aggregate and per-request throughput, time to first token.
+// With `grammar`, every request is held to it (structured outputs) and
+// ends where its JSON value does, or at gen_tokens.
 nlohmann::json concurrency_run(Engine& engine, int concurrency, int64_t prompt_tokens, int64_t gen_tokens,
-                               uint32_t& rng, int vocab) {
+                               uint32_t& rng, int vocab, float temperature,
+                               const std::shared_ptr<const constrain::Grammar>& grammar) {
   std::vector<std::shared_ptr<RequestHandle>> handles;
   const EngineStats before = engine.stats();
   const auto t0 = Clock::now();
@@ -108,9 +111,11 @@ nlohmann::json concurrency_run(Engine& engine, int concurrency, int64_t prompt_t
       rng = rng * 1664525u + 1013904223u;
       r.prompt_ids.push_back(int32_t(4 + rng % uint32_t(vocab - 4)));
     }
-    r.sampling.temperature = 0;
+    r.sampling.temperature = temperature;
+    r.sampling.seed = uint64_t(c);
     r.sampling.max_tokens = int32_t(gen_tokens);
-    r.ignore_eos = true;
+    r.ignore_eos = grammar == nullptr;
+    r.response_format = grammar;
     handles.push_back(engine.submit(r));
   }
   std::vector<double> ttft, per_request;
@@ -148,6 +153,12 @@ int concurrency_bench(const Args& args, const std::string& concurrency, const st
   for (int32_t c : levels) if (c < 1 || c > 4096) throw Error("--concurrency levels must be 1..4096");
   const int64_t prompt_tokens = args.get_int("prompt-tokens"), gen_tokens = args.get_int("gen-tokens");
   if (prompt_tokens < 1 || gen_tokens < 1) throw Error("--prompt-tokens and --gen-tokens must be positive");
+  const float temperature = float(args.get_double("temperature"));
+  std::shared_ptr<const constrain::Grammar> grammar;
+  if (auto schema = args.get_opt("json-schema")) {
+    if (!args.has("model")) throw Error("--json-schema needs --model (a tokenizer)");
+    grammar = json_schema_from_file(*schema);
+  }
   EngineOptions eo;
   eo.device = args.get("device");
   eo.threads = int(threads);
@@ -175,12 +186,14 @@ int concurrency_bench(const Args& args, const std::string& concurrency, const st
   nlohmann::json runs = nlohmann::json::array();
   uint32_t seed = 7;
   const int vocab = std::min(engine->model_info().vocab_size, 262144);
-  for (int32_t c : levels) runs.push_back(concurrency_run(*engine, c, prompt_tokens, gen_tokens, seed, vocab));
+  for (int32_t c : levels)
+    runs.push_back(concurrency_run(*engine, c, prompt_tokens, gen_tokens, seed, vocab, temperature, grammar));
   const double single = runs[0]["aggregate_tokens_per_s"];
   for (auto& r : runs) r["aggregate_vs_first"] = double(r["aggregate_tokens_per_s"]) / single;
   nlohmann::json out = {{"model", source}, {"kv_codec", eo.kv_codec}, {"threads", eo.threads},
                         {"matmul_precision", matmul_precision_name(eo.matmul_precision)},
-                        {"prompt_tokens", prompt_tokens}, {"gen_tokens", gen_tokens}, {"runs", runs}};
+                        {"prompt_tokens", prompt_tokens}, {"gen_tokens", gen_tokens}, {"temperature", temperature},
+                        {"json_schema", args.get_opt("json-schema").value_or("")}, {"runs", runs}};
   if (eo.kv_quantize_after) {
     out["kv_quantize_after"] = *eo.kv_quantize_after;
     out["kv_quantize_to"] = eo.kv_quantize_to;
@@ -221,6 +234,10 @@ int run_bench(const std::vector<std::string>& argv) {
       .option("gen-tokens", "N", "with --concurrency: tokens each request generates", "64")
       .option("kv-quantize-after", "N", "with --concurrency: re-encode a request's KV in --kv-quantize-to at N positions")
       .option("kv-quantize-to", "CODEC", "with --concurrency: the codec of --kv-quantize-after (default q8)")
+      .option("temperature", "T", "with --concurrency: sampling temperature (request c is seeded with c)", "0")
+      .option("json-schema", "FILE",
+              "with --concurrency and --model: hold every request to this JSON Schema (it ends where its value "
+              "does, or at --gen-tokens)")
       .flag("table", "also print a table to stderr");
   add_runtime_options(args, "bf16");
   if (!args.parse(argv)) return 0;

@@ -28,7 +28,9 @@ int run_generate(const std::vector<std::string>& argv) {
       .flag("chat", "render PROMPT as a user turn of the model's chat format")
       .option("system", "TEXT", "a system message (with --chat)")
       .option("chat-format", "NAME", "override the chat format: gemma4, gemma3, chatml, llama3")
-      .flag("json", "print the result as one JSON object instead of streaming text");
+      .flag("json", "print the result as one JSON object instead of streaming text")
+      .option("json-schema", "FILE",
+              "hold the output to the JSON Schema in FILE: constrained decoding (schema subset: docs/server.md)");
   add_sampling_options(args, 0.0f);
   add_engine_options(args);
   if (!args.parse(argv)) return 0;
@@ -44,6 +46,7 @@ int run_generate(const std::vector<std::string>& argv) {
     throw Error("give a PROMPT or --ids (see rowlm generate --help)");
   }
   apply_sampling_options(args, req);
+  if (auto schema = args.get_opt("json-schema")) req.response_format = json_schema_from_file(*schema);
 
   const EngineOptions eo = engine_options_from(args, dir, /*background=*/true);
   auto engine = open_engine(eo);

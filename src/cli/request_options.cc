@@ -5,6 +5,7 @@
 
 #include "cli/runtime.h"
 #include "core/error.h"
+#include "model/config_fields.h"
 
 namespace rowlm::cli {
 
@@ -180,11 +181,32 @@ T field(const nlohmann::json& j, const char* name, const std::string& where, T f
 
 }  // namespace
 
+std::shared_ptr<const constrain::Grammar> json_schema_from_file(const std::string& path) {
+  std::string text;
+  try {
+    text = config::read_text(path);
+  } catch (const Error& e) {
+    throw Error(std::string("--json-schema: ") + e.what());
+  }
+  nlohmann::json schema;
+  try {
+    schema = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("--json-schema " + path + ": not JSON: " + e.what());
+  }
+  try {
+    return constrain::Grammar::from_schema(schema, "schema");
+  } catch (const constrain::UnsupportedSchema& e) {
+    throw Error("--json-schema " + path + ": " + e.what());
+  }
+}
+
 BatchLine parse_batch_line(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) throw Error(where + ": expected a JSON object");
   static const char* known[] = {"id", "prompt", "ids", "max_tokens", "temperature", "top_p", "top_k", "min_p",
                                 "seed", "stop", "logprobs", "presence_penalty", "frequency_penalty",
-                                "repetition_penalty", "logit_bias", "ignore_eos", "arrival_step", "stop_token_ids"};
+                                "repetition_penalty", "logit_bias", "ignore_eos", "arrival_step", "stop_token_ids",
+                                "json_schema"};
   for (const auto& [key, value] : j.items()) {
     if (std::find(std::begin(known), std::end(known), key) == std::end(known))
       throw Error(where + ": unknown field '" + key + "'");
@@ -228,6 +250,13 @@ BatchLine parse_batch_line(const nlohmann::json& j, const std::string& where) {
     }
   }
   r.ignore_eos = field<bool>(j, "ignore_eos", where, false);
+  if (j.contains("json_schema") && !j["json_schema"].is_null()) {
+    try {
+      r.response_format = constrain::Grammar::from_schema(j["json_schema"], "json_schema");
+    } catch (const constrain::UnsupportedSchema& e) {
+      throw Error(where + ": " + e.what());
+    }
+  }
   line.arrival_step = integer_field(j, "arrival_step", where, 0, kMaxArrivalStep, 0);
   return line;
 }

@@ -2,11 +2,13 @@
 // The per-request and engine options shared by generate, chat, batch and
 // serve: as command-line flags, and as the JSON fields of a batch line.
 
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
+#include "constrain/grammar.h"
 #include "rowlm/engine.h"
 
 namespace rowlm::cli {
@@ -25,10 +27,14 @@ EngineOptions engine_options_from(const Args& args, const std::string& model_dir
 void add_sampling_options(Args& args, float default_temperature);
 void apply_sampling_options(const Args& args, Request& request);
 
+// `generate --json-schema FILE`: the JSON Schema in FILE, compiled. Errors
+// name the file, and the keyword outside the supported subset.
+std::shared_ptr<const constrain::Grammar> json_schema_from_file(const std::string& path);
+
 // A batch line: {"id", "prompt" | "ids", "max_tokens", "temperature", "top_p",
 // "top_k", "min_p", "seed", "stop", "logprobs", "presence_penalty",
 // "frequency_penalty", "repetition_penalty", "logit_bias", "ignore_eos",
-// "arrival_step"}. Errors name `where` and the field.
+// "arrival_step", "json_schema"}. Errors name `where` and the field.
 struct BatchLine {
   nlohmann::json id;
   Request request;

@@ -70,6 +70,8 @@ TEST(RequestOptions, BatchFieldsAreIntegersInRange) {
       {R"({"prompt": "x", "seed": -1})", "'seed'"},
       {R"({"prompt": "x", "arrival_step": 1000000000000})", "'arrival_step' must be between 0 and 1000000"},
       {R"({"prompt": "x", "arrival_step": 1.5})", "'arrival_step' must be an integer"},
+      {R"({"prompt": "x", "json_schema": {"type": "string", "pattern": "a"}})", "json_schema.pattern"},
+      {R"({"prompt": "x", "json_schema": 3})", "json_schema: a schema must be"},
   };
   for (const auto& [line, says] : cases) {
     const std::string error = batch_error(line);
@@ -84,6 +86,11 @@ TEST(RequestOptions, BatchFieldsAreIntegersInRange) {
   EXPECT_EQ(ok.request.sampling.max_tokens, 16777216);
   EXPECT_EQ(ok.request.sampling.seed, 9223372036854775807ull);
   EXPECT_EQ(ok.arrival_step, 1000000);
+  EXPECT_EQ(ok.request.response_format, nullptr);
+  const BatchLine schema = parse_batch_line(json::parse(R"({"prompt": "x", "json_schema": {"type": "integer"}})"), "line 1");
+  ASSERT_NE(schema.request.response_format, nullptr);
+  EXPECT_EQ(schema.request.response_format->node(schema.request.response_format->root()).kind,
+            constrain::NodeKind::Integer);
 }
 
 // The prefix cache has an explicit default budget, settable, never "0 = a

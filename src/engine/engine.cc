@@ -55,6 +55,7 @@
 #include "engine/setup.h"
 #include "engine/stats.h"
 #include "engine/step_runner.h"
+#include "constrain/json_constraint.h"
 #include "engine/validate_request.h"
 #include "engine/verify.h"
 #include "tokenizer/tokenizer.h"
@@ -132,6 +133,8 @@ class EngineImpl final : public Engine {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
   std::optional<Tokenizer> tokenizer_;
+  // Structured outputs' token table and mask cache, when there is a tokenizer.
+  std::optional<constrain::ConstraintFactory> constraints_;
   RequestLimits limits_;
   Stats stats_;
   // The units, built in the constructor; the scheduler thread's own.
@@ -159,6 +162,7 @@ EngineImpl::EngineImpl(const EngineOptions& options, std::unique_ptr<Backend> ba
   if (!opt_.model_dir.empty()) tokenizer_ = load_model_tokenizer(opt_.model_dir);
   const ModelInfo& info = model_->info();
   limits_ = RequestLimits{info.vocab_size, info.max_position, tokenizer_ ? &*tokenizer_ : nullptr};
+  if (tokenizer_) constraints_.emplace(*tokenizer_, info.vocab_size);
 
   kv::CacheOptions copt = cache_options(opt_, *model_, *backend_);
   stats_.update([&](EngineStats& s) { s.kv_capacity_bytes = copt.capacity_bytes; });  // the draft's share included
@@ -192,6 +196,13 @@ std::shared_ptr<RequestHandle> EngineImpl::submit(Request request,
   });
   auto state = std::make_unique<RequestState>(id, std::move(request), std::move(prompt), limits_.vocab_size,
                                               limits_.tokenizer, handle, std::move(on_token));
+  if (const auto& grammar = state->request.response_format) {
+    // What ends the request may end the JSON value, nothing else may.
+    std::vector<int32_t> ends = state->request.sampling.stop_token_ids;
+    if (!state->request.ignore_eos)
+      ends.insert(ends.end(), model_->info().eos_token_ids.begin(), model_->info().eos_token_ids.end());
+    state->sampler.set_constraint(constraints_->make(grammar, std::move(ends)));
+  }
   {
     std::lock_guard lock(submit_mu_);
     if (closed_) throw Error("engine: shut down");

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "constrain/grammar.h"
 #include "rowlm/engine.h"
 
 namespace rowlm::test {
@@ -46,6 +47,7 @@ struct Spec {
   int32_t top_k = 0;
   int32_t logprobs = 2;
   std::vector<int32_t> prompt_ids = {};  // used instead of prompt when non-empty
+  std::shared_ptr<const constrain::Grammar> response_format = nullptr;
 };
 
 inline Request make_request(const Spec& s) {
@@ -59,6 +61,7 @@ inline Request make_request(const Spec& s) {
   r.sampling.stop = s.stop;
   r.sampling.stop_token_ids = s.stop_token_ids;
   r.sampling.top_k = s.top_k;
+  r.response_format = s.response_format;
   return r;
 }
 

@@ -35,6 +35,8 @@ std::vector<int32_t> validate_request(const Request& request, const RequestLimit
                                " tokens and the model's context " + std::to_string(ctx) +
                                " tokens, leaving room for " + std::to_string(ctx - length));
   }
+  if (!limits.tokenizer && request.response_format)
+    reject("response_format", "structured outputs need a tokenizer, and the model has none (tokenizer.json)");
   if (!limits.tokenizer && !request.sampling.stop.empty())
     reject("stop", "stop strings need a tokenizer, and the model has none (tokenizer.json)");
   try {

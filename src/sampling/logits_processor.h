@@ -4,6 +4,8 @@
 // by a filter gets -inf. process_logits runs them in this fixed order (the
 // order of vLLM's sampler and HF's generate, see docs in sampler.h):
 //
+//   0. constraint           (the Sampler's TokenConstraint, before all of these:
+//                           a forbidden token gets -inf)
 //   1. logit_bias           l[i] += bias[i]
 //   2. repetition_penalty   for i seen in prompt or output: l > 0 ? l / r : l * r
 //   3. presence/frequency   l[i] -= presence * [c_i > 0] + frequency * c_i

@@ -74,6 +74,7 @@ Sampler::Sampler(SamplingParams params, int64_t vocab_size, std::span<const int3
 std::span<const float> Sampler::processed(std::span<const float> logits) const {
   check_row_size(logits, vocab_size_);
   row_.assign(logits.begin(), logits.end());
+  if (constraint_) constraint_->mask(row_);
   process_logits(row_, params_, history_);
   return row_;
 }
@@ -97,7 +98,7 @@ std::vector<float> Sampler::next_token_probs(std::span<const float> logits) cons
 
 SampledToken Sampler::sample(std::span<const float> logits, RandomStream stream) const {
   int32_t token;
-  if (greedy_leaves_row_unchanged(params_)) {
+  if (!constraint_ && greedy_leaves_row_unchanged(params_)) {
     check_row_size(logits, vocab_size_);
     token = checked_argmax(logits);  // no copy: nothing would change the row
   } else if (params_.greedy()) {
@@ -119,11 +120,13 @@ SampledToken Sampler::chosen(std::span<const float> logits, int32_t token) const
 
 void Sampler::accept(int32_t token) {
   ROWLM_CHECK(token >= 0 && token < vocab_size_, "accepted token outside the vocabulary");
+  if (constraint_) constraint_->accept(token);
   history_.push(token);
 }
 
 void Sampler::rollback(std::size_t n) {
   ROWLM_CHECK(n <= history_.generated().size(), "rollback past the first generated token");
+  if (constraint_) constraint_->rollback(n);
   for (std::size_t i = 0; i < n; ++i) history_.pop();
 }
 

@@ -17,6 +17,7 @@
 // see logprobs.h.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "sampling/logprobs.h"
 #include "sampling/philox.h"
 #include "sampling/sampling_params.h"
+#include "sampling/token_constraint.h"
 #include "sampling/token_history.h"
 
 namespace rowlm::sampling {
@@ -55,6 +57,12 @@ class Sampler {
   int64_t step() const { return int64_t(history_.generated().size()); }
   const TokenHistory& history() const { return history_; }
 
+  // Holds every distribution to `constraint` from the next token on (see
+  // token_constraint.h); it then advances and rolls back with accept() and
+  // rollback(). Null removes it.
+  void set_constraint(std::unique_ptr<TokenConstraint> constraint) { constraint_ = std::move(constraint); }
+  bool constrained() const { return constraint_ != nullptr; }
+
   // The distribution the next token is drawn from: vocab-sized, sums to 1,
   // zero outside the kept set; one-hot at the argmax when greedy. This is
   // p_target / p_draft for speculative decoding.
@@ -68,18 +76,22 @@ class Sampler {
   // verification), with its logprobs attached when params ask for them.
   SampledToken chosen(std::span<const float> logits, int32_t token) const;
 
-  // Records a generated token (penalties, step) / forgets the last n.
+  // Records a generated token (penalties, step, the constraint) / forgets
+  // the last n. accept() throws, recording nothing, for a token the
+  // constraint forbids.
   void accept(int32_t token);
   void rollback(std::size_t n);
 
  private:
-  // Copies logits into row_ and processes them there.
+  // Copies logits into row_, masks them with the constraint, and processes
+  // them there.
   std::span<const float> processed(std::span<const float> logits) const;
 
   SamplingParams params_;
   int64_t vocab_size_;
   uint64_t seed_;
   TokenHistory history_;
+  std::unique_ptr<TokenConstraint> constraint_;
   mutable std::vector<float> row_, probs_;
 };
 

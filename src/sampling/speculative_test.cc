@@ -106,6 +106,56 @@ TEST(Speculative, GreedyVerificationYieldsTheArgmax) {
   }
 }
 
+// Allows the ids congruent to the number of tokens accepted, mod 3: what
+// it allows changes with every accept and rollback.
+class ModThreeConstraint final : public TokenConstraint {
+ public:
+  void mask(std::span<float> logits) override {
+    for (std::size_t i = 0; i < logits.size(); ++i)
+      if (i % 3 != accepted_ % 3) logits[i] = -INFINITY;
+  }
+  void accept(int32_t token) override {
+    if (std::size_t(token) % 3 != accepted_ % 3) throw Error("forbidden");
+    ++accepted_;
+  }
+  void rollback(std::size_t n) override { accepted_ -= n; }
+
+ private:
+  std::size_t accepted_ = 0;
+};
+
+// A draft token the constraint forbids is rejected, and its replacement
+// is allowed; greedy under a constraint verifies to the constrained argmax.
+TEST(Speculative, DraftsTheConstraintForbidsAreRejected) {
+  std::mt19937 rng(24);
+  for (float temperature : {0.0f, 1.0f}) {
+    SamplingParams params;
+    params.temperature = temperature;
+    params.seed = 5;
+    Sampler target(params, 30), plain(params, 30);
+    target.set_constraint(std::make_unique<ModThreeConstraint>());
+    plain.set_constraint(std::make_unique<ModThreeConstraint>());
+    for (int step = 0; step < 60; ++step) {
+      const std::vector<float> l = random_row(rng, 30, 2.0f);
+      const int32_t draft = int32_t(rng() % 30);
+      const DraftVerdict v = verify_draft_token(target, l, {}, draft);
+      EXPECT_EQ(v.token.token % 3, step % 3);
+      if (draft % 3 != step % 3) {
+        EXPECT_FALSE(v.accepted);
+      }
+      if (temperature == 0) {
+        EXPECT_EQ(v.token.token, plain.sample(l).token);
+      }
+      EXPECT_THROW(target.accept((v.token.token + 1) % 30), Error);  // nothing recorded
+      target.accept(v.token.token);
+      plain.accept(v.token.token);
+    }
+    target.rollback(1);
+    const std::vector<float> l = random_row(rng, 30, 2.0f);
+    EXPECT_EQ(target.sample(l).token % 3, 59 % 3);
+  }
+}
+
 TEST(Speculative, VerificationIsKeyedBySeedAndStepAndCarriesLogprobs) {
   std::mt19937 rng(23);
   const std::vector<float> l = random_row(rng, 50, 1.0f);

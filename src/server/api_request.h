@@ -9,12 +9,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "constrain/grammar.h"
 #include "sampling/sampling_params.h"
 #include "server/chat_prompt.h"
 #include "server/tool_calls.h"
@@ -45,6 +47,9 @@ struct GenerationRequest {
   bool ignore_eos = false;
   bool stream = false;
   bool include_usage = false;  // OpenAI: stream_options.include_usage
+  // Structured outputs (response_format, Responses' text.format; see
+  // server/response_format.h): null for free text.
+  std::shared_ptr<const constrain::Grammar> response_format;
 };
 
 // The most choices one request may ask for (n, times prompts for completions).

@@ -1,4 +1,5 @@
 #include "server/api_request.h"
+#include "server/response_format.h"
 
 #include <gtest/gtest.h>
 
@@ -116,7 +117,14 @@ TEST(ChatCompletionRequest, EveryBadFieldIsNamed) {
       {"/tools", {{{"type", "function"}, {"function", {{"name", "bad name"}}}}}, "tools[0].function.name"},
       {"/tool_choice", "sometimes", "tool_choice"},
       {"/tool_choice", "auto", "tool_choice"},  // without tools
-      {"/response_format", {{"type", "json_object"}}, "response_format"},
+      {"/response_format", {{"type", "yaml"}}, "response_format.type"},
+      {"/response_format", {{"type", "json_schema"}}, "response_format.json_schema"},
+      {"/response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}, "response_format.json_schema.schema"},
+      {"/response_format",
+       Json::parse(R"({"type": "json_schema", "json_schema": {"schema": {"properties": {"a": {"format": "date"}}}}})"),
+       "response_format.json_schema.schema.properties.a.format"},
+      {"/response_format", Json::parse(R"({"type": "json_schema", "json_schema": {"schema": {"minLength": -1}}})"),
+       "response_format.json_schema.schema.minLength"},
       {"/functions", Json::array({Json::object()}), "functions"},
       {"/best_of", 3, "best_of"},
       {"/stop_token_ids", {1, 8192}, "stop_token_ids[1]"},
@@ -136,6 +144,30 @@ TEST(ChatCompletionRequest, EveryBadFieldIsNamed) {
       {"/messages/1/tool_calls/0/function/arguments", "{", "messages[1].tool_calls[0].function.arguments"},
       {"/messages/1/tool_calls/0/id", kRemove, "messages[1].tool_calls[0].id"},
   });
+}
+
+TEST(ChatCompletionRequest, ResponseFormatBecomesTheGrammar) {
+  Json body = chat_body();
+  EXPECT_EQ(parse_chat_completion_request(body, kVocab).response_format, nullptr);
+  body["response_format"] = {{"type", "text"}};
+  EXPECT_EQ(parse_chat_completion_request(body, kVocab).response_format, nullptr);
+  body["response_format"] = {{"type", "json_object"}};
+  auto any = parse_chat_completion_request(body, kVocab).response_format;
+  ASSERT_NE(any, nullptr);
+  EXPECT_EQ(any->root(), constrain::Grammar::kAnyObject);
+  body["response_format"] = {{"type", "json_schema"},
+                             {"json_schema", {{"name", "n"}, {"strict", true}, {"schema", {{"type", "integer"}}}}}};
+  auto schema = parse_chat_completion_request(body, kVocab).response_format;
+  ASSERT_NE(schema, nullptr);
+  EXPECT_EQ(schema->node(schema->root()).kind, constrain::NodeKind::Integer);
+  // Responses' text.format shape: the schema beside "type".
+  EXPECT_NE(parse_response_format({{"type", "json_schema"}, {"name", "n"}, {"schema", {{"type", "string"}}}}, "text.format"),
+            nullptr);
+  // A reply held to a schema cannot call tools.
+  body["tools"] = {{{"type", "function"}, {"function", {{"name", "f"}}}}};
+  EXPECT_EQ(rejection(parse_chat_completion_request, body).param(), "response_format");
+  body["tool_choice"] = "none";
+  EXPECT_NE(parse_chat_completion_request(body, kVocab).response_format, nullptr);
 }
 
 TEST(ChatCompletionRequest, ParsesWhatItAccepts) {

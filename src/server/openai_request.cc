@@ -10,6 +10,7 @@
 #include "server/api_error.h"
 #include "server/api_request.h"
 #include "server/fields.h"
+#include "server/response_format.h"
 
 namespace rowlm::server {
 
@@ -266,8 +267,10 @@ GenerationRequest parse_chat_completion_request(const Json& body, int64_t vocab_
   if (top && !logprobs) throw_bad_field("top_logprobs", "needs logprobs set to true");
   if (logprobs) r.sampling.logprobs = int32_t(top.value_or(0));
   if (const Json* format = f.object("response_format")) {
-    const std::string type = Fields(*format, "response_format").required_string("type");
-    if (type != "text") f.unsupported("response_format", "type '" + type + "' (no constrained decoding)");
+    r.response_format = parse_response_format(*format, "response_format");
+    if (r.response_format && !r.tools.empty() && r.tool_choice.mode != ToolChoice::Mode::kNone)
+      f.unsupported("response_format", "together with tools (a reply held to a schema cannot call a tool); "
+                                       "set tool_choice to 'none' or leave out the tools");
   }
   if (const Json* modalities = f.array("modalities"))
     for (const Json& m : *modalities)

@@ -85,6 +85,7 @@ PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedMo
     req.add_special_tokens = false;
     req.sampling = sampling;
     req.ignore_eos = r.ignore_eos;
+    req.response_format = r.response_format;
     // Tool calls are parsed from the text; Gemma 4 writes their markup
     // with special tokens.
     req.skip_special_tokens = !rc.tool_syntax.has_value();

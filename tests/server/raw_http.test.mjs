@@ -83,7 +83,8 @@ const malformed = [
   ['/v1/chat/completions', '{"model":"rowlm-tiny","messages":[{"role":"user","content":"x"}],"top_p":0}', 400, 'top_p'],
   ['/v1/chat/completions', '{"model":"rowlm-tiny","messages":[{"role":"user","content":"x"}],"n":1000}', 400, 'n'],
   ['/v1/chat/completions', '{"model":"rowlm-tiny","messages":[{"role":"user","content":"x"}],"logit_bias":{"999999":5}}', 400, 'logit_bias.999999'],
-  ['/v1/chat/completions', '{"model":"rowlm-tiny","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema"}}', 400, 'response_format'],
+  ['/v1/chat/completions', '{"model":"rowlm-tiny","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema"}}', 400, 'response_format.json_schema'],
+  ['/v1/chat/completions', '{"model":"rowlm-tiny","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"string","pattern":"a+"}}}}', 400, 'response_format.json_schema.schema.pattern'],
   ['/v1/chat/completions', '{"model":"rowlm-tiny","messages":[{"role":"user","content":"x"}],"tool_choice":"required"}', 400, 'tool_choice'],
   ['/v1/chat/completions', JSON.stringify(chat({ messages: [{ role: 'user', content: 'word '.repeat(5000) }] })), 400, 'messages'],
   ['/v1/chat/completions', '{"model":"rowlm-tiny","messages":[{"role":"user","content":"x"}],"tools":' +

@@ -1,0 +1,81 @@
+#include "constrain/json_constraint.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+namespace rowlm::constrain {
+
+JsonConstraint::JsonConstraint(std::shared_ptr<const Grammar> grammar, MaskCache& cache,
+                               std::vector<int32_t> terminators)
+    : grammar_(std::move(grammar)), automaton_(*grammar_), cache_(cache), terminators_(std::move(terminators)) {
+  states_.push_back(automaton_.initial());
+}
+
+bool JsonConstraint::is_terminator(int32_t token) const {
+  return std::find(terminators_.begin(), terminators_.end(), token) != terminators_.end();
+}
+
+const TokenMask& JsonConstraint::current() {
+  if (!mask_) mask_ = cache_.get(grammar_, automaton_, states_.back());
+  return *mask_;
+}
+
+void JsonConstraint::mask(std::span<float> logits) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const TokenMask& m = current();
+  ROWLM_CHECK(int64_t(logits.size()) == cache_.table().vocab_size(), "logits row and token table differ in size");
+  const bool can_end = complete();
+  if (m.count == 0 && !can_end) throw Error("structured output: no token can continue the JSON text");
+  // Terminators have no bytes, so the mask never holds them: keep their
+  // logits aside and put them back where the value is complete.
+  std::vector<std::pair<int32_t, float>> kept;
+  if (can_end)
+    for (int32_t t : terminators_)
+      if (t >= 0 && std::size_t(t) < logits.size()) kept.emplace_back(t, logits[std::size_t(t)]);
+  // Whole words first: most are all allowed or all forbidden.
+  const std::size_t n = logits.size();
+  for (std::size_t w = 0; w < m.words.size(); ++w) {
+    const uint64_t bits = m.words[w];
+    if (bits == ~uint64_t(0)) continue;
+    float* row = logits.data() + w * 64;
+    const std::size_t len = std::min<std::size_t>(64, n - w * 64);
+    if (bits == 0) {
+      std::fill(row, row + len, kNegInf);
+      continue;
+    }
+    for (std::size_t j = 0; j < len; ++j) row[j] = (bits >> j & 1) ? row[j] : kNegInf;
+  }
+  for (const auto& [t, v] : kept) logits[std::size_t(t)] = v;
+}
+
+void JsonConstraint::accept(int32_t token) {
+  State next = states_.back();
+  if (is_terminator(token)) {
+    if (!complete()) throw Error("structured output: token " + std::to_string(token) + " ends the output before the JSON value is complete");
+  } else {
+    const bool known = token >= 0 && token < cache_.table().vocab_size();
+    const std::string empty;
+    const std::string& bytes = known ? cache_.table().bytes(token) : empty;
+    if (bytes.empty() || !automaton_.feed(next, bytes))
+      throw Error("structured output: token " + std::to_string(token) + " cannot continue the JSON text");
+  }
+  states_.push_back(std::move(next));
+  mask_.reset();
+}
+
+void JsonConstraint::rollback(std::size_t n) {
+  ROWLM_CHECK(n < states_.size(), "structured output: rollback past the first token");
+  states_.resize(states_.size() - n);
+  if (n) mask_.reset();
+}
+
+std::unique_ptr<JsonConstraint> ConstraintFactory::make(std::shared_ptr<const Grammar> grammar,
+                                                        std::vector<int32_t> terminators) {
+  std::call_once(built_, [&] {
+    cache_ = std::make_unique<MaskCache>(std::make_shared<const TokenTable>(tokenizer_, vocab_size_));
+  });
+  return std::make_unique<JsonConstraint>(std::move(grammar), *cache_, std::move(terminators));
+}
+
+}  // namespace rowlm::constrain
