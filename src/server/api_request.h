@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,11 @@ struct GenerationRequest {
   bool ignore_eos = false;
   bool stream = false;
   bool include_usage = false;  // OpenAI: stream_options.include_usage
+  // Reasoning ("thinking"): nullopt = the chat template's default. The
+  // field that asked for it names it in errors.
+  std::optional<bool> thinking;
+  std::optional<int32_t> thinking_budget;  // reasoning tokens before the span is closed
+  std::string thinking_field;
 };
 
 // The most choices one request may ask for (n, times prompts for completions).
@@ -54,5 +60,10 @@ inline constexpr std::size_t kMaxStopStrings = 16;
 GenerationRequest parse_chat_completion_request(const nlohmann::json& body, int64_t vocab_size);
 GenerationRequest parse_completion_request(const nlohmann::json& body, int64_t vocab_size);
 GenerationRequest parse_messages_request(const nlohmann::json& body, int64_t vocab_size);
+
+class Fields;
+// OpenAI's reasoning effort (chat completions' reasoning_effort, Responses'
+// reasoning.effort): none turns thinking off, any other level on.
+void parse_reasoning_effort(const Fields& f, const char* name, GenerationRequest& r);
 
 }  // namespace rowlm::server

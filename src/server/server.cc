@@ -347,7 +347,8 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
     std::shared_ptr<ReplyWriter> writer = endpoint == Endpoint::kChatCompletions ? make_chat_completion_writer(std::move(rc))
                                           : endpoint == Endpoint::kCompletions   ? make_completion_writer(std::move(rc))
                                                                                  : make_messages_writer(std::move(rc));
-    auto generation = std::make_shared<Generation>(engine, std::move(prepared.requests), received, metrics);
+    auto generation =
+        std::make_shared<Generation>(engine, std::move(prepared.requests), received, metrics, std::move(prepared.budget));
 
     // Token totals and the outcome, once the reply is complete.
     auto account = [this, name, received, prompt_tokens, n](const Generation& g, Outcome outcome) {

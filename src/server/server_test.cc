@@ -266,6 +266,80 @@ TEST_F(ServerTest, ToolCallsComeBackParsed) {
   EXPECT_NE(std::find(stops.begin(), stops.end(), 50), stops.end());
 }
 
+// Thinking: the system turn asks for it, the reply's reasoning comes back
+// apart, and a budget ends the first engine request at the budget and
+// continues it with the span closed.
+TEST_F(ServerTest, ThinkingIsSplitAndItsBudgetClosesTheSpan) {
+  engine_.reply = "<|channel>thought\nOne two three four five six<channel|>Done.";
+  start();
+  Json body = chat();
+  body["reasoning_effort"] = "high";
+  auto r = post("/v1/chat/completions", body);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Json m = Json::parse(r->body)["choices"][0]["message"];
+  EXPECT_EQ(m["reasoning_content"], "One two three four five six");
+  EXPECT_EQ(m["content"], "Done.");
+  const Request first_sent = engine_.last_request();
+  EXPECT_EQ(engine_.tokenizer().decode(first_sent.prompt_ids),
+            "<bos><|turn>system\n<|think|>\n<turn|>\n<|turn>user\nHi<turn|>\n<|turn>model\n");
+  EXPECT_FALSE(first_sent.skip_special_tokens);  // the markup is special tokens
+
+  const int before = engine_.submitted.load();
+  r = post("/v1/messages", {{"model", "rowlm-tiny"}, {"max_tokens", 64},
+                            {"thinking", {{"type", "enabled"}, {"budget_tokens", 6}}},
+                            {"messages", {{{"role", "user"}, {"content", "Hi"}}}}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(engine_.submitted.load(), before + 2);  // the budget's phase, then the answer
+  const Json msg = Json::parse(r->body);
+  const std::vector<int32_t> reply = engine_.tokenizer().encode(engine_.reply, false);
+  const std::vector<int32_t> closer = engine_.tokenizer().encode("<channel|>", false);
+  const Request second = engine_.last_request();
+  std::vector<int32_t> want = first_sent.prompt_ids;
+  want.insert(want.end(), reply.begin(), reply.begin() + 6);
+  want.insert(want.end(), closer.begin(), closer.end());
+  EXPECT_EQ(second.prompt_ids, want);
+  EXPECT_EQ(second.sampling.max_tokens, 58);
+  ASSERT_GE(msg["content"].size(), 2u) << msg.dump();
+  EXPECT_EQ(msg["content"][0]["type"], "thinking");
+  const std::string six = engine_.tokenizer().decode(std::span(reply.data(), 6));
+  EXPECT_EQ(msg["content"][0]["thinking"], six.substr(six.find('\n') + 1));
+  EXPECT_FALSE(msg["content"][0]["thinking"].get<std::string>().empty());
+  EXPECT_EQ(msg["content"][1]["type"], "text");
+  EXPECT_EQ(msg["usage"]["output_tokens"], 6 + int64_t(reply.size()));
+
+  // Streamed, the closer arrives between the phases and the answer follows it.
+  Json streamed = chat(true);
+  streamed["chat_template_kwargs"] = {{"enable_thinking", true}};
+  streamed["max_tokens"] = 64;
+  r = post("/v1/chat/completions", streamed);
+  ASSERT_TRUE(r);
+  std::string reasoning, content;
+  for (const std::string& e : sse_data(r->body)) {
+    if (e == "[DONE]") continue;
+    const Json chunk = Json::parse(e);
+    for (const Json& ch : chunk["choices"]) {
+      reasoning += ch["delta"].value("reasoning_content", "");
+      content += ch["delta"].value("content", "");
+    }
+  }
+  EXPECT_EQ(reasoning, "One two three four five six");
+  EXPECT_EQ(content, "Done.");
+}
+
+TEST_F(ServerTest, ThinkingWhereTheFormatHasNoneIsRefused) {
+  start(ServerOptions{.chat_format = "llama3"});
+  Json body = chat();
+  body["reasoning_effort"] = "low";
+  const auto r = post("/v1/chat/completions", body);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "reasoning_effort") << r->body;
+  body["reasoning_effort"] = "none";  // off is fine anywhere
+  EXPECT_EQ(post("/v1/chat/completions", body)->status, 200);
+}
+
 TEST_F(ServerTest, ErrorsAreJsonInTheEndpointsShape) {
   start(ServerOptions{.max_body_bytes = 4096});
   struct Case {
