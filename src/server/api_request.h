@@ -62,6 +62,9 @@ GenerationRequest parse_completion_request(const nlohmann::json& body, int64_t v
 GenerationRequest parse_messages_request(const nlohmann::json& body, int64_t vocab_size);
 
 class Fields;
+// The fields OpenAI's endpoints share (model, sampling, stop, n, stream...),
+// for the Responses API's parser.
+void parse_openai_common(const Fields& f, int64_t vocab_size, GenerationRequest& r);
 // OpenAI's reasoning effort (chat completions' reasoning_effort, Responses'
 // reasoning.effort): none turns thinking off, any other level on.
 void parse_reasoning_effort(const Fields& f, const char* name, GenerationRequest& r);

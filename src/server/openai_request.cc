@@ -104,6 +104,8 @@ void parse_common(const Fields& f, int64_t vocab_size, GenerationRequest& r) {
 
 }  // namespace
 
+void parse_openai_common(const Fields& f, int64_t vocab_size, GenerationRequest& r) { parse_common(f, vocab_size, r); }
+
 void parse_reasoning_effort(const Fields& f, const char* name, GenerationRequest& r) {
   const auto effort = f.string(name);
   if (!effort) return;

@@ -28,7 +28,7 @@ void check_prompt_bytes(std::size_t bytes, const ServedModel& m, const std::stri
 
 }  // namespace
 
-PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedModel& m) {
+PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedModel& m, const std::optional<KvReuse>& reuse) {
   if (r.model != m.name)
     throw ApiError(404, "model: '" + r.model + "' is not served here; this server serves '" + m.name + "'", "model",
                    "model_not_found");
@@ -62,7 +62,14 @@ PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedMo
       throw_bad_field("messages", e.what());
     }
     check_prompt_bytes(chat.text.size(), m, "messages");
-    prompts.push_back(m.tokenizer->encode(chat.text, /*add_special_tokens=*/false));
+    if (reuse && !reuse->text.empty() && std::string_view(chat.text).starts_with(reuse->text)) {
+      std::vector<int32_t> ids = reuse->ids;
+      const auto rest = m.tokenizer->encode(std::string_view(chat.text).substr(reuse->text.size()), false);
+      ids.insert(ids.end(), rest.begin(), rest.end());
+      prompts.push_back(std::move(ids));
+    } else {
+      prompts.push_back(m.tokenizer->encode(chat.text, /*add_special_tokens=*/false));
+    }
     prompt_fields.push_back("messages");
     // The format's end-of-turn tokens end a reply even where config.json's
     // end-of-sequence ids do not list them.

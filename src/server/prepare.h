@@ -49,6 +49,16 @@ struct PreparedGeneration {
 // untokenized), naming the API's field: "messages", "prompt",
 // "prompt[i]", "max_tokens", or the sampling parameter; and thinking asked
 // of a chat format without a thinking mode (naming request.thinking_field).
-PreparedGeneration prepare_generation(const GenerationRequest& request, const ServedModel& model);
+//
+// `reuse`: what the KV held after an earlier reply this chat continues
+// (a stored response's kv_ids and kv_text): when the rendered prompt starts
+// with its text, the prompt is its tokens plus the rest tokenized, so the
+// prefix cache finds the earlier prompt and reply whole.
+struct KvReuse {
+  const std::vector<int32_t>& ids;
+  const std::string& text;
+};
+PreparedGeneration prepare_generation(const GenerationRequest& request, const ServedModel& model,
+                                      const std::optional<KvReuse>& reuse = std::nullopt);
 
 }  // namespace rowlm::server

@@ -83,8 +83,15 @@ class ReplyWriter {
 std::unique_ptr<ReplyWriter> make_chat_completion_writer(ReplyContext context);
 std::unique_ptr<ReplyWriter> make_completion_writer(ReplyContext context);
 std::unique_ptr<ReplyWriter> make_messages_writer(ReplyContext context);
-// OpenAI's Responses API (reply_responses.cc; one choice).
-std::unique_ptr<ReplyWriter> make_responses_writer(ReplyContext context, nlohmann::json request_echo);
+// OpenAI's Responses API (reply_responses.cc; one choice). `request_echo`:
+// the request's fields the response object repeats (responses_request.h).
+class ResponsesReplyWriter : public ReplyWriter {
+ public:
+  // The response object as last written: body()'s, or the stream's final
+  // (completed, incomplete or failed) one.
+  virtual const nlohmann::json& response() const = 0;
+};
+std::unique_ptr<ResponsesReplyWriter> make_responses_writer(ReplyContext context, nlohmann::json request_echo);
 
 // Whether a result failed (an engine error, or cancelled by the engine).
 bool result_failed(const RequestResult& result);

@@ -33,14 +33,16 @@ class MessagesWriter : public ReplyWriter {
 
   std::string stream_token(std::size_t, const TokenEvent& ev) override {
     const ReplyParts parts = parts_.push(ev.text);
-    return thinking_delta(parts.reasoning) + text_delta(parts.content);
+    std::string out = thinking_delta(parts.reasoning);  // first: its block closes before the text's opens
+    return out + text_delta(parts.content);
   }
 
   std::string stream_finish(std::size_t, const RequestResult& r) override {
     if (result_failed(r))
       return sse_event("error", {{"type", "error"}, {"error", {{"type", "api_error"}, {"message", failure_message(r)}}}});
     ReplyParts rest = parts_.finish();
-    std::string out = thinking_delta(rest.reasoning) + text_delta(rest.content);
+    std::string out = thinking_delta(rest.reasoning);
+    out += text_delta(rest.content);
     const std::vector<ToolCall> calls = std::move(rest.calls);
     out += close_thinking_block();
     if (!text_open_ && !text_seen_ && calls.empty()) out += open_text_block();
