@@ -340,6 +340,106 @@ TEST_F(ServerTest, ThinkingWhereTheFormatHasNoneIsRefused) {
   EXPECT_EQ(post("/v1/chat/completions", body)->status, 200);
 }
 
+// The Responses API over HTTP: a response, streamed and whole; a stored one
+// continued by previous_response_id with its prompt and reply tokens first
+// in the next prompt (so the prefix cache holds them); GET and DELETE.
+TEST_F(ServerTest, ResponsesContinueAStoredConversation) {
+  // (Gemma 4's history trims replies: one with space at an end could not keep its tokens.)
+  engine_.reply = "And the king said unto him, What is this?";
+  start();
+  auto r = post("/v1/responses", {{"model", "rowlm-tiny"}, {"input", "Hi"}, {"instructions", "Be brief."}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Json first = Json::parse(r->body);
+  EXPECT_EQ(first["object"], "response");
+  EXPECT_EQ(first["status"], "completed");
+  EXPECT_TRUE(first["id"].get<std::string>().starts_with("resp_"));
+  EXPECT_EQ(first["output"][0]["content"][0]["text"], engine_.reply);
+  EXPECT_EQ(first["instructions"], "Be brief.");
+  const Request first_sent = engine_.last_request();
+  EXPECT_EQ(engine_.tokenizer().decode(first_sent.prompt_ids),
+            "<bos><|turn>system\nBe brief.<turn|>\n<|turn>user\nHi<turn|>\n<|turn>model\n");
+  EXPECT_EQ(first["usage"]["input_tokens"], first_sent.prompt_ids.size());
+
+  // The same request, streamed: the events end with the same response.
+  r = post("/v1/responses", {{"model", "rowlm-tiny"}, {"input", "Hi"}, {"stream", true}, {"store", false}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  const auto events = sse_data(r->body);
+  ASSERT_GE(events.size(), 8u);
+  EXPECT_EQ(Json::parse(events.front())["type"], "response.created");
+  const Json completed = Json::parse(events.back());
+  EXPECT_EQ(completed["type"], "response.completed");
+  std::string text;
+  for (const std::string& e : events)
+    if (const Json j = Json::parse(e); j["type"] == "response.output_text.delta") text += j["delta"].get<std::string>();
+  EXPECT_EQ(text, engine_.reply);
+  EXPECT_EQ(completed["response"]["output"][0]["content"][0]["text"], engine_.reply);
+  const std::string unstored = completed["response"]["id"];
+  EXPECT_EQ(client().Get("/v1/responses/" + unstored)->status, 404);  // store: false
+
+  // Continued: instructions are not carried over, so the same ones are given again.
+  r = post("/v1/responses", {{"model", "rowlm-tiny"}, {"input", "More?"}, {"instructions", "Be brief."},
+                             {"previous_response_id", first["id"]}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Json second = Json::parse(r->body);
+  EXPECT_EQ(second["previous_response_id"], first["id"]);
+  const Request second_sent = engine_.last_request();
+  std::vector<int32_t> kv = first_sent.prompt_ids;
+  const auto reply_ids = engine_.tokenizer().encode(engine_.reply, false);
+  kv.insert(kv.end(), reply_ids.begin(), reply_ids.end());
+  ASSERT_GT(second_sent.prompt_ids.size(), kv.size());
+  EXPECT_TRUE(std::equal(kv.begin(), kv.end(), second_sent.prompt_ids.begin()));
+  EXPECT_EQ(engine_.tokenizer().decode(second_sent.prompt_ids),
+            "<bos><|turn>system\nBe brief.<turn|>\n<|turn>user\nHi<turn|>\n<|turn>model\n" +
+                engine_.reply + "<turn|>\n<|turn>user\nMore?<turn|>\n<|turn>model\n");
+
+  // GET returns what was sent; DELETE forgets it.
+  auto got = client().Get("/v1/responses/" + first["id"].get<std::string>());
+  ASSERT_TRUE(got);
+  EXPECT_EQ(Json::parse(got->body), first);
+  EXPECT_EQ(client().Delete("/v1/responses/" + first["id"].get<std::string>())->status, 200);
+  got = client().Get("/v1/responses/" + first["id"].get<std::string>());
+  EXPECT_EQ(got->status, 404);
+  EXPECT_EQ(Json::parse(got->body)["error"]["type"], "not_found_error");
+  r = post("/v1/responses", {{"model", "rowlm-tiny"}, {"input", "x"}, {"previous_response_id", first["id"]}});
+  EXPECT_EQ(r->status, 400);
+  const Json error = Json::parse(r->body)["error"];
+  EXPECT_EQ(error["param"], "previous_response_id");
+  EXPECT_EQ(error["code"], "previous_response_not_found");
+}
+
+// A stored function call answered by function_call_output: the tool's
+// result reaches the prompt in the model's markup.
+TEST_F(ServerTest, ResponsesToolCallRoundTrip) {
+  engine_.reply = "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>";
+  start();
+  const Json tools = {{{"type", "function"}, {"name", "get_weather"}, {"parameters", {{"type", "object"}}}}};
+  auto r = post("/v1/responses", {{"model", "rowlm-tiny"}, {"input", "Weather?"}, {"tools", tools}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Json first = Json::parse(r->body);
+  ASSERT_EQ(first["output"].size(), 1u) << first.dump();
+  const Json call = first["output"][0];
+  EXPECT_EQ(call["type"], "function_call");
+  EXPECT_EQ(call["name"], "get_weather");
+  EXPECT_EQ(Json::parse(call["arguments"].get<std::string>()), Json({{"city", "Paris"}}));
+  r = post("/v1/responses", {{"model", "rowlm-tiny"}, {"tools", tools}, {"previous_response_id", first["id"]},
+                             {"input", {{{"type", "function_call_output"}, {"call_id", call["call_id"]}, {"output", "sunny"}}}}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::string prompt = engine_.tokenizer().decode(engine_.last_request().prompt_ids);
+  EXPECT_TRUE(prompt.ends_with("<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>"
+                               "<|tool_response>response:get_weather{value:<|\"|>sunny<|\"|>}<tool_response|>"))
+      << prompt;
+  // A call id the conversation never made is named.
+  r = post("/v1/responses", {{"model", "rowlm-tiny"}, {"previous_response_id", first["id"]},
+                             {"input", {{{"type", "function_call_output"}, {"call_id", "call_x"}, {"output", "?"}}}}});
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "input[0].call_id");
+}
+
 TEST_F(ServerTest, ErrorsAreJsonInTheEndpointsShape) {
   start(ServerOptions{.max_body_bytes = 4096});
   struct Case {
