@@ -28,14 +28,14 @@
 
 #include "rowlm/engine.h"
 #include "server/metrics.h"
-#include "server/reasoning.h"
+#include "tokenizer/reasoning.h"
 
 namespace rowlm::server {
 
 using Clock = std::chrono::steady_clock;
 
 struct ReasoningBudget {
-  ReasoningSyntax syntax = ReasoningSyntax::kGemma4Channel;
+  tokenizer::ReasoningSyntax syntax = tokenizer::ReasoningSyntax::kGemma4Channel;
   bool starts_inside = false;              // the prompt opened the span
   std::optional<int32_t> max_tokens;       // the request's own limit (nullopt: the context's)
   std::vector<int32_t> close_ids;          // the closer's tokens
@@ -74,7 +74,7 @@ class Generation {
   // One choice's phases: the budget's continuation, if any.
   struct Chain {
     Request request;                      // as first submitted
-    std::optional<ReasoningStream> reasoning;  // tracks whether the span is open
+    std::optional<tokenizer::ReasoningStream> reasoning;  // tracks whether the span is open
     std::optional<TokenEvent> inserted;   // the closer, to stream before phase 2's tokens
     std::string inserted_text;            // the same, for the joined result
     std::optional<RequestResult> so_far;  // the phases that finished

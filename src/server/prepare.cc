@@ -80,17 +80,17 @@ PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedMo
     rc.forced_prefix = chat.forced_prefix;
     rc.tool_syntax = chat.tool_syntax;
     if (format.thinking_on(options)) {
-      const ReasoningSyntax syntax = format.family() == tokenizer::ChatFamily::kGemma4 ? ReasoningSyntax::kGemma4Channel
-                                                                                      : ReasoningSyntax::kThinkTags;
+      const tokenizer::ReasoningSyntax syntax = format.family() == tokenizer::ChatFamily::kGemma4 ? tokenizer::ReasoningSyntax::kGemma4Channel
+                                                                                      : tokenizer::ReasoningSyntax::kThinkTags;
       rc.reasoning = syntax;
-      rc.reasoning_starts_inside = prompt_opens_reasoning(syntax, chat.text);
+      rc.reasoning_starts_inside = tokenizer::prompt_opens_reasoning(syntax, chat.text);
       if (r.thinking_budget) {
         budget_tokens = r.thinking_budget;
         ReasoningBudget& b = out.budget.emplace();
         b.syntax = syntax;
         b.starts_inside = rc.reasoning_starts_inside;
         b.max_tokens = sampling.max_tokens;
-        b.close_text = std::string(reasoning_markup(syntax).forced_close);
+        b.close_text = std::string(tokenizer::reasoning_markup(syntax).forced_close);
         b.close_ids = m.tokenizer->encode(b.close_text, /*add_special_tokens=*/false);
       }
     }

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "rowlm/engine.h"
-#include "server/reasoning.h"
+#include "tokenizer/reasoning.h"
 #include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
@@ -38,7 +38,7 @@ struct ReplyContext {
   std::function<std::string()> make_tool_call_id;
   // Thinking: the reply's reasoning is split from its answer (before tool
   // calls are parsed from the answer).
-  std::optional<ReasoningSyntax> reasoning;
+  std::optional<tokenizer::ReasoningSyntax> reasoning;
   bool reasoning_starts_inside = false;  // the prompt opened the span
 };
 
@@ -60,7 +60,7 @@ class ReplyPartsStream {
   ReplyParts finish();
 
  private:
-  std::optional<ReasoningStream> reasoning_;
+  std::optional<tokenizer::ReasoningStream> reasoning_;
   std::optional<ToolCallStream> tools_;
 };
 

@@ -16,7 +16,7 @@ ReplyParts ReplyPartsStream::push(std::string_view text) {
   ReplyParts out;
   std::string content(text);
   if (reasoning_) {
-    ReasoningSplit split = reasoning_->push(text);
+    tokenizer::ReasoningSplit split = reasoning_->push(text);
     out.reasoning = std::move(split.reasoning);
     content = std::move(split.content);
   }
@@ -28,7 +28,7 @@ ReplyParts ReplyPartsStream::finish() {
   ReplyParts out;
   std::string content;
   if (reasoning_) {
-    ReasoningSplit split = reasoning_->finish();
+    tokenizer::ReasoningSplit split = reasoning_->finish();
     out.reasoning = std::move(split.reasoning);
     content = std::move(split.content);
   }
@@ -47,7 +47,7 @@ ReplyParts parse_reply(const ReplyContext& c, std::string_view text) {
   ReplyParts out;
   std::string content(text);
   if (c.reasoning) {
-    ReasoningSplit split = split_reasoning(*c.reasoning, text, c.reasoning_starts_inside);
+    tokenizer::ReasoningSplit split = tokenizer::split_reasoning(*c.reasoning, text, c.reasoning_starts_inside);
     out.reasoning = std::move(split.reasoning);
     content = std::move(split.content);
   }

@@ -145,7 +145,7 @@ TEST(ChatCompletionWriter, StreamAgreesWithBody) {
                                         : kReplies[std::uniform_int_distribution<int>(0, 4)(rng)],
                                rng, logprobs, trial % 5 == 0 ? FinishReason::Length : FinishReason::Stop));
     ReplyContext c = context(n, ToolSyntax::kGemma4);
-    if (thinking) c.reasoning = ReasoningSyntax::kGemma4Channel;
+    if (thinking) c.reasoning = tokenizer::ReasoningSyntax::kGemma4Channel;
     c.logprobs = logprobs;
     c.include_usage = trial % 4 == 0;
     const Json body = make_chat_completion_writer(c)->body(results_of(scripts));
@@ -274,7 +274,7 @@ TEST(MessagesWriter, StreamFollowsTheEventGrammarAndAgreesWithBody) {
     ReplyContext c = context(1, trial % 2 ? std::optional(ToolSyntax::kGemma4) : std::nullopt);
     c.stop = {"END"};
     const bool thinking = trial % 4 == 3;
-    if (thinking) c.reasoning = ReasoningSyntax::kGemma4Channel;
+    if (thinking) c.reasoning = tokenizer::ReasoningSyntax::kGemma4Channel;
     const char* reply = thinking ? kThinkingReplies[trial % 4] : kReplies[trial % 5];
     std::vector<Script> scripts = {script(reply, rng, false, trial % 7 == 0 ? FinishReason::Length : FinishReason::Stop)};
     if (trial % 3 == 0) scripts[0].result.stop = "END";

@@ -187,7 +187,7 @@ ReplyContext context(bool tools, bool thinking) {
   c.tokenizer = &tiny_tokenizer();
   c.prompt_tokens = {12};
   if (tools) c.tool_syntax = ToolSyntax::kGemma4;
-  if (thinking) c.reasoning = ReasoningSyntax::kGemma4Channel;
+  if (thinking) c.reasoning = tokenizer::ReasoningSyntax::kGemma4Channel;
   auto counter = std::make_shared<int>(0);
   c.make_tool_call_id = [counter] { return "call_" + std::to_string((*counter)++); };
   return c;

@@ -1,10 +1,10 @@
-#include "server/reasoning.h"
+#include "tokenizer/reasoning.h"
 
 #include <random>
 
 #include <gtest/gtest.h>
 
-namespace rowlm::server {
+namespace rowlm::tokenizer {
 namespace {
 
 constexpr auto kGemma = ReasoningSyntax::kGemma4Channel;
@@ -103,4 +103,4 @@ TEST(Reasoning, StreamAgreesWithTheOracleForEveryCut) {
 }
 
 }  // namespace
-}  // namespace rowlm::server
+}  // namespace rowlm::tokenizer

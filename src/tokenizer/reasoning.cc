@@ -1,8 +1,8 @@
-#include "server/reasoning.h"
+#include "tokenizer/reasoning.h"
 
 #include <algorithm>
 
-namespace rowlm::server {
+namespace rowlm::tokenizer {
 
 namespace {
 
@@ -105,4 +105,4 @@ ReasoningSplit split_reasoning(ReasoningSyntax syntax, std::string_view text, bo
   return out;
 }
 
-}  // namespace rowlm::server
+}  // namespace rowlm::tokenizer

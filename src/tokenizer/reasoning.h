@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-namespace rowlm::server {
+namespace rowlm::tokenizer {
 
 enum class ReasoningSyntax { kGemma4Channel, kThinkTags };
 
@@ -63,4 +63,4 @@ class ReasoningStream {
 
 ReasoningSplit split_reasoning(ReasoningSyntax syntax, std::string_view text, bool starts_inside = false);
 
-}  // namespace rowlm::server
+}  // namespace rowlm::tokenizer
