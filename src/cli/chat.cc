@@ -62,8 +62,10 @@ int run_chat(const std::vector<std::string>& argv) {
     if (!format.supports_thinking())
       throw Error("--thinking: the chat format " + format.name() + " has no thinking mode (gemma4 and Qwen 3's chatml have)");
     chat_options.enable_thinking = true;
-    reasoning = format.family() == tokenizer::ChatFamily::kGemma4 ? tokenizer::ReasoningSyntax::kGemma4Channel
-                                                                  : tokenizer::ReasoningSyntax::kThinkTags;
+  }
+  // (Qwen 3's templates think by default, with or without --thinking.)
+  if (format.thinking_on(chat_options)) {
+    reasoning = tokenizer::reasoning_syntax_of(format);
     base.skip_special_tokens = false;  // Gemma 4's channel markers are special tokens
   }
   // Dim (SGR 2) only on a terminal: piped output stays plain text.

@@ -80,8 +80,7 @@ PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedMo
     rc.forced_prefix = chat.forced_prefix;
     rc.tool_syntax = chat.tool_syntax;
     if (format.thinking_on(options)) {
-      const tokenizer::ReasoningSyntax syntax = format.family() == tokenizer::ChatFamily::kGemma4 ? tokenizer::ReasoningSyntax::kGemma4Channel
-                                                                                      : tokenizer::ReasoningSyntax::kThinkTags;
+      const tokenizer::ReasoningSyntax syntax = *tokenizer::reasoning_syntax_of(format);
       rc.reasoning = syntax;
       rc.reasoning_starts_inside = tokenizer::prompt_opens_reasoning(syntax, chat.text);
       if (r.thinking_budget) {

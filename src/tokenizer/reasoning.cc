@@ -23,6 +23,11 @@ ReasoningMarkup reasoning_markup(ReasoningSyntax syntax) {
   return {"<think>", "</think>", "\n</think>\n\n"};
 }
 
+std::optional<ReasoningSyntax> reasoning_syntax_of(const ChatFormat& format) {
+  if (!format.supports_thinking()) return std::nullopt;
+  return format.family() == ChatFamily::kGemma4 ? ReasoningSyntax::kGemma4Channel : ReasoningSyntax::kThinkTags;
+}
+
 bool prompt_opens_reasoning(ReasoningSyntax syntax, std::string_view prompt) {
   while (!prompt.empty() && is_space(prompt.back())) prompt.remove_suffix(1);
   return prompt.ends_with(reasoning_markup(syntax).open);

@@ -14,8 +14,11 @@
 // is the answer, verbatim: a reply that does not start with the opener is all
 // answer, whatever markup it holds later.
 
+#include <optional>
 #include <string>
 #include <string_view>
+
+#include "tokenizer/chat_format.h"
 
 namespace rowlm::tokenizer {
 
@@ -30,6 +33,9 @@ struct ReasoningMarkup {
 };
 
 ReasoningMarkup reasoning_markup(ReasoningSyntax syntax);
+
+// The markup of the format's thinking mode; nullopt when it has none.
+std::optional<ReasoningSyntax> reasoning_syntax_of(const ChatFormat& format);
 
 // Whether a prompt ends inside a reasoning span (it ends with the opener,
 // trailing whitespace aside): the reply then starts as reasoning.
