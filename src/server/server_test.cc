@@ -308,6 +308,21 @@ TEST_F(ServerTest, ThinkingIsSplitAndItsBudgetClosesTheSpan) {
   EXPECT_FALSE(msg["content"][0]["thinking"].get<std::string>().empty());
   EXPECT_EQ(msg["content"][1]["type"], "text");
   EXPECT_EQ(msg["usage"]["output_tokens"], 6 + int64_t(reply.size()));
+  // The same streamed: the thinking block ends where the budget closed the
+  // span, and the text block holds what the second request wrote.
+  r = post("/v1/messages", {{"model", "rowlm-tiny"}, {"max_tokens", 64}, {"stream", true},
+                            {"thinking", {{"type", "enabled"}, {"budget_tokens", 6}}},
+                            {"messages", {{{"role", "user"}, {"content", "Hi"}}}}});
+  ASSERT_TRUE(r);
+  std::string thinking, text;
+  for (const std::string& e : sse_data(r->body)) {
+    const Json j = Json::parse(e);
+    if (j["type"] != "content_block_delta") continue;
+    if (j["delta"]["type"] == "thinking_delta") thinking += j["delta"]["thinking"].get<std::string>();
+    if (j["delta"]["type"] == "text_delta") text += j["delta"]["text"].get<std::string>();
+  }
+  EXPECT_EQ(thinking, msg["content"][0]["thinking"]);
+  EXPECT_EQ(text, msg["content"][1]["text"]);
 
   // Streamed, the closer arrives between the phases and the answer follows it.
   Json streamed = chat(true);
