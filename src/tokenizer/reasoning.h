@@ -9,10 +9,12 @@
 // A reply holds reasoning only when it begins with the opener (whitespace
 // before it allowed), or when the prompt itself ended with the opener (then
 // the reply starts inside the span, as some Qwen 3 templates make it). The
-// span ends at the closer; whitespace right after the opener and right after
-// the closer, and before the closer, is dropped. An unclosed span is all reasoning. Everything else
-// is the answer, verbatim: a reply that does not start with the opener is all
-// answer, whatever markup it holds later.
+// span ends at the closer; whitespace right after the opener, before the
+// closer and right after it is dropped. An unclosed span is all reasoning.
+// Everything else is the answer, verbatim: a reply that does not start with
+// the opener is all answer, whatever markup it holds later.
+//
+// Threads: a ReasoningStream is one reply's; use it from one thread.
 
 #include <optional>
 #include <string>
