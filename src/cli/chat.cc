@@ -4,12 +4,16 @@
 // request whose prompt is the tokens the previous turn left in the KV plus
 // the new turn's text, so the prefix cache finds everything but the new
 // turn. Ctrl-C stops the current answer; /reset starts over; /exit (or end of
-// input) leaves.
+// input) leaves. With --thinking the model reasons first (formats with a
+// thinking mode), and its reasoning is shown dimmed before the answer.
+
 
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/model_source.h"
@@ -18,6 +22,7 @@
 #include "core/error.h"
 #include "engine/model_files.h"
 #include "tokenizer/chat_format.h"
+#include "tokenizer/reasoning.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rowlm::cli {
@@ -36,7 +41,8 @@ int run_chat(const std::vector<std::string>& argv) {
   add_model_argument(args)
       .option("system", "TEXT", "a system message")
       .option("chat-format", "NAME", "override the chat format: gemma4, gemma3, chatml, llama3")
-      .flag("stats", "print token counts and speed after each answer");
+      .flag("stats", "print token counts and speed after each answer")
+      .flag("thinking", "let the model think before it answers (Gemma 4, Qwen 3); its reasoning is shown dimmed");
   add_sampling_options(args, 0.7f);
   add_engine_options(args);
   if (!args.parse(argv)) return 0;
@@ -50,6 +56,20 @@ int run_chat(const std::vector<std::string>& argv) {
                                               : model_chat_format(dir);
   for (const std::string& stop : format.stop_tokens())
     if (auto id = tok.token_to_id(stop)) base.sampling.stop_token_ids.push_back(*id);
+  tokenizer::ChatOptions chat_options;
+  std::optional<tokenizer::ReasoningSyntax> reasoning;
+  if (args.flag_set("thinking")) {
+    if (!format.supports_thinking())
+      throw Error("--thinking: the chat format " + format.name() + " has no thinking mode (gemma4 and Qwen 3's chatml have)");
+    chat_options.enable_thinking = true;
+  }
+  // (Qwen 3's templates think by default, with or without --thinking.)
+  if (format.thinking_on(chat_options)) {
+    reasoning = tokenizer::reasoning_syntax_of(format);
+    base.skip_special_tokens = false;  // Gemma 4's channel markers are special tokens
+  }
+  // Dim (SGR 2) only on a terminal: piped output stays plain text.
+  const bool dim = isatty(STDOUT_FILENO);
 
   std::vector<tokenizer::ChatMessage> conversation;
   std::vector<int32_t> kv_ids;  // what the KV holds after the last turn
@@ -79,7 +99,7 @@ int run_chat(const std::vector<std::string>& argv) {
     conversation.push_back({"user", line});
     Request req = base;
     req.add_special_tokens = false;
-    const auto cont = kv_ids.empty() ? std::nullopt : format.continuation(kv_text, conversation, true);
+    const auto cont = kv_ids.empty() ? std::nullopt : format.continuation(kv_text, conversation, true, chat_options);
     std::vector<int32_t> prompt_ids;
     std::string prompt_text;
     if (cont) {
@@ -88,7 +108,7 @@ int run_chat(const std::vector<std::string>& argv) {
       prompt_ids.insert(prompt_ids.end(), more.begin(), more.end());
       prompt_text = kv_text + *cont;
     } else {
-      prompt_text = format.render(conversation, true);
+      prompt_text = format.render(conversation, true, chat_options);
       prompt_ids = tok.encode(prompt_text, false);
     }
     req.prompt_ids = prompt_ids;
@@ -112,7 +132,28 @@ int run_chat(const std::vector<std::string>& argv) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
     });
-    while (handle->next(ev)) std::cout << ev.text << std::flush;
+    std::optional<tokenizer::ReasoningStream> split;
+    if (reasoning) split.emplace(*reasoning, tokenizer::prompt_opens_reasoning(*reasoning, prompt_text));
+    bool dimmed = false;
+    auto show = [&](const tokenizer::ReasoningSplit& part) {
+      if (!part.reasoning.empty()) {
+        if (dim && !dimmed) std::cout << "\x1b[2m";
+        dimmed = true;
+        std::cout << part.reasoning;
+      }
+      if (!part.content.empty()) {
+        if (dimmed) std::cout << (dim ? "\x1b[0m\n" : "\n");
+        dimmed = false;
+        std::cout << part.content;
+      }
+      std::cout << std::flush;
+    };
+    while (handle->next(ev)) {
+      if (split) show(split->push(ev.text));
+      else std::cout << ev.text << std::flush;
+    }
+    if (split) show(split->finish());
+    if (dimmed && dim) std::cout << "\x1b[0m";
     watcher.join();
     const RequestResult r = handle->result();
     std::cout << (r.finish == FinishReason::Cancelled ? " [stopped]\n" : "\n");

@@ -211,6 +211,28 @@ TEST(Cli, ChatReusesTheConversationKv) {
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '>'), 5) << r.out;  // one prompt per input line
 }
 
+// --thinking puts Gemma 4's <|think|> system turn in the prompt (eight more
+// tokens: <|turn>system\n<|think|>\n<turn|>\n); a format without a thinking
+// mode refuses it.
+TEST(Cli, ChatThinkingAsksTheFormatForIt) {
+  const std::string chat = "chat " + kSource + "/models/rowlm-tiny --stats --temperature 0 --max-tokens 4";
+  auto prompt_tokens = [](const std::string& err) {
+    int prompt = -1, reused = 0;
+    std::stringstream lines(err);
+    for (std::string line; std::getline(lines, line);)
+      if (std::sscanf(line.c_str(), "(%d prompt tokens, %d reused", &prompt, &reused) == 2) break;
+    return prompt;
+  };
+  const CommandRun plain = rowlm(chat, "hi\n/exit\n");
+  const CommandRun thinking = rowlm(chat + " --thinking", "hi\n/exit\n");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(thinking.status, 0) << thinking.err;
+  EXPECT_EQ(prompt_tokens(thinking.err), prompt_tokens(plain.err) + 8) << thinking.err;
+  const CommandRun refused = rowlm(chat + " --thinking --chat-format llama3", "hi\n/exit\n");
+  EXPECT_NE(refused.status, 0);
+  EXPECT_NE(refused.err.find("--thinking"), std::string::npos) << refused.err;
+}
+
 // Speculative decoding end to end: greedy output is plain decoding's, and
 // the JSON reports what was drafted; --draft takes a draft model, "ngram"
 // or a Gemma 4 assistant (here a random one for the bundled model).

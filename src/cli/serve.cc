@@ -84,9 +84,9 @@ void raise_descriptor_limit() {
 
 int run_serve(const std::vector<std::string>& argv) {
   Args args("serve",
-            "Serves a model over HTTP: OpenAI's /v1/chat/completions and /v1/completions, Anthropic's\n"
-            "/v1/messages, /v1/models, /health, Prometheus /metrics and a chat page at / (open it in a\n"
-            "browser; --no-ui turns it off). All requests share one continuous batch. SIGINT or SIGTERM\n"
+            "Serves a model over HTTP: OpenAI's /v1/chat/completions, /v1/completions and /v1/responses,\n"
+            "Anthropic's /v1/messages, /v1/models, /health, Prometheus /metrics and a chat page at / (open\n"
+            "it in a browser; --no-ui turns it off). All requests share one continuous batch. SIGINT or SIGTERM\n"
             "stops accepting, lets running requests finish (up to --shutdown-grace), cancels the rest and\n"
             "exits 0.");
   add_model_argument(args)
@@ -108,6 +108,11 @@ int run_serve(const std::vector<std::string>& argv) {
               "together (each its own SSE event); 0 writes every token as it comes",
               "10")
       .option("shutdown-grace", "SECONDS", "on SIGINT/SIGTERM, how long running requests may finish", "10")
+      .option("response-store-bytes", "BYTES",
+              "memory for stored Responses API responses (previous_response_id, GET /v1/responses/ID); the "
+              "oldest go first; 0 stores none",
+              "64M")
+      .option("response-store-ttl", "SECONDS", "how long a stored response is kept", "3600")
       .flag("quiet", "no log line per request")
       .flag("no-ui", "do not serve the chat page at / (GET / answers 404)");
   // Every queued request holds a connection thread (see --http-threads); a
@@ -136,6 +141,8 @@ int run_serve(const std::vector<std::string>& argv) {
   so.header_timeout_ms = int_option(args, "header-timeout", 1, 3600) * 1000;
   so.max_connections = int_option(args, "max-connections", 1, 1000000);
   so.max_connections_per_client = int_option(args, "max-connections-per-client", 1, 1000000);
+  so.response_store_bytes = parse_bytes(args.get("response-store-bytes"), "--response-store-bytes");
+  so.response_store_seconds = int_option(args, "response-store-ttl", 0, 365 * 86400);
   const double grace = parse_double(args.get("shutdown-grace"), "--shutdown-grace");
   if (!(grace >= 0 && grace <= 86400)) throw Error("--shutdown-grace must be in [0, 86400] seconds");
 

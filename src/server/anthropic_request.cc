@@ -157,8 +157,22 @@ GenerationRequest parse_messages_request(const Json& body, int64_t /*vocab_size:
   r.stream = f.boolean("stream").value_or(false);
   f.object("metadata");  // type-checked, otherwise unused
   if (const Json* thinking = f.object("thinking")) {
-    const std::string type = Fields(*thinking, "thinking").required_string("type");
-    if (type != "disabled") f.unsupported("thinking", "extended thinking");
+    Fields t(*thinking, "thinking");
+    const std::string type = t.required_string("type");
+    r.thinking_field = "thinking";
+    if (type == "enabled") {
+      // As Anthropic's API: the budget is required and below max_tokens.
+      const auto budget = t.integer("budget_tokens", 1, kInt32Max);
+      if (!budget) throw_bad_field("thinking.budget_tokens", "is required when thinking is enabled");
+      if (*budget >= *max_tokens)
+        throw_bad_field("thinking.budget_tokens", "must be less than max_tokens (" + std::to_string(*max_tokens) + ")");
+      r.thinking = true;
+      r.thinking_budget = int32_t(*budget);
+    } else if (type == "disabled") {
+      r.thinking = false;
+    } else {
+      throw_bad_field("thinking.type", "must be 'enabled' or 'disabled', got '" + type + "'");
+    }
   }
   if (const Json* system = f.find("system")) {
     const std::string text = text_of(*system, "system");

@@ -50,6 +50,11 @@ struct GenerationRequest {
   // Structured outputs (response_format, Responses' text.format; see
   // server/response_format.h): null for free text.
   std::shared_ptr<const constrain::Grammar> response_format;
+  // Reasoning ("thinking"): nullopt = the chat template's default. The
+  // field that asked for it names it in errors.
+  std::optional<bool> thinking;
+  std::optional<int32_t> thinking_budget;  // reasoning tokens before the span is closed
+  std::string thinking_field;
 };
 
 // The most choices one request may ask for (n, times prompts for completions).
@@ -62,5 +67,13 @@ inline constexpr std::size_t kMaxStopStrings = 16;
 GenerationRequest parse_chat_completion_request(const nlohmann::json& body, int64_t vocab_size);
 GenerationRequest parse_completion_request(const nlohmann::json& body, int64_t vocab_size);
 GenerationRequest parse_messages_request(const nlohmann::json& body, int64_t vocab_size);
+
+class Fields;
+// The fields OpenAI's endpoints share (model, sampling, stop, n, stream...),
+// for the Responses API's parser.
+void parse_openai_common(const Fields& f, int64_t vocab_size, GenerationRequest& r);
+// OpenAI's reasoning effort (chat completions' reasoning_effort, Responses'
+// reasoning.effort): none turns thinking off, any other level on.
+void parse_reasoning_effort(const Fields& f, const char* name, GenerationRequest& r);
 
 }  // namespace rowlm::server

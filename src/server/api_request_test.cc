@@ -83,6 +83,10 @@ TEST(ChatCompletionRequest, EveryBadFieldIsNamed) {
       {"/messages/0/content", 5, "messages[0].content"},
       {"/messages/0/content", {{{"type", "image_url"}, {"image_url", {{"url", "x"}}}}}, "messages[0].content[0].type"},
       {"/messages/0/content", {{{"type", "text"}}}, "messages[0].content[0].text"},
+      {"/reasoning_effort", "extreme", "reasoning_effort"},
+      {"/reasoning_effort", 3, "reasoning_effort"},
+      {"/chat_template_kwargs", "x", "chat_template_kwargs"},
+      {"/chat_template_kwargs", {{"enable_thinking", "yes"}}, "chat_template_kwargs.enable_thinking"},
       {"/temperature", "hot", "temperature"},
       {"/temperature", -0.5, "temperature"},
       {"/temperature", 2.5, "temperature"},
@@ -201,6 +205,35 @@ TEST(ChatCompletionRequest, ParsesWhatItAccepts) {
   EXPECT_EQ(parse_chat_completion_request(chat_body(), kVocab).sampling.max_tokens, std::nullopt);
 }
 
+// Thinking: absent means the template's default; reasoning_effort none is
+// off, any other effort on; chat_template_kwargs.enable_thinking wins.
+TEST(ChatCompletionRequest, ThinkingSwitches) {
+  EXPECT_EQ(parse_chat_completion_request(chat_body(), kVocab).thinking, std::nullopt);
+  Json body = chat_body();
+  body["reasoning_effort"] = "low";
+  EXPECT_EQ(parse_chat_completion_request(body, kVocab).thinking, true);
+  body["reasoning_effort"] = "none";
+  EXPECT_EQ(parse_chat_completion_request(body, kVocab).thinking, false);
+  body["chat_template_kwargs"] = {{"enable_thinking", true}, {"other", 1}};
+  const GenerationRequest r = parse_chat_completion_request(body, kVocab);
+  EXPECT_EQ(r.thinking, true);
+  EXPECT_EQ(r.thinking_field, "chat_template_kwargs.enable_thinking");
+  EXPECT_EQ(r.thinking_budget, std::nullopt);
+}
+
+TEST(MessagesRequest, ThinkingWithABudget) {
+  Json body = messages_body();
+  body["max_tokens"] = 2048;
+  body["thinking"] = {{"type", "enabled"}, {"budget_tokens", 1024}};
+  GenerationRequest r = parse_messages_request(body, kVocab);
+  EXPECT_EQ(r.thinking, true);
+  EXPECT_EQ(r.thinking_budget, 1024);
+  body["thinking"] = {{"type", "disabled"}};
+  r = parse_messages_request(body, kVocab);
+  EXPECT_EQ(r.thinking, false);
+  EXPECT_EQ(r.thinking_budget, std::nullopt);
+}
+
 TEST(CompletionRequest, EveryBadFieldIsNamed) {
   expect_rejections(parse_completion_request, completion_body(), {
       {"/prompt", kRemove, "prompt"},
@@ -255,7 +288,10 @@ TEST(MessagesRequest, EveryBadFieldIsNamed) {
       {"/stop_sequences", Json(std::vector<std::string>(17, "x")), "stop_sequences"},
       {"/system", 5, "system"},
       {"/system", {{{"type", "image"}}}, "system[0].type"},
-      {"/thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}, "thinking"},
+      {"/thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}, "thinking.budget_tokens"},  // >= max_tokens
+      {"/thinking", {{"type", "enabled"}}, "thinking.budget_tokens"},
+      {"/thinking", {{"type", "enabled"}, {"budget_tokens", 0}}, "thinking.budget_tokens"},
+      {"/thinking", {{"type", "sometimes"}}, "thinking.type"},
       {"/tools", {{{"name", "f"}}}, "tools[0].input_schema"},
       {"/tools", {{{"type", "bash_20250124"}, {"name", "bash"}}}, "tools[0].type"},
       {"/tool_choice", {{"type", "auto"}}, "tool_choice"},  // without tools

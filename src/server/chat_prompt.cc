@@ -37,7 +37,7 @@ bool uses_tool_markup(std::span<const ChatTurn> turns) {
 // conversation that ends with results leaves that turn open for the model to
 // continue.
 std::string render_gemma4(const tokenizer::ChatFormat& format, std::span<const ChatTurn> turns,
-                          const std::string& declarations) {
+                          const std::string& declarations, const tokenizer::ChatOptions& options) {
   std::vector<ChatMessage> messages;
   std::size_t first = 0;
   if (!declarations.empty()) {
@@ -76,20 +76,20 @@ std::string render_gemma4(const tokenizer::ChatFormat& format, std::span<const C
     previous = t.role;
   }
   if (in_block && previous == Role::kTool) {
-    std::string prompt = format.render(messages, /*add_generation_prompt=*/true);
+    std::string prompt = format.render(messages, /*add_generation_prompt=*/true, options);
     constexpr std::string_view kEmptyThought = "<|channel>thought\n<channel|>";
     if (format.empty_thought_channel() && std::string_view(prompt).ends_with(kEmptyThought))
       prompt.resize(prompt.size() - kEmptyThought.size());
     return prompt + block;
   }
   close_block();
-  return format.render(messages, /*add_generation_prompt=*/true);
+  return format.render(messages, /*add_generation_prompt=*/true, options);
 }
 
 // ChatML models take declarations in the system message, calls as JSON in
 // the assistant's message, and results as a user turn.
 std::string render_json_tags(const tokenizer::ChatFormat& format, std::span<const ChatTurn> turns,
-                             const std::string& declarations) {
+                             const std::string& declarations, const tokenizer::ChatOptions& options) {
   std::vector<ChatMessage> messages;
   std::size_t first = 0;
   if (!declarations.empty()) {
@@ -121,7 +121,7 @@ std::string render_json_tags(const tokenizer::ChatFormat& format, std::span<cons
     }
     previous = t.role;
   }
-  return format.render(messages, /*add_generation_prompt=*/true);
+  return format.render(messages, /*add_generation_prompt=*/true, options);
 }
 
 }  // namespace
@@ -135,14 +135,15 @@ std::optional<ToolSyntax> tool_syntax_for(ChatFamily family) {
 }
 
 ChatPrompt render_chat_prompt(const tokenizer::ChatFormat& format, std::span<const ChatTurn> turns,
-                              std::span<const ToolSpec> tools, const ToolChoice& choice) {
+                              std::span<const ToolSpec> tools, const ToolChoice& choice,
+                              const tokenizer::ChatOptions& options) {
   ChatPrompt out;
   const bool tools_active = !tools.empty() && choice.mode != ToolChoice::Mode::kNone;
   if (!tools_active && !uses_tool_markup(turns)) {
     std::vector<ChatMessage> messages;
     messages.reserve(turns.size());
     for (const ChatTurn& t : turns) messages.push_back({role_name(t.role), t.text});
-    out.text = format.render(messages, /*add_generation_prompt=*/true);
+    out.text = format.render(messages, /*add_generation_prompt=*/true, options);
     return out;
   }
   const auto syntax = tool_syntax_for(format.family());
@@ -152,10 +153,10 @@ ChatPrompt render_chat_prompt(const tokenizer::ChatFormat& format, std::span<con
                         "); rowlm knows the tool markup of gemma4 and chatml models");
   const std::string declarations = tools_active ? format_tool_declarations(*syntax, tools) : "";
   if (*syntax == ToolSyntax::kGemma4) {
-    out.text = render_gemma4(format, turns, declarations);
+    out.text = render_gemma4(format, turns, declarations, options);
     if (tools_active) out.stop_tokens.push_back("<|tool_response>");
   } else {
-    out.text = render_json_tags(format, turns, declarations);
+    out.text = render_json_tags(format, turns, declarations, options);
   }
   if (tools_active) {
     out.tool_syntax = syntax;

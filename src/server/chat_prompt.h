@@ -49,7 +49,9 @@ std::optional<ToolSyntax> tool_syntax_for(tokenizer::ChatFamily family);
 // ApiError (400, naming "tools" or "messages") for tools with a format that
 // has no tool markup, and rowlm::Error from ChatFormat for conversations the
 // format rejects.
+// `options` reach the chat format (thinking).
 ChatPrompt render_chat_prompt(const tokenizer::ChatFormat& format, std::span<const ChatTurn> turns,
-                              std::span<const ToolSpec> tools, const ToolChoice& choice);
+                              std::span<const ToolSpec> tools, const ToolChoice& choice,
+                              const tokenizer::ChatOptions& options = {});
 
 }  // namespace rowlm::server

@@ -86,6 +86,30 @@ TEST(ChatPrompt, Gemma4ToolLoop) {
       "<bos><|turn>system\nBe brief.<|tool>declaration:weather{"));
 }
 
+// Thinking reaches the chat format on every path: plain, with tools, and a
+// tool loop left open for the model to continue.
+TEST(ChatPrompt, ThinkingOptionsReachTheFormatWithAndWithoutTools) {
+  const ToolSpec tools[] = {weather_tool()};
+  const std::vector<ChatTurn> ask = {turn(Role::kUser, "Weather?")};
+  const tokenizer::ChatOptions on{.enable_thinking = true}, off{.enable_thinking = false};
+  const ChatFormat gemma = ChatFormat::by_name("gemma4");
+  EXPECT_TRUE(render_chat_prompt(gemma, ask, {}, {}, on).text.starts_with("<bos><|turn>system\n<|think|>\n<turn|>\n"));
+  EXPECT_TRUE(render_chat_prompt(gemma, ask, tools, {}, on).text.starts_with("<bos><|turn>system\n<|think|>\n<|tool>declaration:"));
+  ChatTurn call = turn(Role::kAssistant, "");
+  call.tool_calls.push_back({"call_1", "weather", Json::parse(R"({"city":"Paris"})")});
+  ChatTurn result = turn(Role::kTool, "sunny");
+  result.tool_name = "weather";
+  const std::vector<ChatTurn> loop = {ask[0], call, result};
+  const ChatPrompt open = render_chat_prompt(gemma, loop, tools, {}, on);
+  EXPECT_TRUE(open.text.starts_with("<bos><|turn>system\n<|think|>\n")) << open.text;
+  EXPECT_TRUE(open.text.ends_with("<tool_response|>")) << open.text;
+  // Qwen 3 (a template with <think>): off appends the empty think block, also after tool results.
+  const ChatFormat qwen3 = ChatFormat::detect("<|im_start|>{% if enable_thinking %}<think>{% endif %}", "qwen3");
+  EXPECT_TRUE(render_chat_prompt(qwen3, ask, {}, {}, off).text.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  EXPECT_TRUE(render_chat_prompt(qwen3, loop, tools, {}, off).text.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  EXPECT_TRUE(render_chat_prompt(qwen3, loop, tools, {}, on).text.ends_with("</tool_response><|im_end|>\n<|im_start|>assistant\n"));
+}
+
 TEST(ChatPrompt, ToolChoiceForcesTheCallsOpening) {
   const ToolSpec tools[] = {weather_tool()};
   const std::vector<ChatTurn> turns = {turn(Role::kUser, "Weather in Paris?")};

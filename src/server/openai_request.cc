@@ -103,6 +103,23 @@ void parse_common(const Fields& f, int64_t vocab_size, GenerationRequest& r) {
   }
 }
 
+}  // namespace
+
+void parse_openai_common(const Fields& f, int64_t vocab_size, GenerationRequest& r) { parse_common(f, vocab_size, r); }
+
+void parse_reasoning_effort(const Fields& f, const char* name, GenerationRequest& r) {
+  const auto effort = f.string(name);
+  if (!effort) return;
+  // rowlm's chat formats have one thinking mode: any effort but none turns it on.
+  static const std::set<std::string> kEfforts = {"none", "minimal", "low", "medium", "high", "xhigh"};
+  if (!kEfforts.contains(*effort))
+    throw_bad_field(f.path(name), "must be one of none, minimal, low, medium, high, xhigh; got '" + *effort + "'");
+  r.thinking = *effort != "none";
+  r.thinking_field = f.path(name);
+}
+
+namespace {
+
 void check_max_tokens(const Fields& f, const char* name, GenerationRequest& r) {
   if (auto v = f.integer(name, 1, kInt32Max)) r.sampling.max_tokens = int32_t(*v);
 }
@@ -266,6 +283,15 @@ GenerationRequest parse_chat_completion_request(const Json& body, int64_t vocab_
   const auto top = f.integer("top_logprobs", 0, sampling::kMaxTopLogprobs);
   if (top && !logprobs) throw_bad_field("top_logprobs", "needs logprobs set to true");
   if (logprobs) r.sampling.logprobs = int32_t(top.value_or(0));
+  parse_reasoning_effort(f, "reasoning_effort", r);
+  if (const Json* kwargs = f.object("chat_template_kwargs")) {
+    // vLLM's switch for templates' variables; enable_thinking is the one
+    // rowlm's chat formats know (others are ignored, as unknown fields are).
+    if (auto on = Fields(*kwargs, "chat_template_kwargs").boolean("enable_thinking")) {
+      r.thinking = *on;
+      r.thinking_field = "chat_template_kwargs.enable_thinking";
+    }
+  }
   if (const Json* format = f.object("response_format")) {
     r.response_format = parse_response_format(*format, "response_format");
     if (r.response_format && !r.tools.empty() && r.tool_choice.mode != ToolChoice::Mode::kNone)

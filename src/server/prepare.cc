@@ -28,7 +28,7 @@ void check_prompt_bytes(std::size_t bytes, const ServedModel& m, const std::stri
 
 }  // namespace
 
-PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedModel& m) {
+PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedModel& m, const std::optional<KvReuse>& reuse) {
   if (r.model && *r.model != m.name)
     throw ApiError(404, "model: '" + *r.model + "' is not served here; this server serves '" + m.name + "'", "model",
                    "model_not_found");
@@ -44,17 +44,32 @@ PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedMo
   sampling::SamplingParams sampling = r.sampling;
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> prompt_fields;  // how errors name each prompt
+  std::optional<int32_t> budget_tokens;
   if (r.chat) {
+    const tokenizer::ChatFormat& format = *m.chat_format;
+    tokenizer::ChatOptions options;
+    options.enable_thinking = r.thinking;
+    if (r.thinking.value_or(false) && !format.supports_thinking())
+      throw_bad_field(r.thinking_field.empty() ? "thinking" : r.thinking_field,
+                      "the model's chat format (" + format.name() +
+                          ") has no thinking mode; rowlm knows Gemma 4's and Qwen 3's");
     ChatPrompt chat;
     try {
-      chat = render_chat_prompt(*m.chat_format, r.turns, r.tools, r.tool_choice);
+      chat = render_chat_prompt(format, r.turns, r.tools, r.tool_choice, options);
     } catch (const ApiError&) {
       throw;
     } catch (const Error& e) {
       throw_bad_field("messages", e.what());
     }
     check_prompt_bytes(chat.text.size(), m, "messages");
-    prompts.push_back(m.tokenizer->encode(chat.text, /*add_special_tokens=*/false));
+    if (reuse && !reuse->text.empty() && std::string_view(chat.text).starts_with(reuse->text)) {
+      std::vector<int32_t> ids = reuse->ids;
+      const auto rest = m.tokenizer->encode(std::string_view(chat.text).substr(reuse->text.size()), false);
+      ids.insert(ids.end(), rest.begin(), rest.end());
+      prompts.push_back(std::move(ids));
+    } else {
+      prompts.push_back(m.tokenizer->encode(chat.text, /*add_special_tokens=*/false));
+    }
     prompt_fields.push_back("messages");
     // The format's end-of-turn tokens end a reply even where config.json's
     // end-of-sequence ids do not list them.
@@ -64,6 +79,21 @@ PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedMo
       if (auto id = m.tokenizer->token_to_id(s); id && *id < m.vocab_size) sampling.stop_token_ids.push_back(*id);
     rc.forced_prefix = chat.forced_prefix;
     rc.tool_syntax = chat.tool_syntax;
+    if (format.thinking_on(options)) {
+      const tokenizer::ReasoningSyntax syntax = *tokenizer::reasoning_syntax_of(format);
+      rc.reasoning = syntax;
+      rc.reasoning_starts_inside = tokenizer::prompt_opens_reasoning(syntax, chat.text);
+      if (r.thinking_budget) {
+        budget_tokens = r.thinking_budget;
+        ReasoningBudget& b = out.budget.emplace();
+        b.syntax = syntax;
+        b.starts_inside = rc.reasoning_starts_inside;
+        b.max_tokens = sampling.max_tokens;
+        b.close_text = std::string(tokenizer::reasoning_markup(syntax).forced_close);
+        b.close_ids = m.tokenizer->encode(b.close_text, /*add_special_tokens=*/false);
+      }
+    }
+    out.prompt_text = std::move(chat.text);
   } else {
     for (std::size_t i = 0; i < r.prompts.size(); ++i) {
       const PromptInput& p = r.prompts[i];
@@ -86,14 +116,18 @@ PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedMo
     req.sampling = sampling;
     req.ignore_eos = r.ignore_eos;
     req.response_format = r.response_format;
-    // Tool calls are parsed from the text; Gemma 4 writes their markup
-    // with special tokens.
-    req.skip_special_tokens = !rc.tool_syntax.has_value();
+    // Tool calls are parsed from the text, and reasoning split from it;
+    // Gemma 4 writes both markups with special tokens.
+    req.skip_special_tokens = !rc.tool_syntax && !rc.reasoning;
     try {
       engine::validate_request(req, limits, {.max_tokens_within_context = true, .prompt_field = prompt_fields[i]});
     } catch (const InvalidRequest& e) {
       throw ApiError(400, e.what(), e.field());
     }
+    // The first phase stops at the reasoning budget (checked above against
+    // the request's own limit); Generation continues it.
+    if (budget_tokens)
+      req.sampling.max_tokens = std::min(*budget_tokens, req.sampling.max_tokens.value_or(*budget_tokens));
     // Choice j of a seeded request gets seed + j: choices differ but repeat.
     for (int j = 0; j < r.n; ++j) {
       out.requests.push_back(req);

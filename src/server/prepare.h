@@ -10,6 +10,7 @@
 
 #include "rowlm/engine.h"
 #include "server/api_request.h"
+#include "server/generation.h"
 #include "server/reply.h"
 #include "tokenizer/chat_format.h"
 #include "tokenizer/tokenizer.h"
@@ -37,6 +38,8 @@ std::size_t max_prompt_bytes_for(const Tokenizer& tokenizer, int context_length)
 struct PreparedGeneration {
   std::vector<Request> requests;  // one per choice, prompt-major
   ReplyContext reply;             // all but id, created and make_tool_call_id
+  std::optional<ReasoningBudget> budget;  // thinking with a budget: for the Generation
+  std::string prompt_text;        // chat: the rendered prompt (for a response store)
 };
 
 // A request without a model is served by `model`. Throws ApiError: 404 for
@@ -45,7 +48,18 @@ struct PreparedGeneration {
 // (engine/validate_request.h, with this API's rule that prompt + max_tokens
 // fit the context, and a prompt text over max_prompt_bytes is refused
 // untokenized), naming the API's field: "messages", "prompt",
-// "prompt[i]", "max_tokens", or the sampling parameter.
-PreparedGeneration prepare_generation(const GenerationRequest& request, const ServedModel& model);
+// "prompt[i]", "max_tokens", or the sampling parameter; and thinking asked
+// of a chat format without a thinking mode (naming request.thinking_field).
+//
+// `reuse`: what the KV held after an earlier reply this chat continues
+// (a stored response's kv_ids and kv_text): when the rendered prompt starts
+// with its text, the prompt is its tokens plus the rest tokenized, so the
+// prefix cache finds the earlier prompt and reply whole.
+struct KvReuse {
+  const std::vector<int32_t>& ids;
+  const std::string& text;
+};
+PreparedGeneration prepare_generation(const GenerationRequest& request, const ServedModel& model,
+                                      const std::optional<KvReuse>& reuse = std::nullopt);
 
 }  // namespace rowlm::server

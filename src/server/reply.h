@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "rowlm/engine.h"
+#include "tokenizer/reasoning.h"
 #include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
@@ -35,7 +36,35 @@ struct ReplyContext {
   std::optional<ToolSyntax> tool_syntax;
   std::vector<std::string> stop;        // the request's stop strings (Anthropic's stop_sequence)
   std::function<std::string()> make_tool_call_id;
+  // Thinking: the reply's reasoning is split from its answer (before tool
+  // calls are parsed from the answer).
+  std::optional<tokenizer::ReasoningSyntax> reasoning;
+  bool reasoning_starts_inside = false;  // the prompt opened the span
 };
+
+// A choice's generated text as its reader sees it: reasoning, answer text
+// and tool calls, split as the context says (reasoning first, then calls
+// from the answer). Streams push() each token's text; what comes out adds up
+// to what parse_reply() finds in the whole text.
+struct ReplyParts {
+  std::string reasoning;
+  std::string content;
+  std::vector<ToolCall> calls;  // ids empty
+};
+
+class ReplyPartsStream {
+ public:
+  explicit ReplyPartsStream(const ReplyContext& context);
+  // Reasoning and answer text now known (calls come only from finish()).
+  ReplyParts push(std::string_view text);
+  ReplyParts finish();
+
+ private:
+  std::optional<tokenizer::ReasoningStream> reasoning_;
+  std::optional<ToolCallStream> tools_;
+};
+
+ReplyParts parse_reply(const ReplyContext& context, std::string_view text);
 
 // A choice that ended with FinishReason::Error or was cancelled by the
 // engine (not by its client) fails the whole response.
@@ -54,6 +83,15 @@ class ReplyWriter {
 std::unique_ptr<ReplyWriter> make_chat_completion_writer(ReplyContext context);
 std::unique_ptr<ReplyWriter> make_completion_writer(ReplyContext context);
 std::unique_ptr<ReplyWriter> make_messages_writer(ReplyContext context);
+// OpenAI's Responses API (reply_responses.cc; one choice). `request_echo`:
+// the request's fields the response object repeats (responses_request.h).
+class ResponsesReplyWriter : public ReplyWriter {
+ public:
+  // The response object as last written: body()'s, or the stream's final
+  // (completed, incomplete or failed) one.
+  virtual const nlohmann::json& response() const = 0;
+};
+std::unique_ptr<ResponsesReplyWriter> make_responses_writer(ReplyContext context, nlohmann::json request_echo);
 
 // Whether a result failed (an engine error, or cancelled by the engine).
 bool result_failed(const RequestResult& result);

@@ -1,6 +1,7 @@
 // Anthropic's messages response, whole and as its streaming event sequence:
 // message_start, ping, per block content_block_start / _delta... / _stop,
-// message_delta (stop reason, output tokens), message_stop.
+// message_delta (stop reason, output tokens), message_stop. Reasoning is a
+// thinking block (thinking_delta events) ahead of the text.
 
 #include <algorithm>
 
@@ -15,12 +16,7 @@ using Json = nlohmann::json;
 
 class MessagesWriter : public ReplyWriter {
  public:
-  explicit MessagesWriter(ReplyContext c) : c_(std::move(c)) {
-    if (c_.tool_syntax) {
-      tools_.emplace(*c_.tool_syntax);
-      tools_->push(c_.forced_prefix);
-    }
-  }
+  explicit MessagesWriter(ReplyContext c) : c_(std::move(c)), parts_(c_) {}
 
   std::string stream_start() override {
     Json message = {{"id", c_.id},
@@ -36,20 +32,20 @@ class MessagesWriter : public ReplyWriter {
   }
 
   std::string stream_token(std::size_t, const TokenEvent& ev) override {
-    return text_delta(tools_ ? tools_->push(ev.text) : ev.text);
+    const ReplyParts parts = parts_.push(ev.text);
+    std::string out = thinking_delta(parts.reasoning);  // first: its block closes before the text's opens
+    return out + text_delta(parts.content);
   }
 
   std::string stream_finish(std::size_t, const RequestResult& r) override {
     if (result_failed(r))
       return sse_event("error", {{"type", "error"}, {"error", {{"type", "api_error"}, {"message", failure_message(r)}}}});
-    std::string out;
-    std::vector<ToolCall> calls;
-    if (tools_) {
-      ParsedReply rest = tools_->finish();
-      out += text_delta(rest.content);
-      calls = std::move(rest.calls);
-    }
-    if (!text_open_ && next_index_ == 0 && calls.empty()) out += open_text_block();
+    ReplyParts rest = parts_.finish();
+    std::string out = thinking_delta(rest.reasoning);
+    out += text_delta(rest.content);
+    const std::vector<ToolCall> calls = std::move(rest.calls);
+    out += close_thinking_block();
+    if (!text_open_ && !text_seen_ && calls.empty()) out += open_text_block();
     if (text_open_) {
       out += sse_event("content_block_stop", {{"type", "content_block_stop"}, {"index", next_index_}});
       ++next_index_;
@@ -79,13 +75,11 @@ class MessagesWriter : public ReplyWriter {
   Json body(const std::vector<const RequestResult*>& results) override {
     const RequestResult& r = *results.at(0);
     Json content = Json::array();
-    std::vector<ToolCall> calls;
-    std::string text = r.text;
-    if (c_.tool_syntax) {
-      ParsedReply parsed = parse_tool_calls(*c_.tool_syntax, c_.forced_prefix + r.text);
-      text = std::move(parsed.content);
-      calls = std::move(parsed.calls);
-    }
+    ReplyParts parsed = parse_reply(c_, r.text);
+    const std::string& text = parsed.content;
+    const std::vector<ToolCall>& calls = parsed.calls;
+    if (!parsed.reasoning.empty())
+      content.push_back({{"type", "thinking"}, {"thinking", parsed.reasoning}, {"signature", ""}});
     if (!text.empty() || calls.empty()) content.push_back({{"type", "text"}, {"text", text}});
     for (const ToolCall& call : calls)
       content.push_back({{"type", "tool_use"}, {"id", c_.make_tool_call_id()}, {"name", call.name}, {"input", call.arguments}});
@@ -111,8 +105,30 @@ class MessagesWriter : public ReplyWriter {
     return {"end_turn", nullptr};
   }
 
+  // Thinking comes first: its block closes before any text or call.
+  std::string thinking_delta(const std::string& text) {
+    if (text.empty()) return {};
+    std::string out;
+    if (!thinking_open_) {
+      thinking_open_ = true;
+      out += sse_event("content_block_start", {{"type", "content_block_start"},
+                                               {"index", next_index_},
+                                               {"content_block", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}}});
+    }
+    return out + sse_event("content_block_delta", {{"type", "content_block_delta"},
+                                                   {"index", next_index_},
+                                                   {"delta", {{"type", "thinking_delta"}, {"thinking", text}}}});
+  }
+
+  std::string close_thinking_block() {
+    if (!thinking_open_) return {};
+    thinking_open_ = false;
+    return sse_event("content_block_stop", {{"type", "content_block_stop"}, {"index", next_index_++}});
+  }
+
   std::string open_text_block() {
     text_open_ = true;
+    text_seen_ = true;
     return sse_event("content_block_start", {{"type", "content_block_start"},
                                              {"index", next_index_},
                                              {"content_block", {{"type", "text"}, {"text", ""}}}});
@@ -120,7 +136,8 @@ class MessagesWriter : public ReplyWriter {
 
   std::string text_delta(const std::string& text) {
     if (text.empty()) return {};
-    std::string out = text_open_ ? "" : open_text_block();
+    std::string out = close_thinking_block();
+    if (!text_open_) out += open_text_block();
     out += sse_event("content_block_delta", {{"type", "content_block_delta"},
                                              {"index", next_index_},
                                              {"delta", {{"type", "text_delta"}, {"text", text}}}});
@@ -128,8 +145,10 @@ class MessagesWriter : public ReplyWriter {
   }
 
   ReplyContext c_;
-  std::optional<ToolCallStream> tools_;
+  ReplyPartsStream parts_;
+  bool thinking_open_ = false;
   bool text_open_ = false;
+  bool text_seen_ = false;  // a text block was opened (the reply has one)
   int next_index_ = 0;
 };
 

@@ -62,12 +62,8 @@ class ChatCompletionWriter : public ReplyWriter {
   explicit ChatCompletionWriter(ReplyContext c) : c_(std::move(c)) {
     const std::size_t choices = c_.n * c_.prompt_tokens.size();
     usage_.resize(choices);
-    tools_.resize(choices);
-    for (auto& t : tools_) {
-      if (!c_.tool_syntax) continue;
-      t.emplace(*c_.tool_syntax);
-      t->push(c_.forced_prefix);
-    }
+    parts_.reserve(choices);
+    for (std::size_t i = 0; i < choices; ++i) parts_.emplace_back(c_);
   }
 
   std::string stream_start() override {
@@ -80,30 +76,25 @@ class ChatCompletionWriter : public ReplyWriter {
   }
 
   std::string stream_token(std::size_t choice, const TokenEvent& ev) override {
-    const std::string text = tools_[choice] ? tools_[choice]->push(ev.text) : ev.text;
+    const ReplyParts parts = parts_[choice].push(ev.text);
     const bool with_logprobs = c_.logprobs && ev.logprobs;
-    if (text.empty() && !with_logprobs) return {};
+    if (parts.reasoning.empty() && parts.content.empty() && !with_logprobs) return {};
     Json lp = nullptr;
     if (with_logprobs) lp = {{"content", Json::array({chat_logprob(*c_.tokenizer, ev.token, *ev.logprobs)})}};
-    return chunk({{"index", choice}, {"delta", {{"content", text}}}, {"logprobs", lp}, {"finish_reason", nullptr}});
+    return chunk({{"index", choice}, {"delta", delta(parts)}, {"logprobs", lp}, {"finish_reason", nullptr}});
   }
 
   std::string stream_finish(std::size_t choice, const RequestResult& r) override {
     if (result_failed(r)) return sse_data(error_event(r));
     usage_[choice] = r.usage;
     std::string out;
-    bool called = false;
-    if (tools_[choice]) {
-      ParsedReply rest = tools_[choice]->finish();
-      if (!rest.content.empty())
-        out += chunk({{"index", choice}, {"delta", {{"content", rest.content}}}, {"logprobs", nullptr},
-                      {"finish_reason", nullptr}});
-      if (!rest.calls.empty()) {
-        called = true;
-        out += chunk({{"index", choice}, {"delta", {{"tool_calls", tool_calls_json(c_, rest.calls, true)}}},
-                      {"logprobs", nullptr}, {"finish_reason", nullptr}});
-      }
-    }
+    const ReplyParts rest = parts_[choice].finish();
+    if (!rest.reasoning.empty() || !rest.content.empty())
+      out += chunk({{"index", choice}, {"delta", delta(rest)}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+    const bool called = !rest.calls.empty();
+    if (called)
+      out += chunk({{"index", choice}, {"delta", {{"tool_calls", tool_calls_json(c_, rest.calls, true)}}},
+                    {"logprobs", nullptr}, {"finish_reason", nullptr}});
     out += chunk({{"index", choice}, {"delta", Json::object()}, {"logprobs", nullptr},
                   {"finish_reason", finish_reason(r, called)}});
     return out;
@@ -128,15 +119,11 @@ class ChatCompletionWriter : public ReplyWriter {
       const RequestResult& r = *results[i];
       usage.push_back(r.usage);
       Json message = {{"role", "assistant"}};
-      bool called = false;
-      if (c_.tool_syntax) {
-        ParsedReply parsed = parse_tool_calls(*c_.tool_syntax, c_.forced_prefix + r.text);
-        called = !parsed.calls.empty();
-        message["content"] = parsed.content.empty() && called ? Json(nullptr) : Json(parsed.content);
-        if (called) message["tool_calls"] = tool_calls_json(c_, parsed.calls, false);
-      } else {
-        message["content"] = r.text;
-      }
+      const ReplyParts parsed = parse_reply(c_, r.text);
+      const bool called = !parsed.calls.empty();
+      message["content"] = parsed.content.empty() && called ? Json(nullptr) : Json(parsed.content);
+      if (c_.reasoning) message["reasoning_content"] = parsed.reasoning.empty() ? Json(nullptr) : Json(parsed.reasoning);
+      if (called) message["tool_calls"] = tool_calls_json(c_, parsed.calls, false);
       Json lp = nullptr;
       if (c_.logprobs) {
         Json content = Json::array();
@@ -157,6 +144,13 @@ class ChatCompletionWriter : public ReplyWriter {
     return {{"id", c_.id}, {"object", object}, {"created", c_.created}, {"model", c_.model},
             {"system_fingerprint", nullptr}};
   }
+  // A delta's text: the answer's, and the reasoning's apart.
+  static Json delta(const ReplyParts& parts) {
+    Json d = Json::object();
+    if (!parts.reasoning.empty()) d["reasoning_content"] = parts.reasoning;
+    if (!parts.content.empty() || parts.reasoning.empty()) d["content"] = parts.content;
+    return d;
+  }
   std::string chunk(Json choice) const {
     Json j = base("chat.completion.chunk");
     j["choices"] = Json::array({std::move(choice)});
@@ -165,7 +159,7 @@ class ChatCompletionWriter : public ReplyWriter {
   }
 
   ReplyContext c_;
-  std::vector<std::optional<ToolCallStream>> tools_;
+  std::vector<ReplyPartsStream> parts_;
   std::vector<Usage> usage_;
 };
 

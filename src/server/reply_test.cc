@@ -122,6 +122,14 @@ const char* kReplies[] = {
     "",
 };
 
+// Replies of a model asked to think (Gemma 4's thought channel).
+const char* kThinkingReplies[] = {
+    "<|channel>thought\nWeigh it.<channel|>The answer.",
+    "<|channel>thought\nCall it.<channel|><|tool_call>call:weather{city:<|\"|>Paris<|\"|>}<tool_call|>",
+    "<|channel>thought\nunfinished \xc3\xa9",
+    "No thinking at all.",
+};
+
 // The stream says what the whole response says: the deltas of each choice
 // add up to its message content, its tool calls and finish reason agree,
 // and log-probabilities come one per token.
@@ -130,18 +138,21 @@ TEST(ChatCompletionWriter, StreamAgreesWithBody) {
   for (int trial = 0; trial < 60; ++trial) {
     const std::size_t n = 1 + std::size_t(trial % 3);
     const bool logprobs = trial % 2 == 0;
+    const bool thinking = trial % 3 == 1;
     std::vector<Script> scripts;
     for (std::size_t i = 0; i < n; ++i)
-      scripts.push_back(script(kReplies[std::uniform_int_distribution<int>(0, 4)(rng)], rng, logprobs,
-                               trial % 5 == 0 ? FinishReason::Length : FinishReason::Stop));
+      scripts.push_back(script(thinking ? kThinkingReplies[std::uniform_int_distribution<int>(0, 3)(rng)]
+                                        : kReplies[std::uniform_int_distribution<int>(0, 4)(rng)],
+                               rng, logprobs, trial % 5 == 0 ? FinishReason::Length : FinishReason::Stop));
     ReplyContext c = context(n, ToolSyntax::kGemma4);
+    if (thinking) c.reasoning = tokenizer::ReasoningSyntax::kGemma4Channel;
     c.logprobs = logprobs;
     c.include_usage = trial % 4 == 0;
     const Json body = make_chat_completion_writer(c)->body(results_of(scripts));
     auto writer = make_chat_completion_writer(c);
     const auto events = stream(*writer, scripts, rng);
     ASSERT_EQ(events.back().second, "[DONE]");
-    std::vector<std::string> content(n);
+    std::vector<std::string> content(n), reasoning(n);
     std::vector<Json> calls(n, Json::array()), finish(n), lps(n, Json::array());
     for (std::size_t e = 0; e + 1 < events.size(); ++e) {
       const Json& chunk = events[e].second;
@@ -157,6 +168,8 @@ TEST(ChatCompletionWriter, StreamAgreesWithBody) {
       for (const Json& ch : chunk["choices"]) {
         const std::size_t i = ch["index"];
         if (ch["delta"].contains("content")) content[i] += ch["delta"]["content"].get<std::string>();
+        if (ch["delta"].contains("reasoning_content"))
+          reasoning[i] += ch["delta"]["reasoning_content"].get<std::string>();
         if (ch["delta"].contains("tool_calls"))
           for (const Json& tc : ch["delta"]["tool_calls"]) calls[i].push_back(tc);
         if (!ch["finish_reason"].is_null()) finish[i] = ch["finish_reason"];
@@ -168,6 +181,11 @@ TEST(ChatCompletionWriter, StreamAgreesWithBody) {
       const Json& choice = body["choices"][i];
       const Json& message = choice["message"];
       EXPECT_EQ(content[i], message["content"].is_null() ? "" : message["content"].get<std::string>());
+      EXPECT_EQ(message.contains("reasoning_content"), thinking);
+      if (thinking)
+        EXPECT_EQ(reasoning[i], message["reasoning_content"].is_null() ? "" : message["reasoning_content"].get<std::string>());
+      // Neither part holds the other's markup.
+      EXPECT_EQ(content[i].find("<|channel>"), std::string::npos) << scripts[i].result.text;
       EXPECT_EQ(without_ids(calls[i]), without_ids(message.value("tool_calls", Json::array())));
       EXPECT_EQ(finish[i], choice["finish_reason"]);
       if (logprobs) {
@@ -255,8 +273,10 @@ TEST(MessagesWriter, StreamFollowsTheEventGrammarAndAgreesWithBody) {
   for (int trial = 0; trial < 60; ++trial) {
     ReplyContext c = context(1, trial % 2 ? std::optional(ToolSyntax::kGemma4) : std::nullopt);
     c.stop = {"END"};
-    std::vector<Script> scripts = {script(kReplies[trial % 5], rng, false,
-                                          trial % 7 == 0 ? FinishReason::Length : FinishReason::Stop)};
+    const bool thinking = trial % 4 == 3;
+    if (thinking) c.reasoning = tokenizer::ReasoningSyntax::kGemma4Channel;
+    const char* reply = thinking ? kThinkingReplies[trial % 4] : kReplies[trial % 5];
+    std::vector<Script> scripts = {script(reply, rng, false, trial % 7 == 0 ? FinishReason::Length : FinishReason::Stop)};
     if (trial % 3 == 0) scripts[0].result.stop = "END";
     const Json body = make_messages_writer(c)->body(results_of(scripts));
     auto w = make_messages_writer(c);
@@ -280,6 +300,8 @@ TEST(MessagesWriter, StreamFollowsTheEventGrammarAndAgreesWithBody) {
         EXPECT_EQ(j["index"], open);
         Json& block = content.back();
         if (j["delta"]["type"] == "text_delta") block["text"] = block["text"].get<std::string>() + j["delta"]["text"].get<std::string>();
+        else if (j["delta"]["type"] == "thinking_delta")
+          block["thinking"] = block["thinking"].get<std::string>() + j["delta"]["thinking"].get<std::string>();
         else block["input"] = Json::parse(j["delta"]["partial_json"].get<std::string>());
       } else if (name == "content_block_stop") {
         EXPECT_EQ(j["index"], open);
@@ -298,7 +320,8 @@ TEST(MessagesWriter, StreamFollowsTheEventGrammarAndAgreesWithBody) {
     for (Json& b : content) b.erase("id");
     Json expected = body["content"];
     for (Json& b : expected) b.erase("id");
-    EXPECT_EQ(content, expected) << kReplies[trial % 5];
+    EXPECT_EQ(content, expected) << reply;
+    if (thinking && trial % 4 < 3) EXPECT_EQ(expected[0]["type"], "thinking") << reply;
   }
 }
 

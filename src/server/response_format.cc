@@ -21,7 +21,9 @@ std::shared_ptr<const constrain::Grammar> parse_response_format(const nlohmann::
     holder = nested;
     where = f.path("json_schema");
   } else if (!f.has("schema")) {
-    throw_bad_field(f.path("json_schema"), "is required for type 'json_schema'");
+    // Named as the caller's shape names it.
+    throw_bad_field(path == "text.format" ? f.path("schema") : f.path("json_schema"),
+                    "is required for type 'json_schema'");
   }
   const Fields s(*holder, where);
   (void)s.string("name");

@@ -23,6 +23,8 @@
 #include "server/front_door.h"
 #include "server/prepare.h"
 #include "server/reply.h"
+#include "server/response_store.h"
+#include "server/responses_request.h"
 #include "server/router.h"
 #include "server/sse.h"
 #include "engine/model_files.h"
@@ -35,13 +37,14 @@ namespace {
 
 using Json = nlohmann::json;
 
-enum class Endpoint { kChatCompletions, kCompletions, kMessages };
+enum class Endpoint { kChatCompletions, kCompletions, kMessages, kResponses };
 
 const char* endpoint_name(Endpoint e) {
   switch (e) {
     case Endpoint::kChatCompletions: return "chat_completions";
     case Endpoint::kCompletions: return "completions";
     case Endpoint::kMessages: return "messages";
+    case Endpoint::kResponses: return "responses";
   }
   return "unknown";
 }
@@ -57,6 +60,7 @@ std::string endpoint_label(const std::string& path) {
   if (path == "/v1/chat/completions") return endpoint_name(Endpoint::kChatCompletions);
   if (path == "/v1/completions") return endpoint_name(Endpoint::kCompletions);
   if (path == "/v1/messages") return endpoint_name(Endpoint::kMessages);
+  if (path == "/v1/responses") return endpoint_name(Endpoint::kResponses);
   return "other";
 }
 
@@ -128,7 +132,9 @@ struct HttpServer::Impl {
         chat_format(options.chat_format.empty()
                         ? model_chat_format(engine.model_info().directory)
                         : tokenizer::ChatFormat::by_name(options.chat_format)),
-        started(std::time(nullptr)) {
+        started(std::time(nullptr)),
+        responses(options.response_store_bytes, std::chrono::seconds(options.response_store_seconds)) {
+    if (options.response_store_seconds < 0) throw Error("--response-store-ttl must not be negative");
     if (options.model_name.empty())
       options.model_name = std::filesystem::path(engine.model_info().directory).filename().string();
     if (options.model_name.empty()) options.model_name = "rowlm";
@@ -159,6 +165,8 @@ struct HttpServer::Impl {
   void install();
   bool serve(const std::shared_ptr<Connection>& connection, const std::string& request);
   std::string refusal_body(const Refusal& refusal);
+  void keep_response(const ResponsesReplyWriter& writer, const RequestResult& result, std::vector<ChatTurn> conversation,
+                     std::vector<int32_t> prompt_ids, std::string prompt_text);
   std::shared_ptr<Connection> connection_of(const httplib::Request& req);
   void generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
   bool authorized(const httplib::Request& req) const;
@@ -171,6 +179,7 @@ struct HttpServer::Impl {
   Router http;
   Metrics metrics;
   IdSource ids;
+  ResponseStore responses;  // the Responses API's stored responses
   std::atomic<bool> draining{false};
   std::atomic<int> in_flight{0};
   // The connection of each request being served, for its handler to watch
@@ -209,6 +218,44 @@ std::string HttpServer::Impl::refusal_body(const Refusal& r) {
       r.path.starts_with("/v1/messages") || r.anthropic ? Dialect::kAnthropic : Dialect::kOpenAI;
   metrics.count_request(endpoint_label(r.path), outcome_of_status(r.status));
   return json_text(error_body(dialect, ApiError(r.status, r.message)));
+}
+
+// A finished Responses API reply, kept for previous_response_id and GET:
+// its conversation with the reply's message and calls as an assistant turn
+// (reasoning is left out: the chat formats drop it from later prompts), and
+// what the KV now holds.
+void HttpServer::Impl::keep_response(const ResponsesReplyWriter& writer, const RequestResult& result,
+                                     std::vector<ChatTurn> conversation, std::vector<int32_t> prompt_ids,
+                                     std::string prompt_text) {
+  if (result_failed(result)) return;
+  StoredResponse s;
+  s.response = writer.response();
+  s.id = s.response.value("id", "");
+  ChatTurn reply;
+  reply.role = ChatTurn::Role::kAssistant;
+  for (const Json& item : s.response["output"]) {
+    if (item["type"] == "message") {
+      for (const Json& part : item["content"]) reply.text += part.value("text", "");
+    } else if (item["type"] == "function_call") {
+      ToolCall call;
+      call.id = item["call_id"];
+      call.name = item["name"];
+      call.arguments = Json::parse(item["arguments"].get<std::string>());
+      reply.tool_calls.push_back(std::move(call));
+    }
+  }
+  conversation.push_back(std::move(reply));
+  s.turns = std::move(conversation);
+  // The KV holds the prompt and the reply, less the token it stopped on
+  // (never fed back), as `rowlm chat` keeps it.
+  std::vector<int32_t> generated = result.token_ids;
+  if (result.finish == FinishReason::Stop && !generated.empty() && !result.stop.empty() &&
+      engine.tokenizer().token_to_id(result.stop) == generated.back())
+    generated.pop_back();
+  s.kv_text = std::move(prompt_text) + engine.tokenizer().decode(generated, /*skip_special_tokens=*/false);
+  s.kv_ids = std::move(prompt_ids);
+  s.kv_ids.insert(s.kv_ids.end(), generated.begin(), generated.end());
+  responses.put(std::move(s));
 }
 
 bool HttpServer::Impl::authorized(const httplib::Request& req) const {
@@ -275,6 +322,22 @@ void HttpServer::Impl::install() {
   http.Post("/v1/messages", [this](const httplib::Request& q, httplib::Response& r) {
     generate(q, r, Endpoint::kMessages);
   });
+  http.Post("/v1/responses", [this](const httplib::Request& q, httplib::Response& r) {
+    generate(q, r, Endpoint::kResponses);
+  });
+  auto response_not_found = [](const std::string& id) {
+    return ApiError(404, "Response with id '" + id + "' not found (never stored, expired or evicted).", "response_id");
+  };
+  http.Get(R"(/v1/responses/([^/]+))", [this, response_not_found](const httplib::Request& req, httplib::Response& res) {
+    const auto stored = responses.get(req.matches[1]);
+    if (!stored) return send_error(res, Dialect::kOpenAI, response_not_found(req.matches[1]));
+    res.set_content(json_text(stored->response), "application/json");
+  });
+  http.Delete(R"(/v1/responses/([^/]+))", [this, response_not_found](const httplib::Request& req, httplib::Response& res) {
+    if (!responses.erase(req.matches[1])) return send_error(res, Dialect::kOpenAI, response_not_found(req.matches[1]));
+    res.set_content(json_text({{"id", std::string(req.matches[1])}, {"object", "response"}, {"deleted", true}}),
+                    "application/json");
+  });
   if (options.chat_page) {
     // Outside /v1/, so no API key: the page asks for the key and sends it.
     http.Get("/", [](const httplib::Request&, httplib::Response& res) {
@@ -332,22 +395,54 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
     Json body = Json::parse(req.body, nullptr, false);
     if (body.is_discarded()) throw ApiError(400, "body: not valid JSON", "body");
     const int64_t vocab = model.vocab_size;
+    // The Responses API continues a stored conversation.
+    std::optional<ResponsesRequest> responses_request;
+    std::shared_ptr<const StoredResponse> previous;
+    if (endpoint == Endpoint::kResponses) {
+      if (const auto id = previous_response_id_of(body)) {
+        previous = responses.get(*id);
+        if (!previous)
+          throw ApiError(400, "previous_response_id: no stored response '" + *id + "' (never stored, expired or evicted)",
+                         "previous_response_id", "previous_response_not_found");
+      }
+      responses_request = parse_responses_request(body, vocab, previous ? previous->turns : std::vector<ChatTurn>{});
+    }
     const GenerationRequest request = endpoint == Endpoint::kChatCompletions ? parse_chat_completion_request(body, vocab)
                                       : endpoint == Endpoint::kCompletions   ? parse_completion_request(body, vocab)
-                                                                             : parse_messages_request(body, vocab);
-    PreparedGeneration prepared = prepare_generation(request, model);
+                                      : endpoint == Endpoint::kMessages      ? parse_messages_request(body, vocab)
+                                                                             : responses_request->generation;
+    PreparedGeneration prepared =
+        prepare_generation(request, model, previous ? std::optional<KvReuse>(KvReuse{previous->kv_ids, previous->kv_text})
+                                                    : std::nullopt);
     ReplyContext& rc = prepared.reply;
     rc.id = ids.next(endpoint == Endpoint::kChatCompletions ? "chatcmpl-"
                      : endpoint == Endpoint::kCompletions   ? "cmpl-"
-                                                            : "msg_");
+                     : endpoint == Endpoint::kMessages      ? "msg_"
+                                                            : "resp_");
     rc.created = int64_t(std::time(nullptr));
     rc.make_tool_call_id = [this, dialect] { return ids.next(dialect == Dialect::kAnthropic ? "toolu_" : "call_"); };
     const std::vector<int64_t> prompt_tokens = rc.prompt_tokens;
     const std::size_t n = rc.n;
-    std::shared_ptr<ReplyWriter> writer = endpoint == Endpoint::kChatCompletions ? make_chat_completion_writer(std::move(rc))
-                                          : endpoint == Endpoint::kCompletions   ? make_completion_writer(std::move(rc))
-                                                                                 : make_messages_writer(std::move(rc));
-    auto generation = std::make_shared<Generation>(engine, std::move(prepared.requests), received, metrics);
+    std::function<void(const Generation&)> store_response;  // a Responses API reply with store: true
+    std::shared_ptr<ReplyWriter> writer;
+    if (responses_request) {
+      std::shared_ptr<ResponsesReplyWriter> rw = make_responses_writer(std::move(rc), responses_request->echo);
+      if (responses_request->store) {
+        std::vector<ChatTurn> conversation = previous ? previous->turns : std::vector<ChatTurn>{};
+        conversation.insert(conversation.end(), responses_request->input.begin(), responses_request->input.end());
+        store_response = [this, rw, conversation = std::move(conversation), prompt_ids = prepared.requests[0].prompt_ids,
+                          prompt_text = prepared.prompt_text](const Generation& g) mutable {
+          keep_response(*rw, g.result(0), std::move(conversation), std::move(prompt_ids), std::move(prompt_text));
+        };
+      }
+      writer = std::move(rw);
+    } else {
+      writer = endpoint == Endpoint::kChatCompletions ? make_chat_completion_writer(std::move(rc))
+               : endpoint == Endpoint::kCompletions   ? make_completion_writer(std::move(rc))
+                                                      : make_messages_writer(std::move(rc));
+    }
+    auto generation =
+        std::make_shared<Generation>(engine, std::move(prepared.requests), received, metrics, std::move(prepared.budget));
 
     // Token totals and the outcome, once the reply is complete.
     auto account = [this, name, received, prompt_tokens, n](const Generation& g, Outcome outcome) {
@@ -387,6 +482,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
         results.push_back(&r);
       }
       res.set_content(json_text(writer->body(results)), "application/json");
+      if (store_response) store_response(*generation);
       account(*generation, Outcome::kSuccess);
       return;
     }
@@ -395,7 +491,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [generation, writer, account, in_flight_guard,
+        [generation, writer, account, in_flight_guard, store_response,
          watch = connection ? std::make_shared<Connection::Watch>(connection, on_hang_up) : nullptr,
          stream_interval = std::chrono::milliseconds(options.stream_interval_ms)](std::size_t, httplib::DataSink& sink) {
           auto send = [&sink](const std::string& bytes) { return bytes.empty() || sink.write(bytes.data(), bytes.size()); };
@@ -430,6 +526,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
           }
           if (!send(pending + writer->stream_end())) return client_gone();
           sink.done();
+          if (store_response && !failed) store_response(*generation);
           account(*generation, failed ? Outcome::kServerError : Outcome::kSuccess);
           return true;
         });

@@ -1,6 +1,6 @@
 #pragma once
-// rowlm's HTTP API over one Engine: OpenAI's /v1/chat/completions and
-// /v1/completions, Anthropic's /v1/messages, /v1/models, /health,
+// rowlm's HTTP API over one Engine: OpenAI's /v1/chat/completions,
+// /v1/completions and /v1/responses, Anthropic's /v1/messages, /v1/models, /health,
 // /metrics (Prometheus) and a chat page at / (ui/). Every request shares
 // the engine's continuous batch.
 //
@@ -45,6 +45,11 @@ struct ServerOptions {
   // only when one request streams faster than 100 tokens/s.
   int stream_interval_ms = 10;
   bool chat_page = true;                  // GET / serves the chat page (ui/); false: 404
+  // Responses API (store: true): responses kept for previous_response_id and
+  // GET /v1/responses/{id}, within this many bytes (0 keeps none) and for
+  // this many seconds.
+  std::size_t response_store_bytes = 64u << 20;
+  int response_store_seconds = 3600;
 };
 
 class HttpServer {

@@ -183,6 +183,7 @@ ChatFormat ChatFormat::detect(std::string_view chat_template, std::string_view m
         break;
       }
     }
+    format->think_tags_ = contains(chat_template, "<think>");
   }
   return *format;
 }
@@ -225,7 +226,7 @@ std::string ChatFormat::render(std::span<const ChatMessage> messages, bool add_g
   switch (family_) {
     case ChatFamily::kGemma4: return render_gemma4(messages, add_generation_prompt, options);
     case ChatFamily::kGemma3: return render_gemma3(messages, add_generation_prompt);
-    case ChatFamily::kChatML: return render_chatml(messages, add_generation_prompt);
+    case ChatFamily::kChatML: return render_chatml(messages, add_generation_prompt, options);
     case ChatFamily::kLlama3: return render_llama3(messages, add_generation_prompt);
   }
   ROWLM_CHECK(false, "unknown chat family");
@@ -234,9 +235,10 @@ std::string ChatFormat::render(std::span<const ChatMessage> messages, bool add_g
 std::string ChatFormat::render_gemma4(std::span<const ChatMessage> m, bool gen, const ChatOptions& o) const {
   std::string out = bos_;
   std::size_t first = 0;
-  if (o.enable_thinking || is_system(m[0])) {
+  const bool thinking = thinking_on(o);
+  if (thinking || is_system(m[0])) {
     out += "<|turn>system\n";
-    if (o.enable_thinking) out += "<|think|>\n";
+    if (thinking) out += "<|think|>\n";
     if (is_system(m[0])) out += python_strip(m[0].content), first = 1;
     out += "<turn|>\n";
   }
@@ -253,7 +255,7 @@ std::string ChatFormat::render_gemma4(std::span<const ChatMessage> m, bool gen, 
   }
   if (gen) {
     out += "<|turn>model\n";
-    if (empty_thought_channel_ && !o.enable_thinking) out += "<|channel>thought\n<channel|>";
+    if (empty_thought_channel_ && !thinking) out += "<|channel>thought\n<channel|>";
   }
   return out;
 }
@@ -276,12 +278,39 @@ std::string ChatFormat::render_gemma3(std::span<const ChatMessage> m, bool gen) 
   return out;
 }
 
-std::string ChatFormat::render_chatml(std::span<const ChatMessage> m, bool gen) const {
+std::string ChatFormat::render_chatml(std::span<const ChatMessage> m, bool gen, const ChatOptions& o) const {
   std::string out;
   if (!default_system_.empty() && m[0].role != "system")
     out += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
-  for (const ChatMessage& msg : m) out += "<|im_start|>" + msg.role + "\n" + msg.content + "<|im_end|>\n";
-  if (gen) out += "<|im_start|>assistant\n";
+  // Qwen 3: the last user message that is not a wrapped tool result.
+  std::size_t last_query = 0;
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    const std::string_view c = m[i].content;
+    if (m[i].role == "user" && !(starts_with(c, "<tool_response>") && c.ends_with("</tool_response>"))) last_query = i;
+  }
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    const ChatMessage& msg = m[i];
+    std::string content = msg.content;
+    if (think_tags_ && msg.role == "assistant" && contains(content, "</think>")) {
+      // As Qwen 3's template: reasoning = what precedes the last </think>
+      // (after its <think>), content = what follows it.
+      const std::size_t close = content.rfind("</think>");
+      std::string_view before = std::string_view(content).substr(0, close);
+      if (const std::size_t open = before.rfind("<think>"); open != std::string_view::npos)
+        before.remove_prefix(open + std::string_view("<think>").size());
+      while (!before.empty() && before.front() == '\n') before.remove_prefix(1);
+      while (!before.empty() && before.back() == '\n') before.remove_suffix(1);
+      std::string_view after = std::string_view(content).substr(close + std::string_view("</think>").size());
+      while (!after.empty() && after.front() == '\n') after.remove_prefix(1);
+      content = i > last_query ? "<think>\n" + std::string(before) + "\n</think>\n\n" + std::string(after)
+                               : std::string(after);
+    }
+    out += "<|im_start|>" + msg.role + "\n" + content + "<|im_end|>\n";
+  }
+  if (gen) {
+    out += "<|im_start|>assistant\n";
+    if (think_tags_ && !thinking_on(o)) out += "<think>\n\n</think>\n\n";
+  }
   return out;
 }
 

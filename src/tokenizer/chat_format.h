@@ -15,7 +15,12 @@
 //           alternate user/assistant starting with user)
 //   chatml  <|im_start|>{role}\n{content}<|im_end|>\n ... <|im_start|>assistant\n
 //           (Qwen; contents verbatim; Qwen2/2.5 templates add a default
-//           system message, detected from the template)
+//           system message, detected from the template; Qwen 3 templates,
+//           recognised by <think>, think by default: enable_thinking false
+//           appends <think>\n\n</think>\n\n to the generation prompt, and
+//           assistant turns before the last user query lose their
+//           <think>...</think>, later ones keep it rewritten as the template
+//           writes it)
 //   llama3  <|begin_of_text|><|start_header_id|>{role}<|end_header_id|>\n\n
 //           {content}<|eot_id|> ... (contents trimmed; Llama 3.1+'s dated
 //           system preamble is not reproduced)
@@ -52,7 +57,9 @@ struct ChatMessage {
 };
 
 struct ChatOptions {
-  bool enable_thinking = false;  // gemma4 only: ask the model to think first
+  // Ask the model to think before it answers (formats that support_thinking()
+  // only); nullopt: the template's default (gemma4: off, Qwen 3: on).
+  std::optional<bool> enable_thinking;
 };
 
 enum class ChatFamily { kGemma4, kGemma3, kChatML, kLlama3 };
@@ -102,13 +109,19 @@ class ChatFormat {
   bool empty_thought_channel() const { return empty_thought_channel_; }
   // chatml: the system message used when the conversation has none ("" = none).
   const std::string& default_system() const { return default_system_; }
+  // Whether the format knows a thinking mode (gemma4; chatml with Qwen 3's
+  // <think> template), and whether `options` turn it on.
+  bool supports_thinking() const { return family_ == ChatFamily::kGemma4 || think_tags_; }
+  bool thinking_on(const ChatOptions& options) const {
+    return supports_thinking() && options.enable_thinking.value_or(think_tags_);
+  }
 
  private:
   ChatFormat(std::string name, ChatFamily family, std::string bos, std::vector<std::string> stop_tokens);
 
   std::string render_gemma4(std::span<const ChatMessage> m, bool gen, const ChatOptions& o) const;
   std::string render_gemma3(std::span<const ChatMessage> m, bool gen) const;
-  std::string render_chatml(std::span<const ChatMessage> m, bool gen) const;
+  std::string render_chatml(std::span<const ChatMessage> m, bool gen, const ChatOptions& o) const;
   std::string render_llama3(std::span<const ChatMessage> m, bool gen) const;
 
   std::string name_;
@@ -117,6 +130,7 @@ class ChatFormat {
   std::vector<std::string> stop_tokens_;
   bool empty_thought_channel_ = false;
   std::string default_system_;
+  bool think_tags_ = false;  // chatml: Qwen 3's <think> reasoning
 };
 
 // Python's str.strip() on UTF-8 text (what Jinja's trim filter does):

@@ -104,6 +104,34 @@ TEST(ChatFormat, QwenTemplatesGetTheirDefaultSystemMessage) {
   EXPECT_EQ(ChatFormat::by_name("chatml").default_system(), "");
 }
 
+// Qwen 3's template (recognised by <think>), written out by hand from it:
+// thinking is on unless enable_thinking is false, which appends an empty
+// think block; assistant turns before the last user query lose their
+// reasoning, later ones (a tool loop) keep it in the template's layout.
+TEST(ChatFormat, Qwen3ThinkingFollowsItsTemplate) {
+  const ChatFormat qwen3 = ChatFormat::detect("{{- '<|im_start|>' }}{%- if enable_thinking %}<think>{% endif %}", "qwen3");
+  EXPECT_TRUE(qwen3.supports_thinking());
+  EXPECT_TRUE(qwen3.thinking_on({}));
+  EXPECT_FALSE(qwen3.thinking_on({.enable_thinking = false}));
+  EXPECT_EQ(qwen3.render(Messages{user("hi")}, true), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(qwen3.render(Messages{user("hi")}, true, {.enable_thinking = false}),
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  const Messages conv = {user("2+2?"), bot("<think>\nadd\n</think>\n\n4"), user("and 5?"),
+                         bot("<think>\nlook\n\n</think>\n\ncall"), user("<tool_response>\n5\n</tool_response>")};
+  EXPECT_EQ(qwen3.render(conv, false),
+            "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n"
+            "<|im_start|>user\nand 5?<|im_end|>\n<|im_start|>assistant\n<think>\nlook\n</think>\n\ncall<|im_end|>\n"
+            "<|im_start|>user\n<tool_response>\n5\n</tool_response><|im_end|>\n");
+  // Without <think> in the template (Qwen 2.5, or no template): no thinking mode.
+  const ChatFormat plain = ChatFormat::detect("<|im_start|>", "qwen2");
+  EXPECT_FALSE(plain.supports_thinking());
+  EXPECT_FALSE(plain.thinking_on({.enable_thinking = true}));
+  EXPECT_EQ(plain.render(Messages{bot("<think>x</think>y")}, true, {.enable_thinking = false}),
+            "<|im_start|>assistant\n<think>x</think>y<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_FALSE(ChatFormat::by_name("gemma4").thinking_on({}));
+  EXPECT_TRUE(ChatFormat::by_name("gemma4").thinking_on({.enable_thinking = true}));
+}
+
 TEST(ChatFormat, PythonStripRemovesExactlyPythonsWhitespace) {
   EXPECT_EQ(python_strip(" \t\n\r\v\f x y \x1c\x1f"), "x y");
   EXPECT_EQ(python_strip("\u3000\u00a0\u2003\u2028\u0085x\u205f\u202f\u1680"), "x");

@@ -152,6 +152,66 @@ test('bad requests become SDK errors naming the field', async () => {
   );
 });
 
+test('responses.create: plain, and streamed through the SDK helper, agree (greedy)', async () => {
+  const params = { model: NAME, input: 'What does river mean?', instructions: 'Answer briefly.', temperature: 0, max_output_tokens: 24 };
+  const whole = await client.responses.create(params);
+  assert.equal(whole.object, 'response');
+  assert.match(whole.id, /^resp_/);
+  assert.ok(['completed', 'incomplete'].includes(whole.status));
+  assert.equal(whole.instructions, 'Answer briefly.');
+  assert.ok(whole.output_text.length > 0);  // the SDK's join of the message's text
+  assert.equal(whole.output[0].type, 'message');
+  assert.ok(whole.usage.input_tokens > 5);
+  assert.ok(whole.usage.output_tokens >= 1 && whole.usage.output_tokens <= 24);
+  assert.equal(whole.usage.total_tokens, whole.usage.input_tokens + whole.usage.output_tokens);
+  const stream = client.responses.stream({ ...params, store: false });
+  let deltas = '';
+  const types = [];
+  stream.on('response.output_text.delta', (e) => (deltas += e.delta));
+  stream.on('event', (e) => types.push(e.type));
+  const final = await stream.finalResponse();
+  assert.equal(final.output[0].content[0].text, whole.output_text);  // (the stream helper's result has no output_text)
+  assert.equal(deltas, whole.output_text);
+  assert.equal(types[0], 'response.created');
+  assert.equal(types.at(-1), whole.status === 'completed' ? 'response.completed' : 'response.incomplete');
+  for (const t of ['response.in_progress', 'response.output_item.added', 'response.content_part.added',
+    'response.output_text.done', 'response.output_item.done']) assert.ok(types.includes(t), t);
+  // Raw iteration (stream: true) yields the same events, numbered in order.
+  const raw = await client.responses.create({ ...params, stream: true, store: false });
+  let n = 0;
+  for await (const e of raw) assert.equal(e.sequence_number, n++);
+  assert.equal(n, types.length);
+});
+
+test('responses: previous_response_id continues the stored conversation from the prefix cache', async () => {
+  const first = await client.responses.create({ model: NAME, input: 'What does river mean?', temperature: 0, max_output_tokens: 16 });
+  const second = await client.responses.create({
+    model: NAME, input: 'And mountain?', previous_response_id: first.id, temperature: 0, max_output_tokens: 16,
+  });
+  assert.equal(second.previous_response_id, first.id);
+  // The second prompt holds the first prompt, its reply and the new turn ...
+  assert.ok(second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens);
+  // ... and the KV of the first prompt (block-aligned) came from the prefix cache.
+  assert.ok(second.usage.input_tokens_details.cached_tokens >= first.usage.input_tokens - 16,
+    JSON.stringify([first.usage, second.usage]));
+  // Stored responses read back; deleted ones are gone.
+  assert.deepEqual((await client.responses.retrieve(first.id)).output, first.output);
+  await client.responses.delete(first.id);
+  await assert.rejects(client.responses.retrieve(first.id), (e) => e instanceof OpenAI.NotFoundError);
+  await assert.rejects(
+    client.responses.create({ model: NAME, input: 'x', previous_response_id: first.id }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'previous_response_id' && e.code === 'previous_response_not_found',
+  );
+  await assert.rejects(
+    client.responses.create({ model: NAME, input: 'x', text: { format: { type: 'json_object' } } }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'text.format' && /not supported yet/.test(e.message),
+  );
+  await assert.rejects(
+    client.responses.create({ model: NAME, input: 'x', reasoning: { effort: 'high' }, max_output_tokens: 0 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'max_output_tokens',
+  );
+});
+
 test('models.list', async () => {
   const ids = [];
   for await (const m of client.models.list()) ids.push(m.id);

@@ -48,3 +48,13 @@ test('qwen3: completions with token ids and logprobs', async () => {
   assert.equal(r.usage.prompt_tokens, 4);
   assert.equal(r.choices[0].logprobs.tokens.length, r.usage.completion_tokens);
 });
+
+test('qwen3: a template without <think> has no thinking mode to turn on', async () => {
+  const params = { model: NAME, messages: [{ role: 'user', content: 'the cat' }], max_tokens: 2 };
+  await assert.rejects(
+    client.chat.completions.create({ ...params, reasoning_effort: 'high' }),
+    (e) => e.status === 400 && e.param === 'reasoning_effort' && /no thinking mode/.test(e.message),
+  );
+  const off = await client.chat.completions.create({ ...params, chat_template_kwargs: { enable_thinking: false } });
+  assert.equal(off.choices[0].message.reasoning_content, undefined);
+});

@@ -96,6 +96,32 @@ const malformed = [
   ['/v1/does-not-exist', '{}', 404, null],
 ];
 
+test('Responses streams name every event, number them, and end with response.completed', async () => {
+  const { head, body } = await curlStream('/v1/responses', {
+    model: NAME, input: 'What does river mean?', temperature: 0, max_output_tokens: 12, stream: true,
+  });
+  assert.match(head, /^HTTP\/1\.1 200/);
+  assert.match(head, /content-type: text\/event-stream/i);
+  const events = parseSse(body);
+  const data = events.map((e) => JSON.parse(e.data));
+  events.forEach((e, i) => {
+    assert.equal(e.event, data[i].type);
+    assert.equal(data[i].sequence_number, i);
+  });
+  assert.deepEqual(data.slice(0, 4).map((d) => d.type),
+    ['response.created', 'response.in_progress', 'response.output_item.added', 'response.content_part.added']);
+  const last = data.at(-1);
+  assert.ok(['response.completed', 'response.incomplete'].includes(last.type));
+  const text = data.filter((d) => d.type === 'response.output_text.delta').map((d) => d.delta).join('');
+  assert.equal(last.response.output[0].content[0].text, text);
+  assert.equal(last.response.usage.output_tokens <= 12, true);
+  // A bad field: OpenAI's error shape, naming it.
+  const bad = await postJson(`${server.url}/v1/responses`, { model: NAME, input: [{ type: 'function_call_output', call_id: 'c', output: 'x' }] });
+  assert.equal(bad.status, 400);
+  assert.equal(bad.json.error.param, 'input[0].call_id');
+  assert.equal(bad.json.error.type, 'invalid_request_error');
+});
+
 test('malformed input gets a 4xx JSON error naming the field; the server keeps serving', async () => {
   for (const [path, body, status, param] of malformed) {
     const r = await postJson(`${server.url}${path}`, body);
