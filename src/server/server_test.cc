@@ -321,8 +321,8 @@ TEST_F(ServerTest, ThinkingIsSplitAndItsBudgetClosesTheSpan) {
     if (j["delta"]["type"] == "thinking_delta") thinking += j["delta"]["thinking"].get<std::string>();
     if (j["delta"]["type"] == "text_delta") text += j["delta"]["text"].get<std::string>();
   }
-  EXPECT_EQ(thinking, msg["content"][0]["thinking"]);
-  EXPECT_EQ(text, msg["content"][1]["text"]);
+  EXPECT_EQ(thinking, msg["content"][0]["thinking"].get<std::string>());
+  EXPECT_EQ(text, msg["content"][1]["text"].get<std::string>());
 
   // Streamed, the closer arrives between the phases and the answer follows it.
   Json streamed = chat(true);
