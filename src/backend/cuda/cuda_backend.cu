@@ -18,6 +18,7 @@
 #include "backend/moe_routing.h"
 #include "backend/rope_angles.h"
 #include "core/error.h"
+#include "quant/affine.h"
 
 namespace rowlm {
 namespace {
@@ -378,8 +379,8 @@ class CudaBackend final : public Backend {
   }
 
   Weight prepare_weight(const Weight& w) override {
-    ROWLM_REQUIRE(w.format == WeightFormat::Dense,
-                  "prepare_weight: " + w.describe() + ": the CUDA backend does not run quantized weights yet");
+    if (w.format == WeightFormat::Affine) return expand_affine(w);
+    ROWLM_REQUIRE(w.format == WeightFormat::Dense, "prepare_weight: " + w.describe() + ": unknown weight format");
     ROWLM_REQUIRE(!w.values.empty() || w.rows * w.cols == 0, "prepare_weight: tensor has no data");
     ROWLM_REQUIRE(is_float_storage(w.values.dtype()) && w.values.rank() == 2 && w.values.dim(0) == w.rows &&
                       w.values.dim(1) == w.cols,
@@ -821,6 +822,44 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // An affine-quantized weight (weight.h) runs here as the dense f32 matrix
+  // it stands for, dequantized on the host (quant::dequantize: scale·code +
+  // bias, two roundings) and uploaded. The contract of weight.h holds: its
+  // matmul is bitwise the dense f32 matmul of the dequantized matrix, with
+  // f32 activations under either precision, so it equals the CPU backend's
+  // affine matmul bit for bit. It costs 32/bits times the quantized bytes in
+  // device memory and the f32 path's speed: kernels that read the codes
+  // directly are still to come.
+  Weight expand_affine(const Weight& w) {
+    ROWLM_REQUIRE(w.values.on_host() && w.scales.on_host() && w.biases.on_host(),
+                  "prepare_weight: " + w.describe() + ": an affine weight must come from the host");
+    const quant::AffineSpec spec{w.bits, w.group_size};
+    quant::check_spec(spec);
+    const int64_t words = w.cols * w.bits / 32, groups = w.cols / w.group_size;
+    ROWLM_REQUIRE(w.values.dtype() == DType::U32 && w.values.numel() == w.rows * words &&
+                      w.scales.numel() == w.rows * groups && w.biases.numel() == w.rows * groups &&
+                      w.scales.dtype() == w.biases.dtype(),
+                  "prepare_weight: " + w.describe() + ": codes, scales or biases do not match its shape");
+    DeviceGuard guard(device_);
+    auto dense = device_alloc(device_, std::size_t(w.rows * w.cols) * sizeof(float), "affine weight");
+    const std::size_t param_bytes = dtype_size(w.scales.dtype());
+    // A few MiB at a time: a 262,144-row embedding is 2.7 GB in f32.
+    const int64_t chunk_rows = std::max<int64_t>(1, (int64_t(8) << 20) / std::max<int64_t>(1, w.cols * 4));
+    std::vector<float> host(std::size_t(std::min(chunk_rows, w.rows) * w.cols));
+    for (int64_t r0 = 0; r0 < w.rows; r0 += chunk_rows) {
+      const int64_t n = std::min(chunk_rows, w.rows - r0);
+      for (int64_t r = r0; r < r0 + n; ++r)
+        quant::dequantize({w.values.data<uint32_t>() + r * words, std::size_t(words)},
+                          static_cast<const std::byte*>(w.scales.raw()) + r * groups * param_bytes,
+                          static_cast<const std::byte*>(w.biases.raw()) + r * groups * param_bytes,
+                          w.scales.dtype(), spec, {host.data() + (r - r0) * w.cols, std::size_t(w.cols)});
+      check(cudaMemcpy(static_cast<float*>(dense.get()) + r0 * w.cols, host.data(), std::size_t(n * w.cols) * 4,
+                       cudaMemcpyHostToDevice),
+            "affine weight upload");
+    }
+    return Weight::dense(Tensor::view(DType::F32, {w.rows, w.cols}, dense.get(), dense, device()));
+  }
+
   void require_here(const Tensor& t, const char* what) const {
     ROWLM_REQUIRE(t.device() == device(), std::string(what) + " must be on " + device().name() + ", got " + describe(t));
   }

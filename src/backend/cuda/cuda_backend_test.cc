@@ -13,6 +13,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +24,7 @@
 #include "kv/kv_cache.h"
 #include "kv/row_cache.h"
 #include "model/model.h"
+#include "quant/affine.h"
 
 namespace rowlm {
 namespace {
@@ -104,6 +106,64 @@ TEST_F(CudaVsCpu, MatmulEqualsTheCpuForEveryWeightTypeAndSize) {
             expect_bitwise(got, want, std::string(dtype_name(wt)) + " " + std::string(matmul_precision_name(precision)) +
                                           " M" + std::to_string(M) + " K" + std::to_string(K) + " N" + std::to_string(N));
           }
+  }
+}
+
+// Affine-quantized weights (weight.h) compute, on the GPU as on the CPU, the
+// dense f32 matmul of the dequantized matrix with f32 activations, under
+// either precision: the same bits as the CPU backend's affine kernels.
+TEST_F(CudaVsCpu, AffineMatmulAndEmbedEqualTheCpuUnderEitherPrecision) {
+  auto affine = [&](int64_t rows, int64_t cols, int bits, int group, DType params) {
+    const Tensor dense = random({rows, cols}, 0.5f);
+    Weight q;
+    q.format = WeightFormat::Affine;
+    q.rows = rows;
+    q.cols = cols;
+    q.bits = bits;
+    q.group_size = group;
+    q.values = Tensor(DType::U32, {rows, cols * bits / 32});
+    q.scales = Tensor(params, {rows, cols / group});
+    q.biases = Tensor(params, {rows, cols / group});
+    const int64_t words = cols * bits / 32;
+    const std::size_t param_bytes = dtype_size(params) * std::size_t(cols / group);
+    for (int64_t r = 0; r < rows; ++r)
+      quant::quantize({dense.data<float>() + r * cols, std::size_t(cols)}, {bits, group}, params,
+                      {q.values.data<uint32_t>() + r * words, std::size_t(words)},
+                      static_cast<std::byte*>(q.scales.raw()) + std::size_t(r) * param_bytes,
+                      static_cast<std::byte*>(q.biases.raw()) + std::size_t(r) * param_bytes);
+    return q;
+  };
+  for (MatmulPrecision precision : {MatmulPrecision::F32, MatmulPrecision::Bf16}) {
+    auto g = make_cuda_backend(0, BackendOptions{"cuda", 0, precision});
+    auto c = make_cpu_backend(2, precision);
+    for (int bits : {2, 3, 4, 5, 6, 8})
+      for (int64_t M : {1, 9})
+        for (auto [N, K, group, params] : {std::tuple{int64_t(7), int64_t(128), 32, DType::BF16},
+                                           std::tuple{int64_t(33), int64_t(512), 64, DType::F16},
+                                           std::tuple{int64_t(5), int64_t(256), 128, DType::F32}}) {
+          const Weight w = affine(N, K, bits, group, params);
+          const Tensor x = random({M, K});
+          Tensor want(DType::F32, {M, N});
+          c->matmul(x, c->prepare_weight(w), want);
+          Tensor y = g->upload(Tensor(DType::F32, {M, N}));
+          g->matmul(g->upload(x), g->prepare_weight(w), y);
+          Tensor got(DType::F32, {M, N});
+          g->copy_to_host(y, got.raw());
+          expect_bitwise(got, want, "affine q" + std::to_string(bits) + "/" + std::to_string(group) + " " +
+                                        std::string(matmul_precision_name(precision)) + " M" + std::to_string(M) +
+                                        " N" + std::to_string(N) + " K" + std::to_string(K));
+        }
+    const Weight table = affine(40, 96, 4, 32, DType::BF16);
+    std::vector<int32_t> ids = {0, 39, 7, 7, 21};
+    Tensor host_ids(DType::I32, {int64_t(ids.size())});
+    std::memcpy(host_ids.raw(), ids.data(), ids.size() * 4);
+    Tensor want(DType::F32, {int64_t(ids.size()), 96});
+    c->embed(host_ids, c->prepare_weight(table), 1.5f, want);
+    Tensor out = g->upload(Tensor(DType::F32, {int64_t(ids.size()), 96}));
+    g->embed(g->upload(host_ids), g->prepare_weight(table), 1.5f, out);
+    Tensor got(DType::F32, {int64_t(ids.size()), 96});
+    g->copy_to_host(out, got.raw());
+    expect_bitwise(got, want, "affine embedding");
   }
 }
 
@@ -300,7 +360,12 @@ TEST_F(CudaVsCpu, KvRecordsAndAttentionEqualTheCpuForEveryCodec) {
 // prefill and decode, several rows per step.
 TEST_F(CudaVsCpu, ForwardPassesOnTheFixturesEqualTheCpu) {
   for (const char* name : {"gemma4/e_series", "gemma4/e2b_like_mqa", "gemma4/dense_keqv", "gemma4/moe_keqv",
-                           "gemma4/everything", "gemma4/bf16", "qwen3/gqa_tied", "qwen3/sliding_bias", "qwen3/bf16"}) {
+                           "gemma4/everything", "gemma4/bf16", "qwen3/gqa_tied", "qwen3/sliding_bias", "qwen3/bf16",
+                           "llama/llama3_tied", "llama/linear_untied_bias", "llama/bf16", "qwen2/sliding_gqa",
+                           "qwen2/mqa_tied", "mistral/window", "mistral/no_window", "gemma3/text",
+                           "gemma3/conditional", "gemma3/bf16", "qwen3_moe/norm_topk", "qwen3_moe/step2_window",
+                           "mlx/gemma4_q4", "mlx/gemma4_q8", "mlx/gemma4_mixed", "mlx/gemma4_moe", "mlx/qwen3_q4",
+                           "mlx/qwen3_mixed"}) {
     const std::string dir = std::string(ROWLM_SOURCE_DIR) + "/tests/fixtures/" + name;
     std::ifstream in(dir + "/reference.json");
     const auto ref = nlohmann::json::parse(in);
@@ -351,7 +416,7 @@ TEST_F(CudaVsCpu, TensorCoreForwardStaysWithinTheCpuBf16BoundAndKeepsGreedyToken
     model->forward(batch, cache, logits);
     return logits;
   };
-  for (const char* name : {"gemma4/bf16", "qwen3/bf16"}) {
+  for (const char* name : {"gemma4/bf16", "qwen3/bf16", "llama/bf16", "gemma3/bf16"}) {
     const std::string dir = std::string(ROWLM_SOURCE_DIR) + "/tests/fixtures/" + name;
     std::ifstream in(dir + "/reference.json");
     const auto ref = nlohmann::json::parse(in);
