@@ -24,7 +24,7 @@
 #include "kv/kv_cache.h"
 #include "kv/row_cache.h"
 #include "model/model.h"
-#include "quant/affine.h"
+#include "model/weight_binder.h"
 
 namespace rowlm {
 namespace {
@@ -114,24 +114,7 @@ TEST_F(CudaVsCpu, MatmulEqualsTheCpuForEveryWeightTypeAndSize) {
 // either precision: the same bits as the CPU backend's affine kernels.
 TEST_F(CudaVsCpu, AffineMatmulAndEmbedEqualTheCpuUnderEitherPrecision) {
   auto affine = [&](int64_t rows, int64_t cols, int bits, int group, DType params) {
-    const Tensor dense = random({rows, cols}, 0.5f);
-    Weight q;
-    q.format = WeightFormat::Affine;
-    q.rows = rows;
-    q.cols = cols;
-    q.bits = bits;
-    q.group_size = group;
-    q.values = Tensor(DType::U32, {rows, cols * bits / 32});
-    q.scales = Tensor(params, {rows, cols / group});
-    q.biases = Tensor(params, {rows, cols / group});
-    const int64_t words = cols * bits / 32;
-    const std::size_t param_bytes = dtype_size(params) * std::size_t(cols / group);
-    for (int64_t r = 0; r < rows; ++r)
-      quant::quantize({dense.data<float>() + r * cols, std::size_t(cols)}, {bits, group}, params,
-                      {q.values.data<uint32_t>() + r * words, std::size_t(words)},
-                      static_cast<std::byte*>(q.scales.raw()) + std::size_t(r) * param_bytes,
-                      static_cast<std::byte*>(q.biases.raw()) + std::size_t(r) * param_bytes);
-    return q;
+    return decoder::quantize_matrix(random({rows, cols}, 0.5f), {bits, group}, params);
   };
   for (MatmulPrecision precision : {MatmulPrecision::F32, MatmulPrecision::Bf16}) {
     auto g = make_cuda_backend(0, BackendOptions{"cuda", 0, precision});
