@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 # Without a GPU the CUDA backend only has to compile and link: one
 # architecture is enough (the GPU suite, scripts/test-cuda.sh, builds its own).
 export ROWLM_CUDA_ARCHS=${ROWLM_CUDA_ARCHS:-80}
+# Clean builds in batches (setup.sh); the sanitizer build below does the same.
+export ROWLM_UNITY_BUILD=${ROWLM_UNITY_BUILD:-ON}
 scripts/setup.sh
 jobs=$(nproc)
 
@@ -20,6 +22,7 @@ echo "== ASan+UBSan: unit tests" >&2
 # the Release build above, and the CUDA runtime does not run under ASan's
 # default shadow layout.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROWLM_SANITIZE=ON -DROWLM_CUDA=OFF \
+      -DCMAKE_UNITY_BUILD="$ROWLM_UNITY_BUILD" \
       -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" >/dev/null
 cmake --build build-asan -j "$jobs"
 # Left to the Release pass above, to keep CI within its time: tests that run

@@ -28,7 +28,8 @@ using hub::testing::FakeHub;
 using hub::testing::FakeRepo;
 using nlohmann::json;
 
-const std::string kSource = ROWLM_SOURCE_DIR;
+const std::string kRepoRoot = ROWLM_SOURCE_DIR;
+
 const std::string kCommit = "1111111111111111111111111111111111111111";
 
 // The bundled draft model's files as a repo; its safetensors as LFS files.
@@ -47,7 +48,7 @@ FakeRepo repo_of(const fs::path& dir) {
 struct HubCli : ::testing::Test {
   FakeHub hub;
   TempDir dir{"rowlm-hub-cli"};
-  const fs::path model = fs::path(kSource) / "models" / "rowlm-tiny-draft";
+  const fs::path model = fs::path(kRepoRoot) / "models" / "rowlm-tiny-draft";
 
   void SetUp() override { hub.add_repo("acme/draft", repo_of(model)); }
   // The environment of a user whose Hub is the fake one.
@@ -124,7 +125,7 @@ TEST_F(HubCli, PullFlagFetchesFirst) {
 // A GGUF pull (--quant) leaves a snapshot with no config.json: the repo id
 // then names its one GGUF file, everywhere a model is taken.
 TEST_F(HubCli, AGgufPullRunsByRepoId) {
-  const fs::path gguf = fs::path(kSource) / "tests" / "fixtures" / "gguf";
+  const fs::path gguf = fs::path(kRepoRoot) / "tests" / "fixtures" / "gguf";
   FakeRepo repo;
   repo.commit = kCommit;
   for (const char* name : {"qwen3_chat_f32.gguf", "qwen3_chat_mixed.gguf"}) {

@@ -22,7 +22,7 @@ namespace {
 using namespace test;
 using Json = nlohmann::json;
 
-EngineOptions options(const std::string& draft = "") {
+EngineOptions structured_options(const std::string& draft = "") {
   EngineOptions o = manual();
   o.threads = 1;
   o.draft = draft;
@@ -61,9 +61,9 @@ void expect_json_values(const std::vector<RequestResult>& results) {
 TEST(StructuredOutputs, SameBitsAloneAndInAnySchedule) {
   std::mt19937 rng(31);
   const std::vector<Spec> specs = structured_specs(rng, 4, 1.0f);
-  const std::vector<RequestResult> alone = solo(options(), specs);
+  const std::vector<RequestResult> alone = solo(structured_options(), specs);
   expect_json_values(alone);
-  EngineOptions opt = options();
+  EngineOptions opt = structured_options();
   opt.max_running = 4;
   opt.token_budget = 24;
   const std::vector<RequestResult> batched = run_schedule(opt, specs);
@@ -73,10 +73,10 @@ TEST(StructuredOutputs, SameBitsAloneAndInAnySchedule) {
 TEST(StructuredOutputs, GreedySpeculationEmitsWhatPlainDecodingDoes) {
   std::mt19937 rng(32);
   const std::vector<Spec> specs = structured_specs(rng, 2, 0.0f);
-  const std::vector<RequestResult> plain = run_schedule(options(), specs);
+  const std::vector<RequestResult> plain = run_schedule(structured_options(), specs);
   expect_json_values(plain);
   for (const std::string& drafter : std::vector<std::string>{"ngram", draft_model_dir()}) {
-    EngineOptions opt = options(drafter);
+    EngineOptions opt = structured_options(drafter);
     opt.draft_tokens = 3;
     const std::vector<RequestResult> got = run_schedule(opt, specs);
     int64_t proposed = 0;

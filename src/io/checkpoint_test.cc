@@ -8,20 +8,13 @@
 
 #include "core/error.h"
 #include "io/temp_dir.h"
+#include "io/tensor_test_util.h"
 
 namespace rowlm {
 namespace {
 
-Tensor random_tensor(DType dtype, Shape shape, std::mt19937& rng) {
-  Tensor t(dtype, std::move(shape));
-  auto* p = static_cast<unsigned char*>(t.raw());
-  for (std::size_t i = 0; i < t.nbytes(); ++i) p[i] = static_cast<unsigned char>(rng());
-  return t;
-}
-
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
+using tensor_testing::random_tensor;
+using tensor_testing::same_bytes;
 
 void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 

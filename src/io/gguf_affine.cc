@@ -5,17 +5,14 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "io/gguf_block_fields.h"
 
 namespace rowlm::gguf {
 namespace {
 
-using Block = const uint8_t*;
-
-float half(Block p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_f32(h);
-}
+using block_fields::Block;
+using block_fields::half;
+using block_fields::scale_min_k4;
 
 // Every decoder writes one block: 32 or 256 codes and its groups' params.
 struct Out {
@@ -109,15 +106,6 @@ void q3_k(Block b, Out o) {  // {hmask[32]; qs[64]; scales[12]; d}
   }
 }
 
-void scale_min_k4(int j, const uint8_t* q, int& sc, int& m) {
-  if (j < 4) {
-    sc = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
 
 void k4_params(Block b, Out o) {  // {d; dmin; scales[12]; ...}: Q4_K and Q5_K
   const float d = half(b), dmin = half(b + 2);

@@ -6,18 +6,14 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "io/gguf_block_fields.h"
 
 namespace rowlm::gguf {
 namespace {
 
-// A block's bytes; fields are read at the offsets of ggml's structs.
-using Block = const uint8_t*;
-
-float half(Block p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_f32(h);
-}
+using block_fields::Block;
+using block_fields::half;
+using block_fields::scale_min_k4;
 
 void q4_0(Block b, float* y) {  // {d; qs[16]}
   const float d = half(b);
@@ -111,17 +107,6 @@ void q3_k(Block b, float* y) {  // {hmask[32]; qs[64]; scales[12]; d}
   }
 }
 
-// Q4_K / Q5_K: eight 6-bit scales and mins packed in 12 bytes
-// (ggml's get_scale_min_k4).
-void scale_min_k4(int j, const uint8_t* q, int& sc, int& m) {
-  if (j < 4) {
-    sc = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
 
 void q4_k(Block b, float* y) {  // {d; dmin; scales[12]; qs[128]}
   const float d = half(b), dmin = half(b + 2);

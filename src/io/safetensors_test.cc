@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "io/mapped_file.h"
 #include "io/temp_dir.h"
+#include "io/tensor_test_util.h"
 
 namespace rowlm {
 namespace {
@@ -21,17 +22,8 @@ using json = nlohmann::json;
 
 constexpr DType kAllDtypes[] = {DType::F32, DType::BF16, DType::F16, DType::U32, DType::I32, DType::U8, DType::I64};
 
-Tensor random_tensor(DType dtype, Shape shape, std::mt19937& rng) {
-  Tensor t(dtype, std::move(shape));
-  auto* p = static_cast<unsigned char*>(t.raw());
-  for (std::size_t i = 0; i < t.nbytes(); ++i) p[i] = static_cast<unsigned char>(rng());
-  return t;
-}
-
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
-         (a.nbytes() == 0 || std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0);
-}
+using tensor_testing::random_tensor;
+using tensor_testing::same_bytes;
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -22,6 +22,8 @@ namespace {
 
 using testing::layer_spec;
 using testing::options_for;
+using testing::expect_drained;
+using testing::stored;
 
 constexpr int kWindow = 5;
 constexpr int kBlock = 4;
@@ -45,13 +47,6 @@ void step(KvCache& c, const std::vector<RowId>& rows, const std::vector<int>& wh
   c.begin_step(rows, counts);
   for (std::size_t i = 0; i < rows.size(); ++i) write_tagged(c, rows[i], whos[i], c.length(rows[i]), counts[i]);
   c.end_step();
-}
-
-float stored(const KvCache& c, int layer, RowId row, int64_t pos) {
-  const auto rec = testing::read_record(c, layer, row, pos);
-  float k;
-  std::memcpy(&k, rec.data(), 4);
-  return k;
 }
 
 // Every position the row's next query can see holds the expected tag.
@@ -99,14 +94,6 @@ float mean_of(const std::vector<float>& t, int64_t from, int64_t to) {
   double s = 0;
   for (int64_t p = from; p <= to; ++p) s += t[std::size_t(p)];
   return float(s / double(to - from + 1));
-}
-
-void expect_drained(KvCache& c) {
-  for (RowId r : c.row_ids()) c.retire(r);
-  c.clear_prefix_cache();
-  EXPECT_EQ(c.used_bytes(), 0u);
-  for (int l = 0; l < c.num_layers(); ++l) EXPECT_EQ(c.blocks_in_use(l), 0);
-  c.check_consistency();
 }
 
 TEST(KvCache, AppendsDifferentCountsPerRowInOneStep) {

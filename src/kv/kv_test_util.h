@@ -178,4 +178,22 @@ inline LayerSpec layer_spec(int kv_heads, int head_dim, int window, const char* 
   return s;
 }
 
+// The first f32 of the K record at (layer, row, pos): the tag the tests write there.
+inline float stored(const KvCache& c, int layer, RowId row, int64_t pos) {
+  const auto rec = read_record(c, layer, row, pos);
+  float k;
+  std::memcpy(&k, rec.data(), 4);
+  return k;
+}
+
+// Retires every row and empties the prefix cache; then nothing may be held.
+inline void expect_drained(KvCache& c) {
+  for (RowId r : c.row_ids()) c.retire(r);
+  c.clear_prefix_cache();
+  EXPECT_EQ(c.used_bytes(), 0u);
+  EXPECT_EQ(c.prefix_cache_blocks(), 0);
+  for (int l = 0; l < c.num_layers(); ++l) EXPECT_EQ(c.blocks_in_use(l), 0);
+  c.check_consistency();
+}
+
 }  // namespace rowlm::kv::testing

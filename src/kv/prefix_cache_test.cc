@@ -20,15 +20,17 @@ namespace {
 
 using testing::layer_spec;
 using testing::options_for;
+using testing::expect_drained;
+using testing::stored;
 
-constexpr int kBlock = 4;
-constexpr int kWindow = 5;
-constexpr std::size_t kBlockBytes = 2 * 4 * kBlock;  // f32, 1 head, 1 dim
+constexpr int kBlockSize = 4;
+constexpr int kWindowSize = 5;
+constexpr std::size_t kBlockBytes = 2 * 4 * kBlockSize;  // f32, 1 head, 1 dim
 
 float value_of(int32_t token, int64_t pos) { return float(token) * 1000.0f + float(pos); }
 
 KvCache make_cache(std::size_t capacity = 0, std::size_t prefix_bytes = 1 << 20) {
-  return KvCache(options_for({layer_spec(1, 1, 0, "f32"), layer_spec(1, 1, kWindow, "f32")}, kBlock, capacity,
+  return KvCache(options_for({layer_spec(1, 1, 0, "f32"), layer_spec(1, 1, kWindowSize, "f32")}, kBlockSize, capacity,
                              prefix_bytes), testing::backend());
 }
 
@@ -52,25 +54,10 @@ void prefill(KvCache& c, RowId r, const std::vector<int32_t>& tokens, int64_t en
   }
 }
 
-float stored(const KvCache& c, int layer, RowId r, int64_t pos) {
-  const auto rec = testing::read_record(c, layer, r, pos);
-  float v;
-  std::memcpy(&v, rec.data(), 4);
-  return v;
-}
-
 void expect_holds(const KvCache& c, RowId r, const std::vector<int32_t>& tokens) {
   for (int l = 0; l < c.num_layers(); ++l)
     for (int64_t p = c.first_position(r, l); p < c.length(r); ++p)
       EXPECT_EQ(stored(c, l, r, p), value_of(tokens[std::size_t(p)], p)) << "layer " << l << " position " << p;
-}
-
-void expect_drained(KvCache& c) {
-  for (RowId r : c.row_ids()) c.retire(r);
-  c.clear_prefix_cache();
-  EXPECT_EQ(c.used_bytes(), 0u);
-  EXPECT_EQ(c.prefix_cache_blocks(), 0);
-  c.check_consistency();
 }
 
 TEST(PrefixCache, ReusesPublishedBlocksAndCopiesOnWrite) {
@@ -182,14 +169,14 @@ std::set<std::pair<std::vector<int32_t>, int>> blocks_needed(const KvCache& c,
                                                              const std::vector<std::vector<int32_t>>& prompts) {
   std::set<std::pair<std::vector<int32_t>, int>> needed;
   for (const auto& P : prompts) {
-    auto name = [&](int64_t b) { return std::vector<int32_t>(P.begin(), P.begin() + (b + 1) * kBlock); };
+    auto name = [&](int64_t b) { return std::vector<int32_t>(P.begin(), P.begin() + (b + 1) * kBlockSize); };
     for (int64_t m = 1; m <= int64_t(P.size()); ++m) {
       const int64_t L = c.match_prefix(P, m);
       if (L == 0) continue;
       for (int l = 0; l < c.num_layers(); ++l) {
         const int w = c.layer(l).window;
         const int64_t from = w ? std::max<int64_t>(0, L - w + 1) : 0;
-        for (int64_t b = from / kBlock; from < L && b <= (L - 1) / kBlock; ++b) needed.insert({name(b), l});
+        for (int64_t b = from / kBlockSize; from < L && b <= (L - 1) / kBlockSize; ++b) needed.insert({name(b), l});
       }
     }
   }
@@ -226,7 +213,7 @@ TEST(PrefixCache, EvictsWholeChainPositionsTailFirstAndKeepsNoDeadBlock) {
     // head of its tail, the whole entry of each position together.
     const int64_t kept = c.match_prefix(P, int64_t(P.size()));
     EXPECT_GE(kept, 24) << "prompt " << i;
-    EXPECT_EQ(kept % kBlock, 0);
+    EXPECT_EQ(kept % kBlockSize, 0);
   }
   // The older prompts lost their tails, not their stems.
   for (const auto& P : prompts) EXPECT_GE(c.match_prefix(P, int64_t(P.size())), 24);
@@ -259,8 +246,8 @@ TEST(PrefixCache, EvictsWholeChainPositionsTailFirstAndKeepsNoDeadBlock) {
 TEST(PrefixCache, AdmissionBytesBoundWhatRowsTake) {
   for (const bool window : {false, true}) {
     std::vector<LayerSpec> layers = {layer_spec(1, 1, 0, "f32")};
-    if (window) layers.push_back(layer_spec(1, 1, kWindow, "f32"));
-    KvCache c(options_for(layers, kBlock, 1 << 20, 1 << 20), testing::backend());
+    if (window) layers.push_back(layer_spec(1, 1, kWindowSize, "f32"));
+    KvCache c(options_for(layers, kBlockSize, 1 << 20, 1 << 20), testing::backend());
     auto room = [&] { return c.free_bytes() + c.prefix_cache_bytes(); };
     const auto P = prompt(30, 40);
     // P's first 22 tokens are cached: 20 of them by a running row too.

@@ -32,7 +32,7 @@ json small(const char* model_type) {
 
 Config parse(const json& j) { return parse_config(j.dump(), "config.json"); }
 
-std::string error_of(const json& j) {
+std::string family_config_error(const json& j) {
   try {
     parse(j);
   } catch (const Error& e) {
@@ -88,9 +88,9 @@ TEST(LlamaConfig, Llama3ScalingInBothSerialisations) {
   EXPECT_EQ(decoder_config(five).ropes[0].inv_freq, decoder_config(hub).ropes[0].inv_freq);
   // Contradictions are named.
   v5["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
-  EXPECT_NE(error_of(v5).find("'rope_scaling' contradicts rope_parameters"), std::string::npos);
+  EXPECT_NE(family_config_error(v5).find("'rope_scaling' contradicts rope_parameters"), std::string::npos);
   j["original_max_position_embeddings"] = 4096;
-  EXPECT_NE(error_of(j).find("'original_max_position_embeddings' contradicts rope_scaling.original_max_position_embeddings"),
+  EXPECT_NE(family_config_error(j).find("'original_max_position_embeddings' contradicts rope_scaling.original_max_position_embeddings"),
             std::string::npos);
 }
 
@@ -100,12 +100,12 @@ TEST(LlamaConfig, UnsupportedFieldsAreNamed) {
     j[key] = std::move(value);
     return j;
   };
-  EXPECT_NE(error_of(with("mlp_bias", true)).find("mlp_bias"), std::string::npos);
-  EXPECT_NE(error_of(with("partial_rotary_factor", 0.5)).find("partial_rotary_factor"), std::string::npos);
-  EXPECT_NE(error_of(with("hidden_size", 30)).find("'hidden_size'"), std::string::npos);  // not divisible by heads
-  EXPECT_NE(error_of(with("rope_scaling", {{"type", "yarn"}, {"factor", 4.0}})).find("rope_scaling.type"),
+  EXPECT_NE(family_config_error(with("mlp_bias", true)).find("mlp_bias"), std::string::npos);
+  EXPECT_NE(family_config_error(with("partial_rotary_factor", 0.5)).find("partial_rotary_factor"), std::string::npos);
+  EXPECT_NE(family_config_error(with("hidden_size", 30)).find("'hidden_size'"), std::string::npos);  // not divisible by heads
+  EXPECT_NE(family_config_error(with("rope_scaling", {{"type", "yarn"}, {"factor", 4.0}})).find("rope_scaling.type"),
             std::string::npos);
-  EXPECT_NE(error_of(with("model_type", "llama4")).find("model_type"), std::string::npos);
+  EXPECT_NE(family_config_error(with("model_type", "llama4")).find("model_type"), std::string::npos);
 }
 
 TEST(MistralConfig, WindowOnEveryLayerUnlessNull) {
@@ -125,7 +125,7 @@ TEST(MistralConfig, WindowOnEveryLayerUnlessNull) {
   EXPECT_EQ(parse(j).sliding, std::vector<bool>(4, false));
   EXPECT_EQ(parse(j).sliding_window, 0);
   j["layer_types"] = {"sliding_attention", "full_attention", "full_attention", "full_attention"};
-  EXPECT_NE(error_of(j).find("'layer_types' contradicts sliding_window"), std::string::npos);
+  EXPECT_NE(family_config_error(j).find("'layer_types' contradicts sliding_window"), std::string::npos);
 }
 
 TEST(MistralConfig, DefaultKvHeadsAreEight) {
@@ -138,7 +138,7 @@ TEST(MistralConfig, DefaultKvHeadsAreEight) {
 
 TEST(Qwen2Config, QkvBiasesAndQwenWindows) {
   json j = small("qwen2");
-  EXPECT_NE(error_of(j).find("num_key_value_heads (32)"), std::string::npos);  // Qwen2Config's default
+  EXPECT_NE(family_config_error(j).find("num_key_value_heads (32)"), std::string::npos);  // Qwen2Config's default
   j["num_key_value_heads"] = nullptr;  // null: one per query head
   EXPECT_EQ(parse(j).num_kv_heads, 4);
   j["num_key_value_heads"] = 2;
@@ -210,12 +210,12 @@ TEST(Qwen3MoeConfig, ContradictionsAreNamed) {
     j[key] = std::move(value);
     return j;
   };
-  EXPECT_NE(error_of(with("num_local_experts", 7)).find("'num_local_experts' contradicts num_experts"),
+  EXPECT_NE(family_config_error(with("num_local_experts", 7)).find("'num_local_experts' contradicts num_experts"),
             std::string::npos);
-  EXPECT_NE(error_of(with("num_experts_per_tok", 7)).find("num_experts_per_tok"), std::string::npos);
-  EXPECT_NE(error_of(with("mlp_only_layers", {1, 4})).find("'mlp_only_layers[1]'"), std::string::npos);
-  EXPECT_NE(error_of(with("mlp_only_layers", 1)).find("mlp_only_layers"), std::string::npos);
-  EXPECT_NE(error_of(with("decoder_sparse_step", 0)).find("decoder_sparse_step"), std::string::npos);
+  EXPECT_NE(family_config_error(with("num_experts_per_tok", 7)).find("num_experts_per_tok"), std::string::npos);
+  EXPECT_NE(family_config_error(with("mlp_only_layers", {1, 4})).find("'mlp_only_layers[1]'"), std::string::npos);
+  EXPECT_NE(family_config_error(with("mlp_only_layers", 1)).find("mlp_only_layers"), std::string::npos);
+  EXPECT_NE(family_config_error(with("decoder_sparse_step", 0)).find("decoder_sparse_step"), std::string::npos);
 }
 
 // --- Expert layouts -----------------------------------------------------

@@ -19,12 +19,13 @@
 #include "backend/factory/make_backend.h"
 #include "core/npy.h"
 #include "kv/kv_cache.h"
+#include "model/logits_test_util.h"
 #include "model/model.h"
 
 namespace rowlm {
 namespace {
 
-const char* kCases[] = {"gemma4_q4", "gemma4_q8", "gemma4_mixed", "gemma4_moe", "qwen3_q4", "qwen3_mixed"};
+const char* kMlxCases[] = {"gemma4_q4", "gemma4_q8", "gemma4_mixed", "gemma4_moe", "qwen3_q4", "qwen3_mixed"};
 
 std::string case_dir(const std::string& name) { return std::string(ROWLM_SOURCE_DIR) + "/tests/fixtures/mlx/" + name; }
 
@@ -63,13 +64,7 @@ class MlxReference : public ::testing::TestWithParam<const char*> {
   std::unique_ptr<kv::KvCache> cache_;
 };
 
-float max_abs_diff(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  float m = 0;
-  for (int64_t i = 0; i < std::min(a.numel(), b.numel()); ++i)
-    m = std::max(m, std::fabs(a.data<float>()[i] - b.data<float>()[i]));
-  return m;
-}
+using model_testing::max_abs_diff;
 
 TEST_P(MlxReference, PrefillLogitsMatchTransformersOnTheDequantizedWeights) {
   EXPECT_LE(max_abs_diff(prefill(ids("ids_a")), read_npy(dir_ + "/logits_a.npy")), 1e-4f) << GetParam();
@@ -94,7 +89,7 @@ TEST_P(MlxReference, GreedyContinuationMatchesTransformers) {
   EXPECT_EQ(got, want) << GetParam();
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, MlxReference, ::testing::ValuesIn(kCases),
+INSTANTIATE_TEST_SUITE_P(Fixtures, MlxReference, ::testing::ValuesIn(kMlxCases),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace

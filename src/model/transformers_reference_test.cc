@@ -16,6 +16,7 @@
 #include "core/npy.h"
 #include "kv/kv_cache.h"
 #include "model/awaiting_fixtures.h"
+#include "model/logits_test_util.h"
 #include "model/model.h"
 
 namespace rowlm {
@@ -81,13 +82,7 @@ struct Harness {
 
 std::vector<int32_t> ids_of(const nlohmann::json& j) { return j.get<std::vector<int32_t>>(); }
 
-float max_abs_diff(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  float m = 0;
-  for (int64_t i = 0; i < a.numel(); ++i)
-    m = std::max(m, std::fabs(a.data<float>()[i] - b.data<float>()[i]));
-  return m;
-}
+using model_testing::max_abs_diff;
 
 bool bitwise_equal(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() &&

@@ -4,12 +4,13 @@
 #include <gtest/gtest.h>
 
 #include "server/api_error.h"
+#include "server/server_test_util.h"
 
 namespace rowlm::server {
 namespace {
 
 using Json = nlohmann::json;
-constexpr int64_t kVocab = 8192;
+using testing::kTinyVocab;
 
 Json chat_body() { return {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}}; }
 Json completion_body() { return {{"model", "m"}, {"prompt", "In the beginning"}}; }
@@ -22,7 +23,7 @@ using Parser = GenerationRequest (*)(const Json&, int64_t);
 // The 400 a body gets; fails the test if it parses.
 ApiError rejection(Parser parse, const Json& body) {
   try {
-    parse(body, kVocab);
+    parse(body, kTinyVocab);
   } catch (const ApiError& e) {
     return e;
   }
@@ -59,14 +60,14 @@ TEST(GenerationRequests, ModelIsOptional) {
     const Json base = parse == parse_chat_completion_request ? chat_body()
                       : parse == parse_completion_request    ? completion_body()
                                                              : messages_body();
-    EXPECT_EQ(parse(base, kVocab).model, std::optional<std::string>("m"));
+    EXPECT_EQ(parse(base, kTinyVocab).model, std::optional<std::string>("m"));
     Json body = base;
     body.erase("model");
-    EXPECT_EQ(parse(body, kVocab).model, std::nullopt);
+    EXPECT_EQ(parse(body, kTinyVocab).model, std::nullopt);
     body["model"] = nullptr;
-    EXPECT_EQ(parse(body, kVocab).model, std::nullopt);
+    EXPECT_EQ(parse(body, kTinyVocab).model, std::nullopt);
     body["model"] = "";
-    EXPECT_EQ(parse(body, kVocab).model, std::optional<std::string>(""));  // a wrong name, not an absent one
+    EXPECT_EQ(parse(body, kTinyVocab).model, std::optional<std::string>(""));  // a wrong name, not an absent one
   }
 }
 
@@ -141,7 +142,7 @@ TEST(ChatCompletionRequest, EveryBadFieldIsNamed) {
                                     {{{"id", "c1"}, {"type", "function"},
                                       {"function", {{"name", "f"}, {"arguments", "{\"x\": 1}"}}}}}}});
   with_call["messages"].push_back({{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "2"}});
-  EXPECT_NO_THROW(parse_chat_completion_request(with_call, kVocab));
+  EXPECT_NO_THROW(parse_chat_completion_request(with_call, kTinyVocab));
   expect_rejections(parse_chat_completion_request, with_call, {
       {"/messages/2/tool_call_id", "c2", "messages[2].tool_call_id"},
       {"/messages/1/tool_calls/0/function/arguments", "[1]", "messages[1].tool_calls[0].function.arguments"},
@@ -152,16 +153,16 @@ TEST(ChatCompletionRequest, EveryBadFieldIsNamed) {
 
 TEST(ChatCompletionRequest, ResponseFormatBecomesTheGrammar) {
   Json body = chat_body();
-  EXPECT_EQ(parse_chat_completion_request(body, kVocab).response_format, nullptr);
+  EXPECT_EQ(parse_chat_completion_request(body, kTinyVocab).response_format, nullptr);
   body["response_format"] = {{"type", "text"}};
-  EXPECT_EQ(parse_chat_completion_request(body, kVocab).response_format, nullptr);
+  EXPECT_EQ(parse_chat_completion_request(body, kTinyVocab).response_format, nullptr);
   body["response_format"] = {{"type", "json_object"}};
-  auto any = parse_chat_completion_request(body, kVocab).response_format;
+  auto any = parse_chat_completion_request(body, kTinyVocab).response_format;
   ASSERT_NE(any, nullptr);
   EXPECT_EQ(any->root(), constrain::Grammar::kAnyObject);
   body["response_format"] = {{"type", "json_schema"},
                              {"json_schema", {{"name", "n"}, {"strict", true}, {"schema", {{"type", "integer"}}}}}};
-  auto schema = parse_chat_completion_request(body, kVocab).response_format;
+  auto schema = parse_chat_completion_request(body, kTinyVocab).response_format;
   ASSERT_NE(schema, nullptr);
   EXPECT_EQ(schema->node(schema->root()).kind, constrain::NodeKind::Integer);
   // Responses' text.format shape: the schema beside "type".
@@ -171,7 +172,7 @@ TEST(ChatCompletionRequest, ResponseFormatBecomesTheGrammar) {
   body["tools"] = {{{"type", "function"}, {"function", {{"name", "f"}}}}};
   EXPECT_EQ(rejection(parse_chat_completion_request, body).param(), "response_format");
   body["tool_choice"] = "none";
-  EXPECT_NE(parse_chat_completion_request(body, kVocab).response_format, nullptr);
+  EXPECT_NE(parse_chat_completion_request(body, kTinyVocab).response_format, nullptr);
 }
 
 TEST(ChatCompletionRequest, ParsesWhatItAccepts) {
@@ -184,7 +185,7 @@ TEST(ChatCompletionRequest, ParsesWhatItAccepts) {
                {"stream_options", {{"include_usage", true}}}, {"user", "ignored"}, {"store", false},
                {"tools", {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", {{"type", "object"}}}}}}}},
                {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}});
-  const GenerationRequest r = parse_chat_completion_request(body, kVocab);
+  const GenerationRequest r = parse_chat_completion_request(body, kTinyVocab);
   EXPECT_TRUE(r.chat);
   ASSERT_EQ(r.turns.size(), 2u);
   EXPECT_EQ(r.turns[0].role, ChatTurn::Role::kSystem);
@@ -202,20 +203,20 @@ TEST(ChatCompletionRequest, ParsesWhatItAccepts) {
   EXPECT_EQ(r.tool_choice.mode, ToolChoice::Mode::kNamed);
   EXPECT_EQ(r.tool_choice.name, "f");
   EXPECT_FALSE(r.sampling.max_tokens == std::nullopt);
-  EXPECT_EQ(parse_chat_completion_request(chat_body(), kVocab).sampling.max_tokens, std::nullopt);
+  EXPECT_EQ(parse_chat_completion_request(chat_body(), kTinyVocab).sampling.max_tokens, std::nullopt);
 }
 
 // Thinking: absent means the template's default; reasoning_effort none is
 // off, any other effort on; chat_template_kwargs.enable_thinking wins.
 TEST(ChatCompletionRequest, ThinkingSwitches) {
-  EXPECT_EQ(parse_chat_completion_request(chat_body(), kVocab).thinking, std::nullopt);
+  EXPECT_EQ(parse_chat_completion_request(chat_body(), kTinyVocab).thinking, std::nullopt);
   Json body = chat_body();
   body["reasoning_effort"] = "low";
-  EXPECT_EQ(parse_chat_completion_request(body, kVocab).thinking, true);
+  EXPECT_EQ(parse_chat_completion_request(body, kTinyVocab).thinking, true);
   body["reasoning_effort"] = "none";
-  EXPECT_EQ(parse_chat_completion_request(body, kVocab).thinking, false);
+  EXPECT_EQ(parse_chat_completion_request(body, kTinyVocab).thinking, false);
   body["chat_template_kwargs"] = {{"enable_thinking", true}, {"other", 1}};
-  const GenerationRequest r = parse_chat_completion_request(body, kVocab);
+  const GenerationRequest r = parse_chat_completion_request(body, kTinyVocab);
   EXPECT_EQ(r.thinking, true);
   EXPECT_EQ(r.thinking_field, "chat_template_kwargs.enable_thinking");
   EXPECT_EQ(r.thinking_budget, std::nullopt);
@@ -225,11 +226,11 @@ TEST(MessagesRequest, ThinkingWithABudget) {
   Json body = messages_body();
   body["max_tokens"] = 2048;
   body["thinking"] = {{"type", "enabled"}, {"budget_tokens", 1024}};
-  GenerationRequest r = parse_messages_request(body, kVocab);
+  GenerationRequest r = parse_messages_request(body, kTinyVocab);
   EXPECT_EQ(r.thinking, true);
   EXPECT_EQ(r.thinking_budget, 1024);
   body["thinking"] = {{"type", "disabled"}};
-  r = parse_messages_request(body, kVocab);
+  r = parse_messages_request(body, kTinyVocab);
   EXPECT_EQ(r.thinking, false);
   EXPECT_EQ(r.thinking_budget, std::nullopt);
 }
@@ -260,13 +261,13 @@ TEST(CompletionRequest, EveryBadFieldIsNamed) {
 
 TEST(CompletionRequest, PromptShapes) {
   Json body = completion_body();
-  EXPECT_EQ(parse_completion_request(body, kVocab).sampling.max_tokens, 16);  // OpenAI's default
+  EXPECT_EQ(parse_completion_request(body, kTinyVocab).sampling.max_tokens, 16);  // OpenAI's default
   body["prompt"] = {5, 6, 7};
-  auto r = parse_completion_request(body, kVocab);
+  auto r = parse_completion_request(body, kTinyVocab);
   ASSERT_EQ(r.prompts.size(), 1u);
   EXPECT_EQ(r.prompts[0].ids, (std::vector<int32_t>{5, 6, 7}));
   body["prompt"] = {{5}, "text", {6, 7}};
-  r = parse_completion_request(body, kVocab);
+  r = parse_completion_request(body, kTinyVocab);
   ASSERT_EQ(r.prompts.size(), 3u);
   EXPECT_EQ(r.prompts[1].text, "text");
   EXPECT_EQ(r.prompts[2].ids, (std::vector<int32_t>{6, 7}));
@@ -313,7 +314,7 @@ TEST(MessagesRequest, ToolUseAndResultsBecomeTurns) {
   body["tools"] = {{{"name", "weather"}, {"input_schema", {{"type", "object"}}}}};
   body["tool_choice"] = {{"type", "any"}};
   body["stop_sequences"] = {"END"};
-  const GenerationRequest r = parse_messages_request(body, kVocab);
+  const GenerationRequest r = parse_messages_request(body, kTinyVocab);
   ASSERT_EQ(r.turns.size(), 5u);
   EXPECT_EQ(r.turns[0].role, ChatTurn::Role::kSystem);
   EXPECT_EQ(r.turns[2].tool_calls.at(0).arguments, Json::parse(R"({"city":"Paris"})"));

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "server/server_test_util.h"
 #include "server/sse.h"
 
 namespace rowlm::server {
@@ -11,10 +12,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-const Tokenizer& tiny_tokenizer() {
-  static const Tokenizer tok = Tokenizer::load(std::string(ROWLM_SOURCE_DIR) + "/models/rowlm-tiny");
-  return tok;
-}
+using testing::tiny_tokenizer;
 
 // One choice's scripted generation: its token events and its result.
 struct Script {

@@ -9,6 +9,7 @@
 #include "server/reply.h"
 #include "server/response_store.h"
 #include "server/responses_request.h"
+#include "server/server_test_util.h"
 #include "server/sse.h"
 
 namespace rowlm::server {
@@ -17,7 +18,7 @@ namespace {
 using Json = nlohmann::json;
 using Role = ChatTurn::Role;
 using namespace std::chrono_literals;
-constexpr int64_t kVocab = 8192;
+using testing::kTinyVocab;
 
 StoredResponse stored(const std::string& id, std::size_t text_bytes) {
   StoredResponse s;
@@ -70,7 +71,7 @@ Json body() { return {{"model", "m"}, {"input", "Hi"}}; }
 
 ApiError rejection(const Json& b, std::span<const ChatTurn> history = {}) {
   try {
-    parse_responses_request(b, kVocab, history);
+    parse_responses_request(b, kTinyVocab, history);
   } catch (const ApiError& e) {
     return e;
   }
@@ -120,16 +121,16 @@ TEST(ResponsesRequest, EveryBadFieldIsNamed) {
   // With one model served, `model` may be left out (prepare_generation checks a name given).
   Json no_model = body();
   no_model.erase("model");
-  EXPECT_FALSE(parse_responses_request(no_model, kVocab, {}).generation.model.has_value());
+  EXPECT_FALSE(parse_responses_request(no_model, kTinyVocab, {}).generation.model.has_value());
   // text.format holds the reply to a schema, as chat completions' response_format does; not
   // together with tools the model may call.
   Json b = body();
   b["text"] = {{"format", {{"type", "json_schema"}, {"name", "n"}, {"schema", {{"type", "object"}}}}}};
-  EXPECT_NE(parse_responses_request(b, kVocab, {}).generation.response_format, nullptr);
+  EXPECT_NE(parse_responses_request(b, kTinyVocab, {}).generation.response_format, nullptr);
   b["text"] = {{"format", {{"type", "json_object"}}}};
-  EXPECT_NE(parse_responses_request(b, kVocab, {}).generation.response_format, nullptr);
+  EXPECT_NE(parse_responses_request(b, kTinyVocab, {}).generation.response_format, nullptr);
   b["text"] = {{"format", {{"type", "text"}}}};
-  EXPECT_EQ(parse_responses_request(b, kVocab, {}).generation.response_format, nullptr);
+  EXPECT_EQ(parse_responses_request(b, kTinyVocab, {}).generation.response_format, nullptr);
   b["text"] = {{"format", {{"type", "json_object"}}}};
   b["tools"] = {{{"type", "function"}, {"name", "f"}, {"parameters", {{"type", "object"}}}}};
   EXPECT_EQ(rejection(b).param(), "text.format");
@@ -152,7 +153,7 @@ TEST(ResponsesRequest, InputItemsBecomeTurnsAfterInstructionsAndHistory) {
   b["max_output_tokens"] = 50;
   b["reasoning"] = {{"effort", "medium"}};
   b["store"] = false;
-  const ResponsesRequest r = parse_responses_request(b, kVocab, history);
+  const ResponsesRequest r = parse_responses_request(b, kTinyVocab, history);
   const auto& t = r.generation.turns;
   ASSERT_EQ(t.size(), 7u);
   EXPECT_EQ(t[0].role, Role::kSystem);
@@ -179,17 +180,14 @@ TEST(ResponsesRequest, InputItemsBecomeTurnsAfterInstructionsAndHistory) {
   EXPECT_EQ(r.echo["store"], false);
   EXPECT_EQ(r.echo["temperature"], 1.0);
   // A plain string is one user turn; store defaults to true.
-  const ResponsesRequest plain = parse_responses_request(body(), kVocab);
+  const ResponsesRequest plain = parse_responses_request(body(), kTinyVocab);
   ASSERT_EQ(plain.generation.turns.size(), 1u);
   EXPECT_EQ(plain.generation.turns[0].role, Role::kUser);
   EXPECT_TRUE(plain.store);
   EXPECT_EQ(previous_response_id_of({{"previous_response_id", "resp_1"}}), "resp_1");
 }
 
-const Tokenizer& tiny_tokenizer() {
-  static const Tokenizer tok = Tokenizer::load(std::string(ROWLM_SOURCE_DIR) + "/models/rowlm-tiny");
-  return tok;
-}
+using testing::tiny_tokenizer;
 
 ReplyContext context(bool tools, bool thinking) {
   ReplyContext c;
@@ -263,7 +261,7 @@ Json replay(const std::string& raw) {
   return snapshot;
 }
 
-const char* kReplies[] = {
+const char* kResponsesReplies[] = {
     "Plain words, é and 😀.",
     "<|channel>thought\nWeigh it.<channel|>The answer.",
     "<|channel>thought\nCall.<channel|>Let me check.<|tool_call>call:weather{city:<|\"|>Paris<|\"|>}<tool_call|>",
@@ -277,7 +275,7 @@ const char* kReplies[] = {
 TEST(ResponsesWriter, StreamBuildsTheBody) {
   std::mt19937 rng(3);
   for (int trial = 0; trial < 72; ++trial) {
-    const std::string text = kReplies[trial % 6];
+    const std::string text = kResponsesReplies[trial % 6];
     const bool tools = trial % 2 == 0, thinking = trial % 3 != 2;
     const FinishReason finish = trial % 5 == 0 ? FinishReason::Length : FinishReason::Stop;
     RequestResult result;

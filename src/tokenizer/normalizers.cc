@@ -72,9 +72,9 @@ class Strip final : public Normalizer {
   bool left_, right_;
 };
 
-class Sequence final : public Normalizer {
+class NormalizerSequence final : public Normalizer {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<Normalizer>> parts) : parts_(std::move(parts)) {}
+  explicit NormalizerSequence(std::vector<std::unique_ptr<Normalizer>> parts) : parts_(std::move(parts)) {}
   void normalize(std::string& text) const override {
     for (const auto& p : parts_) p->normalize(text);
   }
@@ -101,7 +101,7 @@ std::unique_ptr<Normalizer> make_normalizer(const Json& j, const std::string& wh
   if (type == "Strip")
     return std::make_unique<Strip>(field_or<bool>(j, "strip_left", true, w), field_or<bool>(j, "strip_right", true, w));
   if (type == "Sequence")
-    return std::make_unique<Sequence>(sequence_parts<Normalizer>(
+    return std::make_unique<NormalizerSequence>(sequence_parts<Normalizer>(
         j, "normalizers", where, w, [](const Json& e, const std::string& at) { return make_normalizer(e, at); }));
   throw Error(where + ": unsupported normalizer type '" + type +
               "' (rowlm supports Replace, Prepend, NFC, NFD, NFKC, NFKD, Lowercase, Strip, Sequence)");

@@ -29,9 +29,9 @@ class PassThrough final : public PostProcessor {
   void process(std::vector<int32_t>&, bool) const override {}
 };
 
-class Sequence final : public PostProcessor {
+class PostProcessorSequence final : public PostProcessor {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<PostProcessor>> parts) : parts_(std::move(parts)) {}
+  explicit PostProcessorSequence(std::vector<std::unique_ptr<PostProcessor>> parts) : parts_(std::move(parts)) {}
   void process(std::vector<int32_t>& ids, bool add_special_tokens) const override {
     for (const auto& p : parts_) p->process(ids, add_special_tokens);
   }
@@ -81,7 +81,7 @@ std::unique_ptr<PostProcessor> make_post_processor(const Json& j, const std::str
   if (type == "TemplateProcessing") return make_template(j, w);
   if (type == "ByteLevel") return std::make_unique<PassThrough>();
   if (type == "Sequence")
-    return std::make_unique<Sequence>(sequence_parts<PostProcessor>(
+    return std::make_unique<PostProcessorSequence>(sequence_parts<PostProcessor>(
         j, "processors", where, w, [](const Json& e, const std::string& at) { return make_post_processor(e, at); }));
   throw Error(where + ": unsupported post_processor type '" + type +
               "' (rowlm supports TemplateProcessing, ByteLevel, Sequence)");

@@ -221,9 +221,9 @@ class CharClassSplit final : public PreTokenizer {
   SplitBehavior behavior_;
 };
 
-class Sequence final : public PreTokenizer {
+class PreTokenizerSequence final : public PreTokenizer {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> parts) : parts_(std::move(parts)) {}
+  explicit PreTokenizerSequence(std::vector<std::unique_ptr<PreTokenizer>> parts) : parts_(std::move(parts)) {}
   void pre_tokenize(Pieces& pieces) const override {
     for (const auto& p : parts_) p->pre_tokenize(pieces);
   }
@@ -271,7 +271,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& j, const std::strin
                                                              ? SplitBehavior::Isolated
                                                              : SplitBehavior::Contiguous);
   if (type == "Sequence")
-    return std::make_unique<Sequence>(sequence_parts<PreTokenizer>(
+    return std::make_unique<PreTokenizerSequence>(sequence_parts<PreTokenizer>(
         j, "pretokenizers", where, w, [](const Json& e, const std::string& at) { return make_pre_tokenizer(e, at); }));
   throw Error(where + ": unsupported pre_tokenizer type '" + type +
               "' (rowlm supports Split, ByteLevel, Metaspace, Whitespace, WhitespaceSplit, Digits, Sequence)");
