@@ -118,11 +118,14 @@ int main(int argc, char** argv) {
       auto y = device_buffer(std::size_t(M * lin.N) * 4);
       const std::size_t scratch_bytes = rowlm::cuda::gemm_bf16_scratch_bytes(M, lin.N, lin.K, sms);
       auto scratch = device_buffer(scratch_bytes);
+      auto arrivals = device_buffer(std::size_t(rowlm::cuda::kGemmArrivals) * sizeof(int));
+      check(cudaMemset(arrivals.get(), 0, std::size_t(rowlm::cuda::kGemmArrivals) * sizeof(int)), "arrivals");
       const auto* xp = static_cast<const uint16_t*>(x.get());
       const auto* wp = static_cast<const uint16_t*>(w.get());
       auto* yp = static_cast<float*>(y.get());
       const double ours = best_seconds(reps, stream, [&] {
-        rowlm::cuda::gemm_bf16(xp, wp, yp, M, lin.N, lin.K, static_cast<float*>(scratch.get()), sms, stream);
+        rowlm::cuda::gemm_bf16(xp, wp, yp, M, lin.N, lin.K, static_cast<float*>(scratch.get()),
+                               static_cast<int*>(arrivals.get()), sms, stream);
       });
       // Row-major y[M, N] = x[M, K] · w[N, K]ᵀ is column-major yᵀ = w-as-[K, N]ᵀ · xᵀ.
       const float alpha = 1.0f, beta = 0.0f;

@@ -72,6 +72,25 @@ class Backend {
   virtual double measure_read_bandwidth(std::size_t bytes = std::size_t(1) << 30, int repeats = 3) = 0;
   virtual double measure_matmul_peak(MatmulPrecision precision, int repeats = 3) = 0;
 
+  // --- Deferred launches --------------------------------------------------
+  // Between begin_deferred() and end_deferred() a backend may hold its
+  // launches back and issue them together: the CUDA backend replays a
+  // sequence it has seen before as one CUDA graph (cuda/launch_queue.h).
+  // Results are the same bits either way. Whatever reads results on the
+  // host (copy_to_host) or frees memory first issues what is held.
+  // end_deferred(true) issues the rest; end_deferred(false) drops it (a step
+  // abandoned by an error, whose writes are discarded anyway). Windows nest;
+  // DeferredLaunches below is the scope that opens one.
+  virtual void begin_deferred() {}
+  virtual void end_deferred(bool issue) { (void)issue; }
+  struct LaunchStats {
+    int64_t sequences = 0;  // held sequences issued
+    int64_t captured = 0;   // of which captured into a new graph
+    int64_t replayed = 0;   // of which replayed from a graph
+    int64_t launches = 0;   // launches in all of them
+  };
+  virtual LaunchStats launch_stats() const { return {}; }
+
   // --- Memory -------------------------------------------------------------
   // Bytes of the device's memory free now (the host's MemAvailable for the
   // CPU; 0 if unknown): what default KV budgets are sized from.
@@ -153,6 +172,27 @@ class Backend {
   // has q's shape and is separate from it.
   virtual void attention(const Tensor& q, const KvArena& arena, const AttentionBatch& batch,
                          const AttentionParams& params, Tensor& out) = 0;
+};
+
+// A deferred-launch window for one scope: issue() at the end of the work
+// (it may throw what a held launch reports); leaving the scope without it
+// (an exception) drops what is held.
+class DeferredLaunches {
+ public:
+  explicit DeferredLaunches(Backend& backend) : backend_(&backend) { backend.begin_deferred(); }
+  ~DeferredLaunches() {
+    if (backend_ != nullptr) backend_->end_deferred(false);
+  }
+  DeferredLaunches(const DeferredLaunches&) = delete;
+  DeferredLaunches& operator=(const DeferredLaunches&) = delete;
+  void issue() {
+    Backend* b = backend_;
+    backend_ = nullptr;
+    b->end_deferred(true);
+  }
+
+ private:
+  Backend* backend_;
 };
 
 }  // namespace rowlm

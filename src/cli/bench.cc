@@ -331,6 +331,7 @@ int run_bench(const std::vector<std::string>& argv) {
     // a shared machine the bandwidth moves from second to second, so a step
     // is judged against the ceiling of its moment; the median round counts.
     const int64_t rounds = bandwidth > 0 ? std::min<int64_t>(3, steps) : 1;
+    const Backend::LaunchStats launches_before = backend->launch_stats();
     double best = 1e30;
     std::vector<double> step_times;  // every step: the median is what a stream of steps sees
     std::vector<double> fractions;
@@ -358,6 +359,12 @@ int run_bench(const std::vector<std::string>& argv) {
     nlohmann::json d = {{"batch", B}, {"step_seconds", best}, {"tokens_per_s", B / best},
                         {"step_seconds_median", median}, {"tokens_per_s_median", B / median},
                         {"weight_gb_s", double(streamed) / best / 1e9}};
+    // How the steps' launches went out (a GPU backend: one graph per
+    // repeated step; zeros where nothing is held back).
+    const Backend::LaunchStats launches = backend->launch_stats();
+    d["launches"] = {{"per_step", double(launches.launches - launches_before.launches) / double(steps)},
+                     {"graph_replays", launches.replayed - launches_before.replayed},
+                     {"graph_captures", launches.captured - launches_before.captured}};
     if (!fractions.empty()) {
       std::sort(fractions.begin(), fractions.end());
       d["fraction_of_bandwidth"] = fractions[fractions.size() / 2];

@@ -253,11 +253,13 @@ void DecoderModel::forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor
         positions.push_back(int32_t(p));
         step.queries.push_back({run.row, p});
       }
-    step.tokens = ids_tensor(batch.tokens);
-    step.positions = ids_tensor(positions);
     int64_t end = 0;
     for (const kv::TokenRun& run : batch.runs) end = std::max(end, run.position + run.count);
     for (auto& table : rope_tables_) table->reserve(end);
+    // The step's launches go out together (a repeated step as one graph).
+    DeferredLaunches deferred(be_);
+    step.tokens = ids_tensor(batch.tokens);
+    step.positions = ids_tensor(positions);
 
     Tensor h = scratch({T, H});
     be_.embed(step.tokens, w_.embed, cfg_.embed_scale, h);
@@ -274,6 +276,7 @@ void DecoderModel::forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor
       if (hidden) be_.copy_to_host(last, hidden->raw());
       head(last, logits);
     }
+    deferred.issue();
   } catch (...) {
     cache.abort_step();
     throw;
@@ -328,12 +331,14 @@ void DecoderModel::forward_states(Tensor& h, std::span<const kv::AttentionQuery>
     positions.push_back(int32_t(q.position));
     end = std::max(end, q.position + 1);
   }
-  step.positions = ids_tensor(positions);
   for (auto& table : rope_tables_) table->reserve(end);
+  DeferredLaunches deferred(be_);
+  step.positions = ids_tensor(positions);
   const ForwardBatch nothing_written;  // no layer owns KV
   run_layers(step, nothing_written, cache, h);
   norm_in_place(h, w_.final_norm);
   if (logits) head(h, *logits);
+  deferred.issue();
 }
 
 void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch, kv::KvCache& cache, Tensor& h) {

@@ -10,9 +10,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dense_kernels.h"
 #include "backend/cuda/gemm_bf16.h"
 #include "backend/cuda/kv_kernels.h"
+#include "backend/cuda/launch_queue.h"
 #include "backend/kv_block_layout.h"
 #include "backend/kv_checks.h"
 #include "backend/moe_routing.h"
@@ -30,33 +32,9 @@ using cuda::Storage;
     if (!(ok)) throw Error(message); \
   } while (false)
 
-// A CUDA error as rowlm::Error naming what was being done; out of memory as
-// OutOfMemory, which callers that can free memory catch.
-void check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  cudaGetLastError();  // clear a sticky error the call left
-  const std::string message = std::string("CUDA: ") + what + ": " + cudaGetErrorString(e);
-  if (e == cudaErrorMemoryAllocation) throw OutOfMemory(message);
-  throw Error(message);
-}
-
-// Kernel launches report configuration errors through cudaGetLastError.
-void check_launch(const char* what) { check(cudaGetLastError(), what); }
-
-// Selects `device` for the calling thread for the guard's lifetime.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    cudaGetDevice(&previous_);
-    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceGuard() { cudaSetDevice(previous_); }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-};
+using cuda::check;
+using cuda::DeviceGuard;
+using cuda::LaunchQueue;
 
 // Device memory owned by the returned pointer (freed on `device`).
 std::shared_ptr<void> device_alloc(int device, std::size_t bytes, const char* what) {
@@ -93,14 +71,20 @@ bool overlaps(const Tensor& a, const Tensor& b) {
 // computed on the host by rope_angles (the CPU's arithmetic) and uploaded.
 class CudaRopeTable final : public RopeTable {
  public:
-  CudaRopeTable(int device, cudaStream_t stream, std::vector<float> inv_freq)
-      : device_(device), stream_(stream), inv_freq_(std::move(inv_freq)) {}
+  CudaRopeTable(int device, cudaStream_t stream, LaunchQueue& queue, std::vector<float> inv_freq)
+      : device_(device), stream_(stream), queue_(queue), inv_freq_(std::move(inv_freq)) {}
   int head_dim() const override { return int(2 * inv_freq_.size()); }
   void reserve(int64_t positions) override {
     if (positions <= reserved_) return;
+    // Held launches may read the table: they go first (the old table may be freed below).
+    queue_.submit();
     const int64_t half = int64_t(inv_freq_.size());
     int64_t capacity = std::max<int64_t>(capacity_, 1024);
     while (capacity < positions) capacity *= 2;
+    // The whole capacity is tabulated at once: the rope launches' bound (an
+    // argument) then changes only when the table doubles, so decode steps
+    // repeat one launch sequence (launch_queue.h).
+    positions = capacity;
     DeviceGuard guard(device_);
     if (capacity > capacity_) {
       auto grown = device_alloc(device_, std::size_t(capacity * 2 * half) * sizeof(float), "RoPE table");
@@ -117,9 +101,11 @@ class CudaRopeTable final : public RopeTable {
       float* row = host.data() + (p - reserved_) * 2 * half;
       rope_angles(inv_freq_.data(), half, p, row, row + half);
     }
-    check(cudaMemcpy(static_cast<float*>(table_.get()) + reserved_ * 2 * half, host.data(),
-                     host.size() * sizeof(float), cudaMemcpyHostToDevice),
+    // On the stream, so the kernels that read the new rows come after it.
+    check(cudaMemcpyAsync(static_cast<float*>(table_.get()) + reserved_ * 2 * half, host.data(),
+                          host.size() * sizeof(float), cudaMemcpyHostToDevice, stream_),
           "RoPE table upload");
+    check(cudaStreamSynchronize(stream_), "RoPE table upload");
     reserved_ = positions;
   }
   int64_t reserved() const { return reserved_; }
@@ -128,6 +114,7 @@ class CudaRopeTable final : public RopeTable {
  private:
   int device_;
   cudaStream_t stream_;
+  LaunchQueue& queue_;
   std::vector<float> inv_freq_;
   std::shared_ptr<void> table_;
   int64_t capacity_ = 0, reserved_ = 0;
@@ -137,8 +124,8 @@ class CudaRopeTable final : public RopeTable {
 // a device array of the chunks' addresses lets kernels find block b.
 class CudaKvArena final : public KvArena {
  public:
-  CudaKvArena(int device, const kv::LayerSpec& spec, int block_size)
-      : device_(device), spec_(spec), layout_(spec, block_size) {
+  CudaKvArena(int device, cudaStream_t stream, LaunchQueue& queue, const kv::LayerSpec& spec, int block_size)
+      : device_(device), stream_(stream), queue_(queue), spec_(spec), layout_(spec, block_size) {
     chunk_blocks_ = std::clamp<int64_t>((int64_t(64) << 20) / int64_t(std::max<std::size_t>(layout_.block_bytes, 1)), 1, 256);
   }
   const kv::LayerSpec& spec() const override { return spec_; }
@@ -152,11 +139,15 @@ class CudaKvArena final : public KvArena {
     while (int64_t(chunks_.size() + added.size()) * chunk_blocks_ < count)
       added.push_back(device_alloc(device_, std::size_t(chunk_blocks_) * layout_.block_bytes, "KV arena"));
     if (!added.empty()) {
+      // Held launches read the old chunk table, which is replaced below.
+      queue_.submit();
       std::vector<uint8_t*> addresses = addresses_;
       for (auto& c : added) addresses.push_back(static_cast<uint8_t*>(c.get()));
       auto table = device_alloc(device_, addresses.size() * sizeof(uint8_t*), "KV arena table");
-      check(cudaMemcpy(table.get(), addresses.data(), addresses.size() * sizeof(uint8_t*), cudaMemcpyHostToDevice),
+      check(cudaMemcpyAsync(table.get(), addresses.data(), addresses.size() * sizeof(uint8_t*),
+                            cudaMemcpyHostToDevice, stream_),
             "KV arena table");
+      check(cudaStreamSynchronize(stream_), "KV arena table");
       for (auto& c : added) chunks_.push_back(std::move(c));
       addresses_ = std::move(addresses);
       table_ = std::move(table);
@@ -191,6 +182,8 @@ class CudaKvArena final : public KvArena {
 
  private:
   int device_;
+  cudaStream_t stream_;
+  LaunchQueue& queue_;
   kv::LayerSpec spec_;
   KvBlockLayout layout_;
   int64_t chunk_blocks_ = 1;
@@ -261,14 +254,19 @@ class CudaBackend final : public Backend {
         // The GPU's default is the tensor cores; f32 (the CPU's bits) on request.
         precision_(options.matmul_precision == MatmulPrecision::Auto ? MatmulPrecision::Bf16
                                                                       : options.matmul_precision),
+        owned_stream_(new_stream(device)),
+        stream_(owned_stream_.get()),
+        queue_(device, stream_),
         workspace_(Device::cuda(device), [device](std::size_t bytes) {
           auto p = device_alloc(device, bytes, "workspace");
           return Workspace::Chunk{static_cast<std::byte*>(p.get()), p};
         }) {
     DeviceGuard guard(device_);
     check(cudaGetDeviceProperties(&props_, device_), "cudaGetDeviceProperties");
-    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     sink_ = device_alloc(device_, 64, "sink");
+    // The GEMM's split-K arrival counters: zero now, and every launch leaves them zero.
+    gemm_arrivals_ = device_alloc(device_, std::size_t(cuda::kGemmArrivals) * sizeof(int), "GEMM arrivals");
+    check(cudaMemset(gemm_arrivals_.get(), 0, std::size_t(cuda::kGemmArrivals) * sizeof(int)), "GEMM arrivals");
     // The kernels' index errors land in mapped host memory, read after a sync.
     void* flag = nullptr;
     check(cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped), "error flag");
@@ -295,7 +293,6 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     DeviceGuard guard(device_);
     cudaStreamSynchronize(stream_);
-    cudaStreamDestroy(stream_);
   }
 
   std::string name() const override {
@@ -316,7 +313,6 @@ class CudaBackend final : public Backend {
       check(cudaStreamSynchronize(stream_), "bandwidth probe");
       const auto t0 = std::chrono::steady_clock::now();
       cuda::stream_read(buffer.get(), bytes, static_cast<float*>(sink_.get()), stream_);
-      check_launch("bandwidth probe");
       check(cudaStreamSynchronize(stream_), "bandwidth probe");
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (r > 0) best = std::max(best, double(bytes) / s / 1e9);  // the first run warms up
@@ -335,12 +331,26 @@ class CudaBackend final : public Backend {
       float* sink = static_cast<float*>(sink_.get());
       const double flops = tensor ? cuda::mma_chains(int64_t(1) << 14, sink, props_.multiProcessorCount, stream_)
                                   : cuda::fma_chains(int64_t(1) << 16, sink, props_.multiProcessorCount, stream_);
-      check_launch("FMA probe");
       check(cudaStreamSynchronize(stream_), "FMA probe");
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (r > 0) best = std::max(best, flops / s / 1e9);
     }
     return best;
+  }
+
+  // --- Deferred launches (launch_queue.h)
+
+  void begin_deferred() override { queue_.open(); }
+  void end_deferred(bool issue) override {
+    if (issue) {
+      queue_.submit_and_close();
+    } else {
+      queue_.drop_and_close();
+    }
+  }
+  LaunchStats launch_stats() const override {
+    const LaunchQueue::Stats& s = queue_.stats();
+    return {s.sequences, s.captured, s.replayed, s.launches};
   }
 
   // --- Memory
@@ -369,11 +379,13 @@ class CudaBackend final : public Backend {
     DeviceGuard guard(device_);
     if (dst.nbytes() == 0) return;
     const std::byte* staged = staging_.stage(src, dst.nbytes());
-    check(cudaMemcpyAsync(dst.raw(), staged, dst.nbytes(), cudaMemcpyHostToDevice, stream_), "copy_from_host");
+    queue_.launch("copy_from_host", &cudaMemcpyAsync, dst.raw(), static_cast<const void*>(staged), dst.nbytes(),
+                  cudaMemcpyHostToDevice);
   }
   void copy_to_host(const Tensor& src, void* dst) override {
     ROWLM_REQUIRE(src.device() == device(), "copy_to_host: src must be on " + device().name() + ", got " + describe(src));
     DeviceGuard guard(device_);
+    queue_.submit();  // what is held comes first
     if (src.nbytes()) check(cudaMemcpyAsync(dst, src.raw(), src.nbytes(), cudaMemcpyDeviceToHost, stream_), "copy_to_host");
     synchronize("copy_to_host");
   }
@@ -396,12 +408,13 @@ class CudaBackend final : public Backend {
     ROWLM_REQUIRE(block_size > 0, "make_kv_arena: block_size must be positive");
     ROWLM_REQUIRE(spec.head_dim <= 512, "make_kv_arena: the CUDA attention kernel takes head_dim up to 512, not " +
                                             std::to_string(spec.head_dim));
-    return std::make_unique<CudaKvArena>(device_, spec, block_size);
+    return std::make_unique<CudaKvArena>(device_, stream_, queue_, spec, block_size);
   }
 
   std::unique_ptr<RopeTable> make_rope_table(std::span<const float> inv_freq) override {
     ROWLM_REQUIRE(!inv_freq.empty(), "make_rope_table: no frequencies");
-    return std::make_unique<CudaRopeTable>(device_, stream_, std::vector<float>(inv_freq.begin(), inv_freq.end()));
+    return std::make_unique<CudaRopeTable>(device_, stream_, queue_,
+                                           std::vector<float>(inv_freq.begin(), inv_freq.end()));
   }
 
   // --- Dense operations
@@ -423,17 +436,16 @@ class CudaBackend final : public Backend {
       // Tensor cores (gemm_bf16.h): bf16 activations, f32 accumulation, one
       // summation order for every M.
       Tensor xb = workspace_.tensor(DType::BF16, {M, K});
-      cuda::round_to_bf16(x.data<float>(), xb.data<uint16_t>(), M * K, stream_);
+      queue_.launch("round_to_bf16", &cuda::round_to_bf16, x.data<float>(), xb.data<uint16_t>(), M * K);
       const std::size_t scratch_bytes = cuda::gemm_bf16_scratch_bytes(M, N, K, props_.multiProcessorCount);
       Tensor scratch;
       if (scratch_bytes) scratch = workspace_.tensor(DType::F32, {int64_t(scratch_bytes / sizeof(float))});
-      cuda::gemm_bf16(xb.data<uint16_t>(), w.values.data<uint16_t>(), y.data<float>(), M, N, K,
-                      scratch_bytes ? scratch.data<float>() : nullptr, props_.multiProcessorCount, stream_);
+      queue_.launch("gemm_bf16", &cuda::gemm_bf16, xb.data<uint16_t>(), w.values.data<uint16_t>(), y.data<float>(),
+                    M, N, K, scratch_bytes ? scratch.data<float>() : nullptr,
+                    static_cast<int*>(gemm_arrivals_.get()), props_.multiProcessorCount);
     } else {
-      cuda::matmul_f32(x.data<float>(), w.values.raw(), storage_of(w.values.dtype()), y.data<float>(), M, N, K,
-                       stream_);
+      queue_.launch("matmul_f32", &cuda::matmul_f32, x.data<float>(), w.values.raw(), storage_of(w.values.dtype()), y.data<float>(), M, N, K);
     }
-    check_launch("matmul");
   }
 
   void add_bias(Tensor& y, const Tensor& bias) override {
@@ -443,8 +455,7 @@ class CudaBackend final : public Backend {
     ROWLM_REQUIRE(bias.dtype() == DType::F32 && bias.numel() == y.dim(1),
                   "add_bias: bias must be f32 [" + std::to_string(y.dim(1)) + "], got " + describe(bias));
     DeviceGuard guard(device_);
-    cuda::add_bias(y.data<float>(), bias.data<float>(), y.dim(0), y.dim(1), stream_);
-    check_launch("add_bias");
+    queue_.launch("add_bias", &cuda::add_bias, y.data<float>(), bias.data<float>(), y.dim(0), y.dim(1));
   }
 
   void embed(const Tensor& ids, const Weight& table, float scale, Tensor& out) override {
@@ -458,9 +469,8 @@ class CudaBackend final : public Backend {
                   "embed: out must be f32 [" + std::to_string(T) + ", " + std::to_string(D) + "], got " + describe(out));
     require_indices(ids, T, "embed");
     DeviceGuard guard(device_);
-    cuda::embed(ids.data<int32_t>(), T, table.values.raw(), storage_of(table.values.dtype()), V, D, scale,
-                out.data<float>(), error_device_, stream_);
-    check_launch("embed");
+    queue_.launch("embed", &cuda::embed, ids.data<int32_t>(), T, table.values.raw(), storage_of(table.values.dtype()), V, D, scale,
+                out.data<float>(), error_device_);
   }
 
   void rms_norm(const Tensor& x, const Tensor* w, float eps, NormKind kind, Tensor& y) override {
@@ -485,8 +495,7 @@ class CudaBackend final : public Backend {
     }
     const int norm = kind == NormKind::Plain ? 0 : kind == NormKind::OnePlus ? 1 : 2;
     DeviceGuard guard(device_);
-    cuda::rms_norm(x.data<float>(), g, gs, norm, eps, y.data<float>(), rows, D, stream_);
-    check_launch("rms_norm");
+    queue_.launch("rms_norm", &cuda::rms_norm, x.data<float>(), g, gs, norm, eps, y.data<float>(), rows, D);
   }
 
   void rope(Tensor& x, const Tensor& positions, RopeTable& rope_table) override {
@@ -504,9 +513,8 @@ class CudaBackend final : public Backend {
     ROWLM_REQUIRE(T == 0 || table->reserved() > 0, "rope: the table reserved no positions");
     const int64_t heads = T == 0 ? 0 : x.numel() / (T * hd);
     DeviceGuard guard(device_);
-    cuda::rope(x.data<float>(), positions.data<int32_t>(), T, heads, half, table->table(), table->reserved(),
-               error_device_, stream_);
-    check_launch("rope");
+    queue_.launch("rope", &cuda::rope, x.data<float>(), positions.data<int32_t>(), T, heads, half, table->table(), table->reserved(),
+               error_device_);
   }
 
   void gated_activation(const Tensor& gate, const Tensor& up, Activation act, Tensor& out) override {
@@ -520,9 +528,8 @@ class CudaBackend final : public Backend {
     ROWLM_REQUIRE((out.raw() == gate.raw() || !overlaps(out, gate)) && (out.raw() == up.raw() || !overlaps(out, up)),
                   "gated_activation: out must be gate, up, or separate from both");
     DeviceGuard guard(device_);
-    cuda::gated_activation(gate.data<float>(), up.data<float>(), act == Activation::Silu ? 1 : 0, out.data<float>(),
-                           out.numel(), stream_);
-    check_launch("gated_activation");
+    queue_.launch("gated_activation", &cuda::gated_activation, gate.data<float>(), up.data<float>(), act == Activation::Silu ? 1 : 0, out.data<float>(),
+                           out.numel());
   }
 
   void copy(const Tensor& src, Tensor& dst) override {
@@ -533,7 +540,8 @@ class CudaBackend final : public Backend {
     ROWLM_REQUIRE(!overlaps(src, dst), "copy: src and dst must not overlap");
     DeviceGuard guard(device_);
     if (src.nbytes())
-      check(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_), "copy");
+      queue_.launch("copy", &cudaMemcpyAsync, dst.raw(), static_cast<const void*>(src.raw()), src.nbytes(),
+                    cudaMemcpyDeviceToDevice);
   }
 
   void add(Tensor& y, const Tensor& x) override {
@@ -543,16 +551,14 @@ class CudaBackend final : public Backend {
                   "add: y and x must be f32 of one shape, got " + describe(y) + " and " + describe(x));
     ROWLM_REQUIRE(y.raw() == x.raw() || !overlaps(x, y), "add: x must be y itself or not overlap it");
     DeviceGuard guard(device_);
-    cuda::add(y.data<float>(), x.data<float>(), y.numel(), stream_);
-    check_launch("add");
+    queue_.launch("add", &cuda::add, y.data<float>(), x.data<float>(), y.numel());
   }
 
   void scale(Tensor& y, float s) override {
     require_here(y, "scale: y");
     ROWLM_REQUIRE(y.dtype() == DType::F32, "scale: y must be f32, got " + describe(y));
     DeviceGuard guard(device_);
-    cuda::scale(y.data<float>(), s, y.numel(), stream_);
-    check_launch("scale");
+    queue_.launch("scale", &cuda::scale, y.data<float>(), s, y.numel());
   }
 
   void softcap(Tensor& y, float cap) override {
@@ -560,8 +566,7 @@ class CudaBackend final : public Backend {
     ROWLM_REQUIRE(y.dtype() == DType::F32, "softcap: y must be f32, got " + describe(y));
     ROWLM_REQUIRE(cap > 0.0f && std::isfinite(cap), "softcap: cap must be positive and finite, got " + std::to_string(cap));
     DeviceGuard guard(device_);
-    cuda::softcap(y.data<float>(), cap, y.numel(), stream_);
-    check_launch("softcap");
+    queue_.launch("softcap", &cuda::softcap, y.data<float>(), cap, y.numel());
   }
 
   void gather_rows(const Tensor& src, const Tensor& rows, Tensor& dst) override {
@@ -578,9 +583,8 @@ class CudaBackend final : public Backend {
     ROWLM_REQUIRE(!overlaps(dst, src), "gather_rows: dst must not overlap src");
     require_indices(rows, n, "gather_rows");
     DeviceGuard guard(device_);
-    cuda::gather_rows(src.raw(), rows.data<int32_t>(), n, row_elems * int64_t(dtype_size(src.dtype())), R, dst.raw(),
-                      error_device_, stream_);
-    check_launch("gather_rows");
+    queue_.launch("gather_rows", &cuda::gather_rows, src.raw(), rows.data<int32_t>(), n, row_elems * int64_t(dtype_size(src.dtype())), R, dst.raw(),
+                      error_device_);
   }
 
   void scatter_add_rows(Tensor& dst, const Tensor& rows, const Tensor& weights, const Tensor& src) override {
@@ -599,9 +603,8 @@ class CudaBackend final : public Backend {
     ROWLM_REQUIRE(!overlaps(dst, src), "scatter_add_rows: src must not overlap dst");
     require_indices(rows, n, "scatter_add_rows");
     DeviceGuard guard(device_);
-    cuda::scatter_add_rows(dst.data<float>(), rows.data<int32_t>(), weights.data<float>(), src.data<float>(), n, D, R,
-                           error_device_, stream_);
-    check_launch("scatter_add_rows");
+    queue_.launch("scatter_add_rows", &cuda::scatter_add_rows, dst.data<float>(), rows.data<int32_t>(), weights.data<float>(), src.data<float>(), n, D, R,
+                           error_device_);
   }
 
   // --- Mixture of experts. Routing and the grouping of tokens by expert run
@@ -665,7 +668,7 @@ class CudaBackend final : public Backend {
                     "moe_experts: row " + std::to_string(ex[std::size_t(i)]) + " at index " + std::to_string(i) +
                         " is outside the bank's " + std::to_string(E) + " rows");
     DeviceGuard guard(device_);
-    check(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream_), "moe_experts");
+    queue_.launch("moe_experts", &cudaMemsetAsync, out.raw(), 0, out.nbytes());
     int64_t I = 0;
     for (const Weight& g : bank.gate) I = std::max(I, g.rows);
     Tensor xe_all = workspace_.tensor(DType::F32, {T, H}), ye_all = workspace_.tensor(DType::F32, {T, H});
@@ -688,15 +691,13 @@ class CudaBackend final : public Backend {
       copy_from_host(token_weights.data(), row_weights);
       Tensor xt = xe_all.rows(0, n), yt = ye_all.rows(0, n);
       Tensor gt = gate_all.rows(0, n * Ie).reshaped({n, Ie}), ut = up_all.rows(0, n * Ie).reshaped({n, Ie});
-      cuda::gather_rows(x.raw(), rows.data<int32_t>(), n, H * int64_t(sizeof(float)), T, xt.raw(), error_device_,
-                        stream_);
+      queue_.launch("gather_rows", &cuda::gather_rows, x.raw(), rows.data<int32_t>(), n, H * int64_t(sizeof(float)), T, xt.raw(), error_device_);
       matmul(xt, bank.gate[std::size_t(e)], gt);
       matmul(xt, bank.up[std::size_t(e)], ut);
       gated_activation(gt, ut, act, gt);
       matmul(gt, bank.down[std::size_t(e)], yt);
-      cuda::scatter_add_rows(out.data<float>(), rows.data<int32_t>(), row_weights.data<float>(), yt.data<float>(), n,
-                             H, T, error_device_, stream_);
-      check_launch("moe_experts");
+      queue_.launch("scatter_add_rows", &cuda::scatter_add_rows, out.data<float>(), rows.data<int32_t>(), row_weights.data<float>(), yt.data<float>(), n,
+                             H, T, error_device_);
     }
   }
 
@@ -716,9 +717,7 @@ class CudaBackend final : public Backend {
     if (T == 0) return;
     DeviceGuard guard(device_);
     const Tensor s = device_copy(slots);
-    cuda::kv_write(a.kernel_layout(), a.device_blocks(), s.data<int64_t>(), T, k.data<float>(), v.data<float>(),
-                   stream_);
-    check_launch("kv_write");
+    queue_.launch("kv_write", &cuda::kv_write, a.kernel_layout(), a.device_blocks(), s.data<int64_t>(), T, k.data<float>(), v.data<float>());
   }
 
   void kv_copy_blocks(KvArena& arena, std::span<const KvBlockCopy> copies) override {
@@ -732,9 +731,8 @@ class CudaBackend final : public Backend {
     if (copies.empty()) return;
     DeviceGuard guard(device_);
     const Tensor s = device_copy(std::span<const int32_t>(src)), d = device_copy(std::span<const int32_t>(dst));
-    cuda::kv_copy_blocks(a.kernel_layout(), a.device_blocks(), s.data<int32_t>(), d.data<int32_t>(),
-                         int64_t(copies.size()), stream_);
-    check_launch("kv_copy_blocks");
+    queue_.launch("kv_copy_blocks", &cuda::kv_copy_blocks, a.kernel_layout(), a.device_blocks(), s.data<int32_t>(), d.data<int32_t>(),
+                         int64_t(copies.size()));
   }
 
   void kv_read(const KvArena& arena, std::span<const int64_t> slots, std::span<std::byte> records) override {
@@ -748,9 +746,7 @@ class CudaBackend final : public Backend {
     DeviceGuard guard(device_);
     const Tensor s = device_copy(slots);
     Tensor out = workspace_.tensor(DType::U8, {int64_t(records.size())});
-    cuda::kv_read(a.kernel_layout(), a.device_blocks(), s.data<int64_t>(), int64_t(slots.size()), out.data<uint8_t>(),
-                  stream_);
-    check_launch("kv_read");
+    queue_.launch("kv_read", &cuda::kv_read, a.kernel_layout(), a.device_blocks(), s.data<int64_t>(), int64_t(slots.size()), out.data<uint8_t>());
     copy_to_host(out, records.data());
   }
 
@@ -766,9 +762,7 @@ class CudaBackend final : public Backend {
     const Tensor s = device_copy(slots);
     Tensor in = workspace_.tensor(DType::U8, {int64_t(records.size())});
     copy_from_host(records.data(), in);
-    cuda::kv_store(a.kernel_layout(), a.device_blocks(), s.data<int64_t>(), int64_t(slots.size()), in.data<uint8_t>(),
-                   stream_);
-    check_launch("kv_store");
+    queue_.launch("kv_store", &cuda::kv_store, a.kernel_layout(), a.device_blocks(), s.data<int64_t>(), int64_t(slots.size()), in.data<uint8_t>());
   }
 
   void attention(const Tensor& q, const KvArena& arena, const AttentionBatch& batch, const AttentionParams& params,
@@ -798,7 +792,12 @@ class CudaBackend final : public Backend {
       offsets_of_table.push_back(int64_t(tables.size()));
       tables.insert(tables.end(), table.begin(), table.end());
     }
-    if (tables.empty()) tables.push_back(0);
+    // Padded to a power of two: the copy's size, an argument of the step's
+    // launches, then changes only when the tables double, so decode steps
+    // repeat one launch sequence (launch_queue.h) while the rows grow.
+    std::size_t padded = 16;
+    while (padded < tables.size()) padded *= 2;
+    tables.resize(padded, 0);
     for (const KvKeyRange& r : batch.queries) {
       offsets.push_back(r.hi >= r.lo ? offsets_of_table[std::size_t(r.table)] : 0);
       lo.push_back(r.lo);
@@ -817,8 +816,7 @@ class CudaBackend final : public Backend {
     args.T = T;
     args.heads = params.num_heads;
     args.scale = params.scale;
-    cuda::attention(a.kernel_layout(), a.device_blocks(), args, stream_);
-    check_launch("attention");
+    queue_.launch("attention", &cuda::attention, a.kernel_layout(), a.device_blocks(), args);
   }
 
  private:
@@ -876,6 +874,7 @@ class CudaBackend final : public Backend {
   // Waits for the stream, then reports an index error a kernel raised since
   // the last synchronisation (the step's results are not to be used then).
   void synchronize(const char* what) {
+    queue_.submit();
     check(cudaStreamSynchronize(stream_), what);
     const int code = *error_host_;
     if (code == cuda::kNoError) return;
@@ -913,10 +912,30 @@ class CudaBackend final : public Backend {
   int device_;
   MatmulPrecision precision_;
   cudaDeviceProp props_{};
+  // The stream outlives the queue (whose graphs run on it): declared first.
+  struct StreamDeleter {
+    int device;
+    void operator()(cudaStream_t s) const {
+      int previous = 0;
+      cudaGetDevice(&previous);
+      cudaSetDevice(device);
+      cudaStreamDestroy(s);
+      cudaSetDevice(previous);
+    }
+  };
+  static std::unique_ptr<CUstream_st, StreamDeleter> new_stream(int device) {
+    DeviceGuard guard(device);
+    cudaStream_t s = nullptr;
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    return {s, StreamDeleter{device}};
+  }
+  std::unique_ptr<CUstream_st, StreamDeleter> owned_stream_;
   cudaStream_t stream_ = nullptr;
+  LaunchQueue queue_;
   Workspace workspace_;
   PinnedStaging staging_;
   std::shared_ptr<void> sink_;
+  std::shared_ptr<void> gemm_arrivals_;
   std::shared_ptr<int> error_host_;
   int* error_device_ = nullptr;
 };

@@ -20,9 +20,10 @@
 // the other. MoE routing and grouping run on the host with the CPU's code.
 //
 // Status: the matmul, attention (one block per query head, K/V blocks staged
-// in shared memory by cp.async) and norms are built for speed; decode steps
-// are not yet captured in CUDA graphs, attention does not yet split long
-// contexts, and sampling runs on the host. Host data is staged in pinned
+// in shared memory by cp.async) and norms are built for speed; a forward
+// step's launches are held and issued together, a repeated step (decode at
+// one batch shape) as one CUDA graph (launch_queue.h); attention does not
+// yet split long contexts, and sampling runs on the host. Host data is staged in pinned
 // memory and copied asynchronously; kernels check the indices they read and
 // raise an error flag reported at the next synchronisation (a copy to the
 // host, or the next step's workspace reset).

@@ -380,6 +380,48 @@ TEST_F(CudaVsCpu, ForwardPassesOnTheFixturesEqualTheCpu) {
   }
 }
 
+// Decode steps of one shape go out as one CUDA graph from their second
+// occurrence on (launch_queue.h); steps of two alternating shapes keep a
+// graph each. Every step's logits stay the CPU's bits: a replay computes
+// what the launches one by one compute, with this step's data.
+TEST_F(CudaVsCpu, RepeatedStepsReplayAGraphAndKeepTheCpuBits) {
+  // PLE, KV sharing and sliding windows; no experts (their routing reads
+  // the logits on the host mid-step, so each layer's launches go out apart).
+  const std::string dir = std::string(ROWLM_SOURCE_DIR) + "/tests/fixtures/gemma4/e_series";
+  std::ifstream in(dir + "/reference.json");
+  const auto ids = nlohmann::json::parse(in)["ids_a"].get<std::vector<int32_t>>();
+  ASSERT_GE(ids.size(), 8u);
+  std::vector<std::vector<Tensor>> logits(2);
+  for (int side = 0; side < 2; ++side) {
+    Backend& be = side == 0 ? *cpu : *gpu;
+    auto model = load_model(dir, be);
+    kv::CacheOptions opt;
+    opt.layers = model->kv_layers(kv::parse_codec("bf16"));
+    opt.block_size = 4;
+    kv::KvCache cache(opt, be);
+    const kv::RowId ra = cache.create_row(), rb = cache.create_row();
+    const Backend::LaunchStats before = be.launch_stats();
+    // 24 steps: row a decodes every step, row b joins every other step, so
+    // batches of one and two tokens alternate; both repeat many times.
+    for (int64_t step = 0; step < 24; ++step) {
+      ForwardBatch batch;
+      batch.add(ra, step, ids[std::size_t(step) % ids.size()], true);
+      if (step % 2 == 1) batch.add(rb, step / 2, ids[std::size_t(step + 3) % ids.size()], true);
+      Tensor l;
+      model->forward(batch, cache, l);
+      logits[std::size_t(side)].push_back(l);
+    }
+    if (side == 1) {
+      const Backend::LaunchStats after = be.launch_stats();
+      // Each shape: one eager step, one capture, replays after that.
+      EXPECT_EQ(after.captured - before.captured, 2);
+      EXPECT_GE(after.replayed - before.replayed, 20);
+    }
+  }
+  for (std::size_t i = 0; i < logits[0].size(); ++i)
+    expect_bitwise(logits[1][i], logits[0][i], "step " + std::to_string(i));
+}
+
 // The GPU's default precision (bf16 activations into tensor cores) on the
 // bf16 fixtures: within the bound the CPU's bf16 mode meets on the same
 // fixtures (transformers_reference_test: 0.3), and on the bundled trained

@@ -133,21 +133,44 @@ __global__ void rms_norm_kernel(const float* x, const void* w, Storage ws, int n
 constexpr int kNormThreads = 128;
 constexpr int64_t kNormMaxStaged = 12 * 1024;  // floats: 48 KiB
 
-__global__ void __launch_bounds__(kNormThreads) rms_norm_staged_kernel(const float* x, const void* w, Storage ws,
+__global__ void __launch_bounds__(kNormThreads) rms_norm_staged_kernel(const float* x,  // y may be x
+                                                                       const void* __restrict__ w, Storage ws,
                                                                        int norm, float eps, float* y, int64_t D) {
   extern __shared__ float row[];
   __shared__ float sum_of_squares;
+  constexpr int kBatch = 8;  // loads issued together before their uses: one latency per batch, not per element
   const int64_t r = blockIdx.x;
   const float* xr = x + r * D;
-  for (int64_t i = threadIdx.x; i < D; i += kNormThreads) row[i] = xr[i];
+  for (int64_t i0 = threadIdx.x; i0 < D; i0 += kNormThreads * kBatch) {
+    float v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t i = i0 + int64_t(j) * kNormThreads;
+      v[j] = i < D ? xr[i] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t i = i0 + int64_t(j) * kNormThreads;
+      if (i < D) row[i] = v[j];
+    }
+  }
   __syncthreads();
   if (threadIdx.x < 16) {
+    // Lane j sums k ≡ j (mod 16) in increasing k (the canonical order); the
+    // shared-memory reads of a batch go out before its FMAs.
     const int lane = int(threadIdx.x);
     const int64_t padded = (D + 15) / 16 * 16;
     float acc = 0.0f;
-    for (int64_t i = lane; i < padded; i += 16) {
-      const float v = i < D ? row[i] : 0.0f;
-      acc = fmaf(v, v, acc);
+    for (int64_t i0 = lane; i0 < padded; i0 += 16 * kBatch) {
+      float v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int64_t i = i0 + 16 * j;
+        v[j] = i < D ? row[i] : 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        if (i0 + 16 * j < padded) acc = fmaf(v[j], v[j], acc);
     }
     acc = half_warp_tree(acc, 0xffffu);
     if (lane == 0) sum_of_squares = acc;
@@ -155,14 +178,21 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_staged_kernel(const flo
   __syncthreads();
   const float mean = sum_of_squares / float(D);
   const float inv = 1.0f / sqrtf(mean + eps);
-  for (int64_t i = threadIdx.x; i < D; i += kNormThreads) {
-    float v = row[i] * inv;
-    if (norm != 2) {
-      float g = load_weight(w, ws, i);
-      if (norm == 1) g = 1.0f + g;
-      v = v * g;
+  for (int64_t i0 = threadIdx.x; i0 < D; i0 += kNormThreads * kBatch) {
+    float g[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t i = i0 + int64_t(j) * kNormThreads;
+      g[j] = i < D && norm != 2 ? load_weight(w, ws, i) : 0.0f;
     }
-    y[r * D + i] = v;
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t i = i0 + int64_t(j) * kNormThreads;
+      if (i >= D) break;
+      float v = row[i] * inv;
+      if (norm != 2) v = v * (norm == 1 ? 1.0f + g[j] : g[j]);
+      y[r * D + i] = v;
+    }
   }
 }
 

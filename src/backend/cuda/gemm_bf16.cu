@@ -50,6 +50,10 @@ struct Config {
   static constexpr int kStride = BK + 8;
   static constexpr int kStageElems = (BM + BN) * kStride;
   static constexpr int kSmemBytes = STAGES * kStageElems * 2;
+  // A split launch adds its chunk sums in its last block where the tile is
+  // small (no second launch: decode); a large tile's sums would leave one
+  // block working alone, so they run in a second kernel over the whole output.
+  static constexpr bool kSumsInKernel = BM * BN <= 16 * 64;
   static_assert(BM % (16 * WM) == 0 && BN % (16 * WN) == 0, "warp tiles are whole 16×16 tiles");
   static_assert(kGemmChunk % BK == 0 && BK % 16 == 0, "chunks are whole k tiles");
 };
@@ -85,7 +89,7 @@ __device__ __forceinline__ void load_tile(uint16_t* smem, const uint16_t* g, int
 template <class C, bool kAligned>
 __global__ void __launch_bounds__(C::kThreads)
     gemm_kernel(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w, float* __restrict__ y,
-                float* __restrict__ partials, int64_t M, int64_t N, int64_t K) {
+                float* __restrict__ partials, int* __restrict__ arrivals, int64_t M, int64_t N, int64_t K) {
   extern __shared__ __align__(16) uint16_t smem[];
   const int64_t row0 = int64_t(blockIdx.y) * C::BM, col0 = int64_t(blockIdx.x) * C::BN;
   const bool split = partials != nullptr;
@@ -172,9 +176,33 @@ __global__ void __launch_bounds__(C::kThreads)
         const int64_t n = col0 + warp_n * C::kWarpN + j * 8 + (lane % 4) * 2 + (e % 2);
         if (m < M && n < N) out[m * N + n] = split ? part[i][j][e] : total[i][j][e];
       }
+  if (!split || !C::kSumsInKernel) return;
+  // The last of a tile's chunk blocks to finish adds the chunk sums into y,
+  // to 0.0f in increasing chunk order (the order the unsplit path adds in),
+  // and leaves the tile's arrival count at zero for the next launch.
+  __shared__ int last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int& count = arrivals[blockIdx.y * gridDim.x + blockIdx.x];
+    last = atomicAdd(&count, 1) == int(gridDim.z) - 1;
+    if (last) count = 0;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int64_t MN = M * N;
+  for (int e = threadIdx.x; e < C::BM * C::BN; e += C::kThreads) {
+    const int64_t m = row0 + e / C::BN, n = col0 + e % C::BN;
+    if (m >= M || n >= N) continue;
+    float sum = 0.0f;
+    for (unsigned c = 0; c < gridDim.z; ++c) sum = sum + __ldcg(partials + int64_t(c) * MN + m * N + n);
+    y[m * N + n] = sum;
+  }
 }
 
 // y = the chunks' sums added to 0.0f in chunk order (step 3 above).
+// y = Σ over chunks c of partials[c] (added to 0.0f in increasing c).
 __global__ void sum_chunks_kernel(const float* __restrict__ partials, float* __restrict__ y, int64_t MN, int chunks) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= MN) return;
@@ -187,7 +215,7 @@ int64_t chunks_of(int64_t K) { return (K + kGemmChunk - 1) / kGemmChunk; }
 
 template <class C>
 void launch(bool split, const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N, int64_t K,
-            float* scratch, cudaStream_t stream) {
+            float* scratch, int* arrivals, cudaStream_t stream) {
   const int64_t chunks = chunks_of(K);
   split = split && chunks > 1;
   const dim3 grid(unsigned((N + C::BN - 1) / C::BN), unsigned((M + C::BM - 1) / C::BM),
@@ -198,8 +226,8 @@ void launch(bool split, const uint16_t* x, const uint16_t* w, float* y, int64_t 
   // Above 48 KiB of shared memory a kernel must opt in; a host-side
   // attribute, cheap, and idempotent.
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
-  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(x, w, y, split ? scratch : nullptr, M, N, K);
-  if (split) {
+  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(x, w, y, split ? scratch : nullptr, arrivals, M, N, K);
+  if (split && !C::kSumsInKernel) {
     const int64_t MN = M * N;
     sum_chunks_kernel<<<unsigned((MN + 255) / 256), 256, 0, stream>>>(scratch, y, MN, int(chunks));
   }
@@ -256,18 +284,20 @@ std::size_t gemm_bf16_scratch_bytes(int64_t M, int64_t N, int64_t K, int sms) {
 }
 
 void gemm_bf16_with(GemmTile tile, bool split, const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N,
-                    int64_t K, float* scratch, cudaStream_t stream) {
+                    int64_t K, float* scratch, int* arrivals, cudaStream_t stream) {
   if (M == 0 || N == 0) return;
   switch (tile) {
-    case GemmTile::Small: launch<SmallTile>(split, x, w, y, M, N, K, scratch, stream); break;
-    case GemmTile::Medium: launch<MediumTile>(split, x, w, y, M, N, K, scratch, stream); break;
-    case GemmTile::Large: launch<LargeTile>(split, x, w, y, M, N, K, scratch, stream); break;
+    case GemmTile::Small: launch<SmallTile>(split, x, w, y, M, N, K, scratch, arrivals, stream); break;
+    case GemmTile::Medium: launch<MediumTile>(split, x, w, y, M, N, K, scratch, arrivals, stream); break;
+    case GemmTile::Large: launch<LargeTile>(split, x, w, y, M, N, K, scratch, arrivals, stream); break;
   }
 }
 
 void gemm_bf16(const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N, int64_t K, float* scratch,
-               int sms, cudaStream_t stream) {
-  gemm_bf16_with(tile_for(M), should_split(M, N, K, sms), x, w, y, M, N, K, scratch, stream);
+               int* arrivals, int sms, cudaStream_t stream) {
+  gemm_bf16_with(tile_for(M), should_split(M, N, K, sms), x, w, y, M, N, K, scratch, arrivals, stream);
 }
+
+int64_t gemm_bf16_tiles(GemmTile tile, int64_t M, int64_t N) { return tiles_of(tile, M, N); }
 
 }  // namespace rowlm::cuda

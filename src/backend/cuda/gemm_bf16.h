@@ -11,8 +11,9 @@
 //      step that starts below K (elements past K are zeros).
 //   3. The chunks' sums are added to 0.0f in increasing chunk order.
 // Element (m, n) depends only on row m of x and row n of w. The launcher picks
-// tile sizes and whether chunks run in separate blocks (split over K, summed
-// in a second kernel in chunk order) from M, N, K and the SM count: that
+// tile sizes and whether chunks run in separate blocks (split over K: the
+// chunk sums are added in chunk order by the last block of a tile to finish,
+// or for large tiles by a second kernel) from M, N, K and the SM count: that
 // choice changes the speed, never the bits. So a row's result is the same
 // alone, in a batch of 1,000 rows, in prefill or in decode.
 //
@@ -29,11 +30,15 @@ namespace rowlm::cuda {
 inline constexpr int64_t kGemmChunk = 512;
 
 // Device bytes of f32 scratch gemm_bf16 needs for this shape (0 when it will
-// not split over K); pass at least that much as `scratch`.
+// not split over K); pass at least that much as `scratch`. `arrivals`: a
+// device array of at least kGemmArrivals ints, zero before the first launch;
+// a split launch counts its blocks' arrivals there and leaves it zero again,
+// so one array serves every launch on a stream.
+inline constexpr int64_t kGemmArrivals = 1 << 16;
 std::size_t gemm_bf16_scratch_bytes(int64_t M, int64_t N, int64_t K, int sms);
 
 void gemm_bf16(const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N, int64_t K, float* scratch,
-               int sms, cudaStream_t stream);
+               int* arrivals, int sms, cudaStream_t stream);
 
 // Ceiling probe: chains of mma.m16n8k16 on registers (no memory traffic) on
 // every SM; returns the flops it issues (time it on the stream).
@@ -43,7 +48,10 @@ double mma_chains(int64_t iters, float* sink, int sms, cudaStream_t stream);
 // inputs and check the bits agree (gemm_bf16 picks among them by shape).
 enum class GemmTile : int { Small, Medium, Large };
 void gemm_bf16_with(GemmTile tile, bool split, const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N,
-                    int64_t K, float* scratch, cudaStream_t stream);
+                    int64_t K, float* scratch, int* arrivals, cudaStream_t stream);
+// Output tiles of a configuration: a split launch counts arrivals in that
+// many ints (gemm_bf16 splits only below 4 × SMs tiles).
+int64_t gemm_bf16_tiles(GemmTile tile, int64_t M, int64_t N);
 // Scratch for gemm_bf16_with(…, split = true, …).
 std::size_t gemm_bf16_split_scratch_bytes(int64_t M, int64_t N, int64_t K);
 

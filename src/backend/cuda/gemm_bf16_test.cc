@@ -68,9 +68,17 @@ class GemmBf16 : public ::testing::Test {
       EXPECT_EQ(cudaMalloc(&p, scratch_bytes), cudaSuccess);
       scratch.reset(p);
     }
-    cuda::gemm_bf16_with(tile, split, static_cast<const uint16_t*>(dx.get()), static_cast<const uint16_t*>(dw.get()),
-                         static_cast<float*>(dy.get()), M, N, K, static_cast<float*>(scratch.get()), nullptr);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    // The arrival counters start at zero; a split launch must leave them
+    // zero, so the second launch (y reset in between) writes y again.
+    const std::vector<int> zeros(std::size_t(cuda::gemm_bf16_tiles(tile, M, N)), 0);
+    auto arrivals = device_copy(zeros.data(), zeros.size() * sizeof(int));
+    for (int launch = 0; launch < 2; ++launch) {
+      EXPECT_EQ(cudaMemcpy(dy.get(), y.data(), y.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      cuda::gemm_bf16_with(tile, split, static_cast<const uint16_t*>(dx.get()), static_cast<const uint16_t*>(dw.get()),
+                           static_cast<float*>(dy.get()), M, N, K, static_cast<float*>(scratch.get()),
+                           static_cast<int*>(arrivals.get()), nullptr);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    }
     EXPECT_EQ(cudaMemcpy(y.data(), dy.get(), y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     return y;
   }
