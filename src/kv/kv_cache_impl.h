@@ -19,7 +19,8 @@ namespace rowlm::kv {
 inline constexpr int32_t kNoBlock = -1;
 
 // One layer's blocks. A block is free (refs 0), held by rows and/or the
-// prefix cache (refs = holders). The arena never shrinks: a freed block's
+// prefix cache (refs = holders). The arena never shrinks (release_free_memory
+// hands free blocks' pages back but keeps their ids): a freed block's
 // bytes are reused by the next allocation, the lowest free id first, so
 // blocks in use gather at low ids and the free ones form long runs whose
 // memory release_free_memory can hand back to the system.

@@ -11,8 +11,9 @@ only; prints a JSON report.
 The server is started here (`rowlm serve --port 0`) and serves every request
 of the mix once alone (the reference replies; resident memory then is "cold
 idle"). A warm-up burst at the same concurrency follows (--warmup seconds):
-the KV pool keeps the blocks it has grown to for reuse (src/kv never returns
-storage to the system), so "idle" is measured after it, settled. Then the
+the prefix cache keeps what it may of the burst (within --prefix-cache-bytes;
+the KV pool's other free pages go back to the system when the engine goes
+idle), so "idle" is measured after it, settled. Then the
 load; then memory again once nothing runs; then SIGTERM (the server must exit
 0). Every streamed reply of the warm-up and the load is checked.
 
