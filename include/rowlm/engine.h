@@ -19,6 +19,7 @@
 // depend on what else runs (bitwise), so a request gives the same output
 // alone or in any batch.
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -42,6 +43,10 @@ namespace constrain {
 class Grammar;
 }  // namespace constrain
 
+// EngineOptions::prefix_cache_bytes by default (and `--prefix-cache-bytes`'s),
+// whatever the KV budget: a fixed, stated bound on what an idle engine keeps.
+inline constexpr std::size_t kDefaultPrefixCacheBytes = std::size_t(256) << 20;
+
 struct EngineOptions {
   std::string model_dir;
   std::string device = "auto";        // where the model runs: auto, cpu, cuda, cuda:N (rowlm::make_backend)
@@ -63,8 +68,13 @@ struct EngineOptions {
   std::optional<int64_t> kv_quantize_after;
   std::string kv_quantize_to = "q8";
   std::size_t kv_budget_bytes = 0;    // KV pool; 0 = a default from the machine's free memory
-  std::size_t prefix_cache_bytes = 0; // unused cached prefix blocks kept; 0 = a quarter of the budget
   bool prefix_cache = true;           // reuse cached prompt prefixes
+  // The most KV bytes the prefix cache keeps of prompts no running request
+  // holds (the KV of finished requests, for reuse): what an idle engine
+  // keeps of its pool; the rest goes back to the system when the engine goes
+  // idle (on the CPU backend). It is evicted first, least recently used,
+  // when running requests need room. Must be > 0 while prefix_cache is on.
+  std::size_t prefix_cache_bytes = kDefaultPrefixCacheBytes;
   // Admission holds KV room for every running request to reach its prompt
   // plus max_tokens (capped by the context), so admitted requests are not
   // preempted for room. With kv_overcommit, requests are admitted on what

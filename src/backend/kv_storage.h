@@ -32,6 +32,22 @@ class KvArena {
   // addresses. Throws OutOfMemory (having added nothing) when the device
   // cannot hold them.
   virtual void grow(int64_t count) = 0;
+  // Idle memory back to the system. `free_blocks` lists blocks (distinct,
+  // each < blocks()) that no row or cache holds: their bytes will be written
+  // before anything reads them again. The arena may return whole pages of
+  // them to the operating system; they stay addressable (a later write takes
+  // the memory back, a read before it sees unspecified bytes). Returns the
+  // bytes of the pages it handed back. Not for the decode path (a
+  // system call per run of free blocks); called when the engine goes idle.
+  // Threads: like grow(), with no kernel touching the arena. Default: keeps
+  // everything (a backend whose memory is not the host's to return).
+  virtual std::size_t release_free_blocks(std::span<const int32_t> free_blocks) {
+    (void)free_blocks;
+    return 0;
+  }
+  // Bytes of this arena resident in memory now, as the operating system
+  // reports it (what release_free_blocks lowers). Default: every block's.
+  virtual std::size_t resident_bytes() const { return std::size_t(blocks()) * block_bytes(); }
 };
 
 // Copy-on-write: block `dst` becomes a copy of block `src`.

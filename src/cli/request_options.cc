@@ -26,7 +26,7 @@ void add_engine_options(Args& args, int default_max_waiting) {
       .flag("no-prefix-cache", "do not reuse cached prompt prefixes")
       .option("prefix-cache-bytes", "BYTES",
               "KV of finished prompts kept for reuse while idle (evicted first when running requests need room)",
-              "256M")
+              std::to_string(kDefaultPrefixCacheBytes >> 20) + "M")
       .flag("no-kv-swap", "recompute preempted requests instead of moving their KV to host memory and back")
       .flag("kv-overcommit",
             "admit requests on the KV they hold now, not what they may reach (more run at once; growth preempts)")

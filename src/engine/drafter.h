@@ -80,6 +80,8 @@ class Drafter {
   // Memory for the engine's gauges (0 for a stateless drafter).
   virtual std::size_t used_bytes() const { return 0; }
   virtual std::size_t prefix_cache_bytes() const { return 0; }
+  // An idle engine hands its free KV memory back (kv::KvCache::release_free_memory).
+  virtual void release_free_memory() {}
 };
 
 // Prompt lookup: the longest recent n-gram of the row's tokens (n = 3..1)

@@ -354,6 +354,7 @@ void EngineImpl::run_until_idle() {
   if (opt_.background) throw Error("engine: run_until_idle() is for engines created with background = false");
   while (step_locked_out()) {
   }
+  runner_->release_free_memory();  // idle, as the background loop is before it waits
 }
 
 void EngineImpl::loop() {
@@ -365,6 +366,10 @@ void EngineImpl::loop() {
     }
     more = step_locked_out();
     if (!more) {
+      // Idle: the KV pool's free blocks go back to the system (blocks the
+      // prefix cache holds stay, within prefix_cache_bytes). Never between
+      // steps of a running batch; a no-op when nothing was freed since.
+      runner_->release_free_memory();
       std::unique_lock lock(signal_->mu);
       signal_->cv.wait(lock, [&] { return signal_->pending; });
       signal_->pending = false;

@@ -202,6 +202,37 @@ TEST(Engine, CancelFreesBlocks) {
   EXPECT_EQ(engine->stats().kv_used_bytes - engine->stats().prefix_cache_bytes, 0u);
 }
 
+// The prefix cache's budget: stated by default, held through distinct
+// prompts (each starts with its own word, so none reuses another's blocks),
+// and 0 with the cache on is refused by name.
+TEST(Engine, PrefixCacheStaysWithinItsBudget) {
+  EXPECT_EQ(EngineOptions{}.prefix_cache_bytes, kDefaultPrefixCacheBytes);
+  EngineOptions o = manual();
+  o.prefix_cache_bytes = 0;
+  try {
+    Engine::create(o);
+    ADD_FAILURE() << "prefix_cache_bytes 0 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("prefix_cache_bytes"), std::string::npos) << e.what();
+  }
+  constexpr std::size_t kBudget = std::size_t(128) << 10;
+  o.prefix_cache_bytes = kBudget;
+  auto engine = Engine::create(o);
+  std::size_t most = 0;
+  for (int i = 0; i < 6; ++i) {
+    std::string prompt = std::to_string(i);
+    for (int r = 0; r < 6; ++r) prompt += std::string(" ") + kPrompts[(i + r) % 4];
+    auto h = engine->submit(make_request(Spec{prompt, 0.0f, 1, 4, 0, {}}));
+    engine->run_until_idle();
+    EXPECT_EQ(h->result().usage.cached_prompt_tokens, 0) << "prompt " << i;
+    const EngineStats s = engine->stats();
+    EXPECT_LE(s.prefix_cache_bytes, kBudget) << "after prompt " << i;
+    EXPECT_EQ(s.kv_used_bytes, s.prefix_cache_bytes) << "only the cache holds blocks while idle";
+    most = std::max(most, s.prefix_cache_bytes);
+  }
+  EXPECT_GT(most, kBudget / 2) << "the prompts were meant to fill the budget";
+}
+
 TEST(Engine, StopStringEndsTextBeforeIt) {
   auto engine = Engine::create(manual());
   Spec base{"And the king said unto", 0.0f, 1, 40, 0, {}};

@@ -81,6 +81,7 @@ class ModelDrafter final : public Drafter {
 
   std::size_t used_bytes() const override { return cache_.used_bytes(); }
   std::size_t prefix_cache_bytes() const override { return cache_.prefix_cache_bytes(); }
+  void release_free_memory() override { cache_.release_free_memory(); }
 
  private:
   struct Row {

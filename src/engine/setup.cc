@@ -66,6 +66,8 @@ void check_options(const EngineOptions& opt) {
   if (opt.max_running < 1) throw Error("engine: max_running must be at least 1");
   if (opt.token_budget < 1) throw Error("engine: token_budget must be at least 1");
   if (opt.max_waiting < 0) throw Error("engine: max_waiting must not be negative");
+  if (opt.prefix_cache && opt.prefix_cache_bytes == 0)
+    throw Error("engine: prefix_cache_bytes must be more than 0 (prefix_cache = false turns the cache off)");
   if (!opt.draft.empty() && (opt.draft_tokens < 1 || opt.draft_tokens > kMaxDraftTokens))
     throw Error("engine: draft_tokens must be 1.." + std::to_string(kMaxDraftTokens) + ", got " +
                 std::to_string(opt.draft_tokens));
@@ -116,9 +118,7 @@ kv::CacheOptions cache_options(const EngineOptions& options, const Model& model,
       copt.capacity_bytes = avail ? avail / 10 * 8 : std::size_t(2) << 30;
     }
   }
-  copt.prefix_cache_bytes = options.prefix_cache ? (options.prefix_cache_bytes ? options.prefix_cache_bytes
-                                                                               : copt.capacity_bytes / 4)
-                                                 : 0;
+  copt.prefix_cache_bytes = options.prefix_cache ? options.prefix_cache_bytes : 0;
   return copt;
 }
 

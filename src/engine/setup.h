@@ -42,8 +42,8 @@ kv::PrecisionSwitch precision_switch(const EngineOptions& options, const std::ve
 // The target cache's options: the model's layers with options.kv_codec,
 // options.kv_budget_bytes (default from `backend`'s free memory: on the CPU
 // half of it, at most 16 GiB; on a GPU, after the weights were uploaded, 80%
-// of what is left), the prefix cache's bytes (default: a quarter of that)
-// and the precision switch when options.kv_quantize_after is set.
+// of what is left), options.prefix_cache_bytes for the prefix cache (0 when
+// it is off) and the precision switch when options.kv_quantize_after is set.
 kv::CacheOptions cache_options(const EngineOptions& options, const Model& model, const Backend& backend);
 
 // The drafter options.draft asks for, or null. A draft model runs on

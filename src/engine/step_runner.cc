@@ -163,6 +163,11 @@ std::size_t StepRunner::used_bytes() const {
   return cache_->used_bytes() + (drafter_ ? drafter_->used_bytes() : 0);
 }
 
+void StepRunner::release_free_memory() {
+  cache_->release_free_memory();
+  if (drafter_) drafter_->release_free_memory();
+}
+
 std::size_t StepRunner::prefix_cache_bytes() const {
   return cache_->prefix_cache_bytes() + (drafter_ ? drafter_->prefix_cache_bytes() : 0);
 }

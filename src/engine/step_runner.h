@@ -107,6 +107,8 @@ class StepRunner {
   // Both caches' bytes in use, and held only by their prefix caches.
   std::size_t used_bytes() const;
   std::size_t prefix_cache_bytes() const;
+  // Idle: both caches' free blocks' memory back to the system (not between steps).
+  void release_free_memory();
 
  private:
   void publish(RequestState& r);

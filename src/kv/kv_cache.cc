@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <unordered_set>
 
@@ -77,6 +78,7 @@ int32_t KvCache::Impl::allocate(int pool_id) {
   const int layer = pool_id % num_layers();
   int32_t id;
   if (!p.free_ids.empty()) {
+    std::pop_heap(p.free_ids.begin(), p.free_ids.end(), std::greater<>());
     id = p.free_ids.back();
     p.free_ids.pop_back();
   } else {
@@ -114,6 +116,8 @@ void KvCache::Impl::release(int pool_id, int32_t id) {
   if (refs == 0) {
     ROWLM_CHECK(p.cache_entry[std::size_t(id)] < 0, "freeing a cached block");
     p.free_ids.push_back(id);
+    std::push_heap(p.free_ids.begin(), p.free_ids.end(), std::greater<>());
+    ++freed_since_release;
     p.in_use -= 1;
     used -= p.block_bytes;
   } else if (refs == 1 && p.cache_entry[std::size_t(id)] >= 0) {
@@ -425,6 +429,27 @@ std::size_t KvCache::bytes_per_token(int layer_index) const { return token_recor
 std::size_t KvCache::used_bytes() const { return impl_->used; }
 
 std::size_t KvCache::free_bytes() const { return impl_->available(); }
+
+std::size_t KvCache::release_free_memory() {
+  Impl& m = *impl_;
+  if (m.step_open) throw Error("KV cache: release_free_memory while a step is open");
+  if (m.freed_since_release == 0) return 0;  // what was free before is handed back already
+  m.freed_since_release = 0;
+  std::size_t released = 0;
+  for (int p = 0; p < m.num_pools(); ++p) {
+    LayerPool& pool = m.pool(p);
+    if (pool.arena) released += pool.arena->release_free_blocks(pool.free_ids);
+  }
+  return released;
+}
+
+std::size_t KvCache::resident_bytes() const {
+  const Impl& m = *impl_;
+  std::size_t bytes = 0;
+  for (int p = 0; p < m.num_pools(); ++p)
+    if (m.pool(p).arena) bytes += m.pool(p).arena->resident_bytes();
+  return bytes;
+}
 
 // ---------------------------------------------------------------------------
 // Row lifecycle

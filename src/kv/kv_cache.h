@@ -165,6 +165,16 @@ class KvCache {
   std::size_t bytes_per_token(int layer) const;
   std::size_t used_bytes() const;
   std::size_t free_bytes() const;  // capacity - used (SIZE_MAX when unlimited)
+  // Hands the memory of free blocks (held by no row and not by the prefix
+  // cache) back to the system, as far as the backend can (KvArena::
+  // release_free_blocks); the books do not change and later allocations
+  // take the memory back. For an idle engine, not between steps: it costs
+  // a system call per run of free blocks and a pass over the pool, and
+  // nothing when no block was freed since the last call. Not while a step
+  // is open. Returns the bytes handed back.
+  std::size_t release_free_memory();
+  // Bytes of the arenas resident in memory now (KvArena::resident_bytes).
+  std::size_t resident_bytes() const;
 
   // --- Row lifecycle (the engine) ----------------------------------------
   // The seed's mergeRows has four doors: create_row (empty), fork, restore

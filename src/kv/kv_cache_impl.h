@@ -19,15 +19,18 @@ namespace rowlm::kv {
 inline constexpr int32_t kNoBlock = -1;
 
 // One layer's blocks. A block is free (refs 0), held by rows and/or the
-// prefix cache (refs = holders). The arena never shrinks: a freed block's
-// bytes are reused by the next allocation.
+// prefix cache (refs = holders). The arena never shrinks (release_free_memory
+// hands free blocks' pages back but keeps their ids): a freed block's
+// bytes are reused by the next allocation, the lowest free id first, so
+// blocks in use gather at low ids and the free ones form long runs whose
+// memory release_free_memory can hand back to the system.
 struct LayerPool {
   LayerSpec spec;
   std::unique_ptr<KvArena> arena;  // the bytes, on the backend's device
   std::size_t block_bytes = 0;     // arena->block_bytes()
   std::vector<int32_t> refs;       // by block id
   std::vector<int32_t> cache_entry;    // prefix entry holding the block, or -1
-  std::vector<int32_t> free_ids;
+  std::vector<int32_t> free_ids;  // a min-heap (std::greater)
   int64_t in_use = 0;
 };
 
@@ -88,6 +91,7 @@ struct KvCache::Impl {
   std::vector<LayerPool> switch_pools;  // one per layer
   int64_t switch_after = -1;            // -1: no precision switch
   std::size_t used = 0;
+  int64_t freed_since_release = 0;  // blocks freed since release_free_memory last ran
   std::unordered_map<RowId, Row> rows;
   RowId next_row = 0;
 

@@ -47,7 +47,7 @@ class Harness {
           uint64_t seed, std::optional<PrecisionSwitch> precision_switch = std::nullopt)
       : cache_(with_switch(testing::options_for(layers, block_size, capacity, prefix_bytes), precision_switch),
                testing::backend()),
-        layers_(std::move(layers)), switch_(std::move(precision_switch)), seed_(seed) {}
+        layers_(std::move(layers)), switch_(std::move(precision_switch)), seed_(seed), prefix_bytes_(prefix_bytes) {}
 
   static CacheOptions with_switch(CacheOptions o, const std::optional<PrecisionSwitch>& s) {
     o.precision_switch = s;
@@ -131,7 +131,8 @@ class Harness {
     SCOPED_TRACE(after);
     ASSERT_EQ(cache_.num_rows(), int(rows_.size()));
     for (const auto& [id, o] : rows_) check_row(id, o);
-    cache_.check_consistency();
+    cache_.check_consistency();  // recomputes the cache-only bytes from the references
+    ASSERT_LE(cache_.prefix_cache_bytes(), prefix_bytes_) << "the prefix cache stays within its budget";
   }
 
   void check_row(RowId id, const OracleRow& o) {
@@ -379,6 +380,13 @@ class Harness {
         } else {
           ++it;
         }
+      // An idle engine hands free blocks' memory back; every record a row
+      // or the prefix cache holds must come through it (check_all reads
+      // them, and later attaches read the cached ones).
+      if (i % 7 == 6) {
+        released_ += cache_.release_free_memory();
+        ++counts_["release free memory"];
+      }
       ++counts_[what];
       check_all(what);
       if (::testing::Test::HasFatalFailure()) return;
@@ -397,12 +405,15 @@ class Harness {
   int64_t attached() const { return attached_; }
   int64_t switches() const { return switches_; }
   int64_t out_of_blocks() const { return out_of_blocks_; }
+  std::size_t released() const { return released_; }
 
  private:
   KvCache cache_;
   std::vector<LayerSpec> layers_;
   std::optional<PrecisionSwitch> switch_;
   uint64_t seed_;
+  std::size_t prefix_bytes_;
+  std::size_t released_ = 0;
   std::map<RowId, OracleRow> rows_;
   int64_t attached_ = 0;
   int64_t out_of_blocks_ = 0;
@@ -421,6 +432,7 @@ TEST(KvRandom, OperationSequencesMatchTheSerialOracle) {
     Harness h(mixed_layers(), seed == 3 ? 5 : 4, 0, 64 << 10, seed);
     h.run(250);
     EXPECT_GT(h.attached(), 0) << "the run should exercise prefix reuse";
+    EXPECT_GT(h.released(), 0u) << "the run should hand free memory back";
   }
 }
 

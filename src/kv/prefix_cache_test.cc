@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <set>
 #include <utility>
@@ -387,6 +388,75 @@ TEST(PrefixCache, ClearingReturnsEveryCachedByte) {
   expect_holds(c, a, T);
   expect_holds(c, b, T);
   c.check_consistency();
+  expect_drained(c);
+}
+
+// Idle memory: the pages of blocks no row and not the prefix cache holds go
+// back to the system (resident bytes as the system reports them), cached
+// prefixes keep their bytes, and the released blocks are used again.
+TEST(PrefixCache, IdleMemoryGoesBackToTheSystemAndCachedPrefixesStay) {
+  constexpr int kDim = 256, kB = 4;
+  constexpr std::size_t kBig = 2 * 4 * kB * kDim;  // 8 KiB: f32, 1 head
+  constexpr int kCachedBlocks = 12;
+  KvCache c(options_for({layer_spec(1, kDim, 0, "f32")}, kB, 0, kCachedBlocks * kBig), testing::backend());
+  auto fill = [&](RowId r, const std::vector<int32_t>& T) {
+    const int32_t n = int32_t(T.size());
+    c.begin_step({&r, 1}, {&n, 1});
+    std::vector<float> kv;
+    for (int32_t t = 0; t < n; ++t) kv.insert(kv.end(), kDim, value_of(T[std::size_t(t)], t));
+    testing::write_host(c, 0, r, 0, n, kv.data(), kv.data());
+    c.end_step();
+    c.publish(r, T);
+  };
+  auto holds = [&](RowId r, const std::vector<int32_t>& T) {
+    for (int64_t p = 0; p < c.length(r); ++p) {
+      const auto rec = testing::read_record(c, 0, r, p);
+      std::vector<float> k(kDim), v(kDim);
+      std::memcpy(k.data(), rec.data(), kDim * 4);
+      std::memcpy(v.data(), rec.data() + kDim * 4, kDim * 4);
+      for (int d = 0; d < kDim; ++d)
+        if (k[std::size_t(d)] != value_of(T[std::size_t(p)], p) || v[std::size_t(d)] != k[std::size_t(d)]) return false;
+    }
+    return true;
+  };
+  // Six distinct 160-token prompts, all running at once: 240 blocks, two
+  // arena chunks' worth.
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<RowId> rows;
+  for (int i = 0; i < 6; ++i) {
+    prompts.push_back(prompt(160, 100 * (i + 1)));
+    prompts.back()[0] = 100000 + i;  // no two share a block
+    rows.push_back(c.create_row());
+    fill(rows.back(), prompts.back());
+  }
+  const std::size_t busy = c.resident_bytes();
+  EXPECT_GE(busy, 240 * kBig);
+  for (RowId r : rows) c.retire(r);
+  // Tail first, oldest first: the newest prompt's head is what stays.
+  EXPECT_EQ(c.prefix_cache_bytes(), kCachedBlocks * kBig);
+  EXPECT_GE(c.resident_bytes(), 240 * kBig) << "nothing is handed back before release_free_memory";
+
+  // All but the cached blocks (less the pages they share with neighbours).
+  EXPECT_GE(c.release_free_memory(), (240 - kCachedBlocks - 2) * kBig);
+  const std::size_t idle = c.resident_bytes();
+  // What stays is the cached blocks, each with at most the pages it shares
+  // with a neighbour (two, where blocks do not start on a page).
+  EXPECT_LE(idle, kCachedBlocks * (kBig + 2 * 4096));
+  EXPECT_GE(idle, kCachedBlocks * kBig);
+  EXPECT_EQ(c.release_free_memory(), 0u) << "nothing was freed since";
+  c.check_consistency();
+
+  // The cached prefix is intact, and released blocks serve new rows.
+  const auto& newest = prompts.back();
+  const int64_t cached = c.match_prefix(newest, int64_t(newest.size()));
+  EXPECT_EQ(cached, kCachedBlocks * kB);
+  const RowId again = c.create_row();
+  EXPECT_EQ(c.attach_prefix(again, newest, cached), cached);
+  EXPECT_TRUE(holds(again, newest));
+  const RowId fresh = c.create_row();
+  fill(fresh, prompts[0]);
+  EXPECT_TRUE(holds(fresh, prompts[0]));
+  EXPECT_GT(c.resident_bytes(), idle);
   expect_drained(c);
 }
 

@@ -11,10 +11,20 @@ only; prints a JSON report.
 The server is started here (`rowlm serve --port 0`) and serves every request
 of the mix once alone (the reference replies; resident memory then is "cold
 idle"). A warm-up burst at the same concurrency follows (--warmup seconds):
-the KV pool keeps the blocks it has grown to for reuse (src/kv never returns
-storage to the system), so "idle" is measured after it, settled. Then the
+the prefix cache keeps what it may of the burst (within --prefix-cache-bytes;
+the KV pool's other free pages go back to the system when the engine goes
+idle), so "idle" is measured after it, settled. Then the
 load; then memory again once nothing runs; then SIGTERM (the server must exit
 0). Every streamed reply of the warm-up and the load is checked.
+
+With --distinct N, N distinct long prompts (no two share a first token, so
+no prefix is reused; --distinct-words words each, about as many tokens on
+the bundled model) follow the load, sent by min(N, --clients) clients at
+once: resident memory before them, at their peak and once idle again, and
+what the prefix cache holds then (`rowlm_prefix_cache_bytes`). They pass
+when every one is answered and idle memory afterwards is within the prefix
+cache's bytes (plus 5%) of the level before them: the KV pool hands the rest
+back to the system when the engine goes idle. --duration 0 skips the load.
 """
 import argparse
 import http.client
@@ -46,6 +56,15 @@ def request_mix(seed):
         body.update({"temperature": 0} if i % 2 == 0 else {"temperature": 1.0, "seed": 7 + i})
         mix.append(("/v1/completions", body))
     return mix
+
+
+def distinct_prompts(n, words, seed):
+    """n completions of about `words` words each that share no prefix (each
+    starts with its own number), greedy and short: the KV they leave behind
+    is their prompts'."""
+    rng = random.Random(seed)
+    return [("/v1/completions", {"prompt": f"{i} " + " ".join(rng.choice(WORDS) for _ in range(words)),
+                                 "max_tokens": 8, "temperature": 0}) for i in range(n)]
 
 
 def start_server(args):
@@ -140,6 +159,60 @@ def streamed(conn, path, body):
     return "".join(text), finish, ttft, chunks
 
 
+def run_distinct(port, proc, name, args, rss_before, settle):
+    """The --distinct phase: its prompts at once, memory around them."""
+    prompts = [(p, {**b, "model": name}) for p, b in distinct_prompts(args.distinct, args.distinct_words, args.seed)]
+    lock = threading.Lock()
+    out = {"prompts": len(prompts), "answered": 0, "failures": 0, "prompt_tokens": 0, "errors": []}
+    todo = list(range(len(prompts)))
+
+    def client():
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+        while True:
+            with lock:
+                if not todo:
+                    break
+                i = todo.pop()
+            try:
+                c.request("POST", prompts[i][0], json.dumps(prompts[i][1]), {"content-type": "application/json"})
+                r = c.getresponse()
+                body = r.read()
+                if r.status != 200:
+                    raise RuntimeError(f"HTTP {r.status}: {body[:200]!r}")
+                usage = json.loads(body)["usage"]
+                with lock:
+                    out["answered"] += 1
+                    out["prompt_tokens"] += usage["prompt_tokens"]
+            except Exception as e:  # noqa: BLE001 - every failure is counted and shown
+                with lock:
+                    out["failures"] += 1
+                    if len(out["errors"]) < 5:
+                        out["errors"].append(f"distinct prompt {i}: {e}")
+                c.close()
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+        c.close()
+
+    threads = [threading.Thread(target=client) for _ in range(min(args.clients, len(prompts)))]
+    peak = rss_before
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        peak = max(peak, rss_bytes(proc.pid))
+        time.sleep(0.25)
+    after = settle()
+    _, m = get(port, "/metrics")
+    cached = metric(m, "rowlm_prefix_cache_bytes") or 0
+    mib = 1 / (1 << 20)
+    out["prompt_tokens_mean"] = round(out.pop("prompt_tokens") / max(out["answered"], 1))
+    out["rss_mib"] = {"before": round(rss_before * mib, 1), "peak": round(peak * mib, 1), "after": round(after * mib, 1)}
+    out["prefix_cache_mib_after"] = round(cached * mib, 1)
+    out["kv_used_mib_after"] = round((metric(m, "rowlm_kv_used_bytes") or 0) * mib, 1)
+    # Idle again: what the prefix cache keeps, and no more (5% allocator slack).
+    out["rss_within_prefix_cache"] = after <= (rss_before + cached) * 1.05
+    out["pass"] = out["failures"] == 0 and out["answered"] == len(prompts) and out["rss_within_prefix_cache"]
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rowlm", default="build/rowlm")
@@ -150,6 +223,8 @@ def main():
     ap.add_argument("--serve-flag", action="append", default=[], help="extra flag for rowlm serve (repeatable)")
     ap.add_argument("--warmup", type=float, default=10, help="seconds of warm-up load before idle is measured")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--distinct", type=int, default=0, help="then N distinct long prompts (memory after them)")
+    ap.add_argument("--distinct-words", type=int, default=3000, help="words (about tokens) per distinct prompt")
     args = ap.parse_args()
 
     proc, port = start_server(args)
@@ -229,17 +304,19 @@ def main():
     if args.warmup > 0:
         run_phase(args.warmup, record=False)
         rss_idle = settle()
-    elapsed, peak = run_phase(args.duration, record=True)
+    elapsed, peak = run_phase(args.duration, record=True) if args.duration > 0 else (0.0, rss_idle)
     peak = [peak]
 
     # Settled: nothing running, then memory measured again.
     rss_after = settle()
+    distinct = run_distinct(port, proc, name, args, rss_after, settle) if args.distinct > 0 else None
     health, _ = get(port, "/health")
     _, m = get(port, "/metrics")
     proc.terminate()
     exit_code = proc.wait(timeout=60)
 
     mib = 1 / (1 << 20)
+    elapsed = max(elapsed, 1e-9)
     q = statistics.quantiles(ttfts, n=100) if len(ttfts) >= 2 else [float("nan")] * 99
     report = {
         "clients": args.clients, "duration_s": round(elapsed, 1), "warmup_s": args.warmup,
@@ -254,8 +331,12 @@ def main():
     }
     # Back to idle: within 5% (allocator slack) of the idle level.
     report["rss_back_to_idle"] = rss_after <= rss_idle * 1.05
-    report["pass"] = (stats["failures"] == 0 and stats["mismatches"] == 0 and stats["requests"] > 0 and
-                      report["rss_back_to_idle"] and health == 200 and exit_code == 0)
+    load_ok = args.duration <= 0 or (stats["requests"] > 0 and report["rss_back_to_idle"])
+    report["pass"] = (stats["failures"] == 0 and stats["mismatches"] == 0 and load_ok and
+                      health == 200 and exit_code == 0)
+    if distinct is not None:
+        report["distinct"] = distinct
+        report["pass"] = report["pass"] and distinct["pass"]
     print(json.dumps(report, indent=2))
     return 0 if report["pass"] else 1
 

@@ -3,10 +3,13 @@
 DURATION seconds, mixing normal requests (streamed and whole) with random
 disconnects mid-stream and mid-reply, malformed and oversized requests
 (chunked bodies past --max-body included), clients that trickle their headers,
-and long prompts. Passes when the server never dies, every completed reply
-equals the same request served alone, bad requests get a 4xx, memory after the
-run is within 10% of its warm idle level, and SIGTERM exits 0. Python standard
-library only; prints a JSON report.
+long prompts, and distinct long prompts (about 2,000 tokens, no two sharing a
+prefix, so the prefix cache fills to its budget). Passes when the server never
+dies, every completed reply equals the same request served alone (the
+distinct prompts: answered), bad requests get a 4xx, resident memory once idle
+after the run is within 10% of its idle level after the references plus what
+the prefix cache then holds (RSS is sampled throughout; the peak is reported),
+and SIGTERM exits 0. Python standard library only; prints a JSON report.
 
     python3 tools/server_load/soak.py --rowlm build/rowlm --model models/rowlm-tiny \\
         --clients 64 --duration 600
@@ -28,6 +31,21 @@ LONG_WORDS = sl.WORDS * 60  # about 1,000 words: a long prompt for the tiny mode
 def long_requests():
     return [("/v1/completions", {"prompt": " ".join(LONG_WORDS[i:] + LONG_WORDS[:i]), "max_tokens": 24,
                                  "temperature": 0}) for i in range(3)]
+
+
+def distinct_long(port, name, k, rng):
+    """A long prompt no other request shares a block of; True when answered."""
+    body = {"model": name, "prompt": f"{k} {rng.random()} " + " ".join(rng.choice(sl.WORDS) for _ in range(2000)),
+            "max_tokens": 4, "temperature": 0}
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    try:
+        c.request("POST", "/v1/completions", json.dumps(body), {"content-type": "application/json"})
+        r = c.getresponse()
+        data = r.read()
+        if r.status != 200:
+            raise RuntimeError(f"distinct long prompt: HTTP {r.status}: {data[:200]!r}")
+    finally:
+        c.close()
 
 
 def hang_up_mid_stream(port, path, body, rng):
@@ -116,7 +134,7 @@ def main():
 
     lock = threading.Lock()
     stats = {"completed": 0, "mismatches": 0, "failures": 0, "bad_requests": 0, "bad_not_4xx": 0,
-             "stream_hang_ups": 0, "reply_hang_ups": 0, "tricklers": 0, "errors": []}
+             "stream_hang_ups": 0, "reply_hang_ups": 0, "tricklers": 0, "distinct_long": 0, "errors": []}
     stop_at = time.time() + args.duration
 
     def note_error(text):
@@ -153,10 +171,14 @@ def main():
                         if not 400 <= status < 500:
                             stats["bad_not_4xx"] += 1
                             note_error(f"bad request got {status}")
-                else:
+                elif roll < 0.93:
                     trickle_headers(port, rng)
                     with lock:
                         stats["tricklers"] += 1
+                else:
+                    distinct_long(port, name, k, rng)
+                    with lock:
+                        stats["distinct_long"] += 1
             except Exception as e:  # noqa: BLE001 - every failure is counted and shown
                 with lock:
                     stats["failures"] += 1
@@ -181,6 +203,7 @@ def main():
         t.join()
     alive = proc.poll() is None
     rss_after = 0
+    cached = 0
     if alive:
         for _ in range(600):
             m = sl.get(port, "/metrics")[1]
@@ -189,15 +212,20 @@ def main():
             time.sleep(0.1)
         time.sleep(3)
         rss_after = sl.rss_bytes(proc.pid)
+        cached = sl.metric(sl.get(port, "/metrics")[1], "rowlm_prefix_cache_bytes") or 0
         proc.terminate()
     exit_code = proc.wait(timeout=60)
     mib = 1 / (1 << 20)
     report = {**stats, "clients": args.clients, "duration_s": args.duration, "server_alive_at_end": alive,
               "rss_mib": {"after_references": round(rss_idle * mib, 1), "peak": round(peak[0] * mib, 1),
                           "after": round(rss_after * mib, 1)},
+              "prefix_cache_mib_after": round(cached * mib, 1),
               "server_exit_code": exit_code}
+    # Bounded: idle again, what the references left plus what the prefix
+    # cache keeps (within its budget), and 10% for allocator slack.
+    report["rss_bounded"] = alive and rss_after <= (rss_idle + cached) * 1.10
     report["pass"] = (alive and exit_code == 0 and stats["mismatches"] == 0 and stats["failures"] == 0 and
-                      stats["bad_not_4xx"] == 0 and stats["completed"] > 0)
+                      stats["bad_not_4xx"] == 0 and stats["completed"] > 0 and report["rss_bounded"])
     print(json.dumps(report, indent=2))
     return 0 if report["pass"] else 1
 
