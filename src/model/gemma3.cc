@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "model/config_fields.h"
+#include "model/gguf_source.h"
 #include "model/weight_binder.h"
 
 namespace rowlm::gemma3 {
@@ -154,7 +155,7 @@ decoder::DecoderConfig decoder_config(const Config& c, DType embed_dtype) {
   d.vocab_size = c.vocab_size;
   d.hidden_size = c.hidden_size;
   d.norm_eps = float(c.rms_norm_eps);
-  d.norm_kind = NormKind::OnePlus;
+  d.norm_kind = c.norms_hold_one_plus_w ? NormKind::Plain : NormKind::OnePlus;
   // torch.tensor(hidden_size ** 0.5) is f32, then cast to the weights' dtype.
   const float scale = float(std::sqrt(double(c.hidden_size)));
   d.embed_scale = embed_dtype == DType::BF16  ? round_bf16(scale)
@@ -253,6 +254,16 @@ decoder::DecoderWeights load_weights(const std::string& model_dir, const Config&
   w.storage = ck.storage();
   decoder::CheckpointSource b(ck, prefix, w, c.quantization);
   bind_all(b, c, w);
+  return w;
+}
+
+decoder::DecoderWeights load_gguf_weights(const gguf::File& file, const Config& c) {
+  ROWLM_CHECK(c.norms_hold_one_plus_w, "a gemma3 GGUF's norms hold 1 + w");
+  decoder::DecoderWeights w;
+  w.storage = file.owner();
+  decoder::GgufSource b(file, "gemma3", w);
+  bind_all(b, c, w);
+  b.check_all_used();
   return w;
 }
 
