@@ -7,10 +7,12 @@
 // experts), and checks that rowlm loads a model whose logits equal, bit for
 // bit, those of the same weights from safetensors (and, where the GGUF can
 // state the fixture's model, are within 1e-4 of transformers'). Then bad
-// metadata: errors that name the key.
+// metadata: errors that name the key. Last, the same checks on the files
+// llama.cpp's converter itself wrote.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -28,6 +30,7 @@
 #include "io/safetensors.h"
 #include "io/temp_dir.h"
 #include "kv/kv_cache.h"
+#include "model/awaiting_fixtures.h"
 #include "model/gemma3.h"
 #include "model/gguf_model.h"
 #include "model/llama_style.h"
@@ -313,8 +316,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"llama/bf16", {"llama", true}},          // bf16 matrices
                       Case{"mistral/no_window", {"llama"}},         // convert writes Mistral as llama
                       Case{"qwen2/mqa_tied", {"qwen2"}}),           // q/k/v biases, MQA
-    [](const auto& info) {
-      std::string s = info.param.fixture;
+    [](const auto& p) {
+      std::string s = p.param.fixture;
       for (char& ch : s) if (ch == '/') ch = '_';
       return s;
     });
@@ -386,6 +389,74 @@ TEST(GgufFamilies, Qwen3MoeEqualsTheSafetensorsWeights) {
   auto want = load_model(dir, *backend);
   EXPECT_TRUE(bitwise_equal(logits_of(*got, *backend, ids), logits_of(*want, *backend, ids)));
 }
+
+// The same weights under another config (a case the GGUF could only state
+// with a changed config): the family's own safetensors loader.
+std::unique_ptr<Model> load_with_config(const json& config, const std::string& weights_dir, Backend& backend) {
+  const std::string source = weights_dir + " (with the fixture's changed config)";
+  if (config["model_type"] == "gemma3_text") {
+    const gemma3::Config c = gemma3::parse_config(config.dump(), source);
+    return gemma3::make_model(c, gemma3::load_weights(weights_dir, c), backend, weights_dir);
+  }
+  const llama_style::Config c = llama_style::parse_config(config.dump(), source);
+  return llama_style::make_model(c, llama_style::load_weights(weights_dir, c), backend, weights_dir);
+}
+
+// tests/fixtures/gguf/families/<family>: files written by llama.cpp's own
+// convert_hf_to_gguf.py (tools/gguf/make_family_gguf_fixtures.py, run on
+// the accelerator machine), each from a transformers fixture: logits within
+// 1e-4 of transformers', bitwise those of the same weights from
+// safetensors, and transformers' greedy continuation. Skipped while the
+// directory is awaited (awaiting_fixtures.h); missing otherwise, it fails.
+class ConvertedByLlamaCpp : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ConvertedByLlamaCpp, MatchesTransformersAndTheSafetensorsModel) {
+  const std::string name = std::string("gguf/families/") + GetParam(), d = fixture(name);
+  if (!std::filesystem::exists(d + "/reference.json")) {
+    const std::string why = d + " is missing: run tools/gguf/make_family_gguf_fixtures.py on the accelerator machine";
+    if (test::awaiting_fixture(name)) GTEST_SKIP() << why;
+    FAIL() << why;
+  }
+  const json ref = read_json(d + "/reference.json");
+  auto backend = make_backend({"cpu", 2, MatmulPrecision::F32});
+  auto model = load_model(d + "/model.gguf", *backend);
+  const std::string weights = fixture(ref["weights"]);
+  const json config = read_json(std::filesystem::exists(d + "/hf/config.json") ? d + "/hf/config.json"
+                                                                               : weights + "/config.json");
+  auto from_safetensors = load_with_config(config, weights, *backend);
+  const auto ids = ref["ids_a"].get<std::vector<int32_t>>();
+  const Tensor got = logits_of(*model, *backend, ids);
+  EXPECT_TRUE(bitwise_equal(got, logits_of(*from_safetensors, *backend, ids)));
+  const std::string want = std::filesystem::exists(d + "/logits_a.npy") ? d + "/logits_a.npy"
+                                                                        : fixture(ref["source"]) + "/logits_a.npy";
+  EXPECT_LE(max_abs_diff(got, read_npy(want)), 1e-4f);
+
+  // Greedy, one token at a time after the prompt.
+  kv::CacheOptions opt;
+  opt.layers = model->kv_layers(kv::parse_codec("f32"));
+  opt.block_size = 4;
+  kv::KvCache cache(opt, *backend);
+  const kv::RowId row = cache.create_row();
+  std::vector<int32_t> seq = ref["greedy_prompt"].get<std::vector<int32_t>>(), out;
+  const auto want_tokens = ref["greedy_tokens"].get<std::vector<int32_t>>();
+  std::size_t pos = 0;
+  while (out.size() < want_tokens.size()) {
+    ForwardBatch b;
+    for (std::size_t i = pos; i < seq.size(); ++i) b.add(row, int64_t(i), seq[i], i + 1 == seq.size());
+    Tensor logits;
+    model->forward(b, cache, logits);
+    pos = seq.size();
+    const float* l = logits.data<float>();
+    const int32_t next = int32_t(std::max_element(l, l + logits.dim(1)) - l);
+    out.push_back(next);
+    seq.push_back(next);
+  }
+  EXPECT_EQ(out, want_tokens);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ConvertedByLlamaCpp,
+                         ::testing::Values("llama", "qwen2", "mistral", "gemma3", "qwen3_moe"),
+                         [](const auto& p) { return std::string(p.param); });
 
 std::string load_error(const GgufBuilder& g) {
   TempDir tmp("gguf_families_test");
