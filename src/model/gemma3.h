@@ -49,10 +49,12 @@ struct Config {
   std::vector<bool> sliding;  // per layer
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;
-  // The stored norm weights are already 1 + w (llama.cpp's Gemma3Model adds
-  // the 1 in f32, the sum transformers forms), so they apply as plain
-  // weights: bitwise what (1 + w) gives. Set by the GGUF loader.
-  bool norms_hold_one_plus_w = false;
+  // A GGUF file's model, as llama.cpp's gemma3 graph runs it (set by the
+  // GGUF loader): the stored norm weights are already 1 + w (Gemma3Model
+  // adds the 1 in f32, the sum transformers forms), so they apply as plain
+  // weights, bitwise what (1 + w) gives; the embedding is scaled by √H in
+  // f32 whatever its stored type.
+  bool from_gguf = false;
 };
 
 // Parses and validates config.json text; errors name `source` and the field.
@@ -65,7 +67,7 @@ Config load_config(const std::string& model_dir);
 decoder::DecoderConfig decoder_config(const Config& config, DType embed_dtype = DType::F32);
 decoder::DecoderWeights load_weights(const std::string& model_dir, const Config& config);
 // Binds llama.cpp's gemma3 names from a GGUF file (gguf_model.h); every
-// tensor of the file must be used. `config` must have norms_hold_one_plus_w.
+// tensor of the file must be used. `config` must have from_gguf set.
 decoder::DecoderWeights load_gguf_weights(const gguf::File& file, const Config& config);
 decoder::DecoderWeights make_synthetic_weights(const Config& config, uint64_t seed, float stddev = 0.02f);
 

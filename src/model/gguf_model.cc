@@ -56,7 +56,7 @@ std::unique_ptr<Model> load_gguf_model(const std::string& path, Backend& backend
   }
   if (hf["model_type"] == "gemma3_text") {
     gemma3::Config config = gemma3::parse_config(hf.dump(), source);
-    config.norms_hold_one_plus_w = true;  // Gemma3Model.norm_shift
+    config.from_gguf = true;  // 1 + w norms (Gemma3Model.norm_shift), llama.cpp's f32 embedding scale
     return gemma3::make_model(config, gemma3::load_gguf_weights(file, config), backend, path);
   }
   const llama_style::Config config = llama_style::parse_config(hf.dump(), source);
