@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/factory/make_backend.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/npy.h"
 #include "io/checkpoint.h"
@@ -235,7 +236,8 @@ GgufBuilder convert(const std::string& dir, const Conversion& how) {
       std::vector<float> v = floats_of(t);
       for (float& x : v) x = x + 1.0f;  // Gemma3Model.norm_shift, in f32
       bytes = float_bytes(v);
-    } else if (vector || t.dtype() == DType::F32 || !how.bf16) {
+    } else if (vector || t.dtype() == DType::F32 || !how.bf16 || name.ends_with("mlp.gate.weight")) {
+      // prepare_tensors: 1-D tensors and the router (FFN_GATE_INP) are always F32.
       bytes = float_bytes(floats_of(t));
     } else {
       bytes = bytes_of(t);
@@ -254,9 +256,10 @@ GgufBuilder convert(const std::string& dir, const Conversion& how) {
     });
     std::string bytes;
     Shape shape = ck.tensor(names[0]).shape();
-    for (const std::string& n : names) bytes += float_bytes(floats_of(ck.tensor(n)));
+    const bool keep_bf16 = how.bf16 && ck.tensor(names[0]).dtype() == DType::BF16;
+    for (const std::string& n : names) bytes += keep_bf16 ? bytes_of(ck.tensor(n)) : float_bytes(floats_of(ck.tensor(n)));
     shape.insert(shape.begin(), int64_t(names.size()));
-    g.tensor(gguf_name(stacked, a), shape, kF32, std::move(bytes));
+    g.tensor(gguf_name(stacked, a), shape, keep_bf16 ? kBF16 : kF32, std::move(bytes));
   }
   return g;
 }
@@ -333,44 +336,48 @@ TEST(GgufFamilies, Llama3RopeParametersAreRecoveredFromRopeFreqs) {
     EXPECT_EQ(got["rope_parameters"][key], want[key]) << key;
 }
 
-// Gemma 3 (gemma3/text): norms stored as 1 + w, window 5 with period 3
-// (layers 0, 1, 3 sliding), linear RoPE ×8 on the full layer, final softcap,
-// untied head. llama.cpp scales queries by head_dim^-½, so the GGUF states
-// the fixture's model with query_pre_attn_scalar = head_dim (16, not 20):
-// the comparison is with the safetensors weights under that config.
+// Gemma 3 (gemma3/text; gemma3/bf16 in bf16): norms stored as 1 + w, window
+// 5 with period 3 (layers 0, 1, 3 sliding), linear RoPE ×8 on the full
+// layer, final softcap (text), untied (text) or tied head. llama.cpp scales
+// queries by head_dim^-½, so the GGUF states the fixture's model with
+// query_pre_attn_scalar = head_dim (16, not 20): the comparison is with the
+// safetensors weights under that config.
 TEST(GgufFamilies, Gemma3EqualsTheSafetensorsWeights) {
-  const std::string dir = fixture("gemma3/text");
-  TempDir tmp("gguf_families_test");
-  const std::string path = tmp.file("model.gguf");
-  GgufBuilder g = convert(dir, {"gemma3"});
-  g.u32("gemma3.attention.sliding_window_pattern", 3);
-  g.write(path);
-  json config = read_json(dir + "/config.json");
-  config["query_pre_attn_scalar"] = 16;
-  auto backend = make_backend({"cpu", 2, MatmulPrecision::F32});
-  const gemma3::Config c = gemma3::parse_config(config.dump(), "gemma3/text with query_pre_attn_scalar 16");
-  auto want = gemma3::make_model(c, gemma3::load_weights(dir, c), *backend, dir);
-  auto got = load_model(path, *backend);
-  const auto ids = read_json(dir + "/reference.json")["ids_a"].get<std::vector<int32_t>>();
-  EXPECT_TRUE(bitwise_equal(logits_of(*got, *backend, ids), logits_of(*want, *backend, ids)));
+  for (const auto& [name, bf16] : {std::pair{"gemma3/text", false}, std::pair{"gemma3/bf16", true}}) {
+    const std::string dir = fixture(name);
+    TempDir tmp("gguf_families_test");
+    const std::string path = tmp.file("model.gguf");
+    GgufBuilder g = convert(dir, {"gemma3", bf16});
+    g.u32("gemma3.attention.sliding_window_pattern", 3);
+    g.write(path);
+    json config = read_json(dir + "/config.json");
+    config["query_pre_attn_scalar"] = 16;
+    auto backend = make_backend({"cpu", 2, MatmulPrecision::F32});
+    const gemma3::Config c = gemma3::parse_config(config.dump(), std::string(name) + " with query_pre_attn_scalar 16");
+    auto want = gemma3::make_model(c, gemma3::load_weights(dir, c), *backend, dir);
+    auto got = load_model(path, *backend);
+    const auto ids = read_json(dir + "/reference.json")["ids_a"].get<std::vector<int32_t>>();
+    EXPECT_TRUE(bitwise_equal(logits_of(*got, *backend, ids), logits_of(*want, *backend, ids))) << name;
 
-  const json hf = gguf_hf_config(gguf::File::open(path));
-  EXPECT_EQ(hf["layer_types"], config["layer_types"]);
-  EXPECT_EQ(hf["query_pre_attn_scalar"], 16);
-  // Without the period llama.cpp takes 6: every one of these four layers slides.
-  g.erase("gemma3.attention.sliding_window_pattern");
-  g.write(path);
-  EXPECT_EQ(gguf_hf_config(gguf::File::open(path))["layer_types"], json(std::vector<std::string>(4, "sliding_attention")));
+    const json hf = gguf_hf_config(gguf::File::open(path));
+    EXPECT_EQ(hf["layer_types"], config["layer_types"]) << name;
+    EXPECT_EQ(hf["query_pre_attn_scalar"], 16) << name;
+    // Without the period llama.cpp takes 6: every one of these four layers slides.
+    g.erase("gemma3.attention.sliding_window_pattern");
+    g.write(path);
+    EXPECT_EQ(gguf_hf_config(gguf::File::open(path))["layer_types"],
+              json(std::vector<std::string>(4, "sliding_attention")));
+  }
 }
 
 // Qwen 3 MoE (qwen3_moe/norm_topk's first two layers, both routed: llama.cpp's
-// qwen3moe has no dense layers): stacked experts, renormalised top-2.
+// qwen3moe has no dense layers), in bf16 as make_family_gguf_fixtures.py
+// converts it: stacked bf16 experts, the router in f32 (the converter keeps
+// it so), renormalised top-2.
 TEST(GgufFamilies, Qwen3MoeEqualsTheSafetensorsWeights) {
   const std::string src = fixture("qwen3_moe/norm_topk");
   TempDir tmp("gguf_families_test");
-  const std::string path = tmp.file("model.gguf");
-  convert(src, {"qwen3moe", false, 2}).write(path);
-  // The same two layers as a safetensors directory.
+  // The first two layers in bf16, as a safetensors directory.
   const std::string dir = tmp.path() + "/hf";
   std::filesystem::create_directories(dir);
   json config = read_json(src + "/config.json");
@@ -379,9 +386,17 @@ TEST(GgufFamilies, Qwen3MoeEqualsTheSafetensorsWeights) {
   std::ofstream(dir + "/config.json") << config.dump();
   const Checkpoint ck = Checkpoint::open(src);
   NamedTensors kept;
-  for (const std::string& name : ck.names())
-    if (!name.starts_with("model.layers.") || std::stoll(name.substr(13)) < 2) kept.push_back({name, ck.tensor(name)});
+  for (const std::string& name : ck.names()) {
+    if (name.starts_with("model.layers.") && std::stoll(name.substr(13)) >= 2) continue;
+    const Tensor t = ck.tensor(name);
+    Tensor b = Tensor::uninitialized(DType::BF16, t.shape());
+    for (int64_t i = 0; i < t.numel(); ++i) b.data<uint16_t>()[i] = f32_to_bf16(t.data<float>()[i]);
+    kept.push_back({name, b});
+  }
   write_safetensors(dir + "/model.safetensors", kept);
+  const std::string path = tmp.file("model.gguf");
+  convert(dir, {"qwen3moe", true}).write(path);
+  EXPECT_EQ(gguf::File::open(path).tensor("blk.1.ffn_gate_exps.weight").type, gguf::GgmlType::BF16);
 
   auto backend = make_backend({"cpu", 2, MatmulPrecision::F32});
   const auto ids = read_json(src + "/reference.json")["ids_a"].get<std::vector<int32_t>>();
