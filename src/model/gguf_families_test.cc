@@ -336,6 +336,66 @@ TEST(GgufFamilies, Llama3RopeParametersAreRecoveredFromRopeFreqs) {
     EXPECT_EQ(got["rope_parameters"][key], want[key]) << key;
 }
 
+// Q8_0 blocks of a row-major f32 matrix (rows of whole blocks of 32): a
+// scale per block (f16) and 32 int8 codes, value = scale · code.
+std::string q8_0(const std::vector<float>& v) {
+  std::string out;
+  for (std::size_t b = 0; b < v.size(); b += 32) {
+    float amax = 0;
+    for (std::size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(v[b + i]));
+    const uint16_t d16 = f32_to_f16(amax / 127.0f);
+    const float d = f16_to_f32(d16);
+    out.append(reinterpret_cast<const char*>(&d16), 2);
+    for (std::size_t i = 0; i < 32; ++i) out.push_back(char(int8_t(d == 0 ? 0 : std::lround(v[b + i] / d))));
+  }
+  return out;
+}
+
+std::vector<float> dequantize_q8_0(const std::string& q) {
+  std::vector<float> out;
+  for (std::size_t b = 0; b < q.size(); b += 34) {
+    uint16_t d16;
+    std::memcpy(&d16, q.data() + b, 2);
+    for (std::size_t i = 0; i < 32; ++i) out.push_back(f16_to_f32(d16) * float(int8_t(q[b + 2 + i])));
+  }
+  return out;
+}
+
+// llama's permuted q and k rows in a block type (a llama-quantize'd file):
+// the rows move whole, so the file with Q8_0 q/k matrices gives bitwise the
+// logits of the same file with those blocks dequantized to F32 (rowlm's
+// affine matmul is the f32 matmul of the dequantized matrix).
+TEST(GgufFamilies, PermutedRowsOfBlockTypesStayExact) {
+  const std::string dir = fixture("llama/llama3_tied");
+  const Checkpoint ck = Checkpoint::open(dir);
+  GgufBuilder quantized = convert(dir, {"llama"}), dequantized = quantized;
+  for (int l = 0; l < 3; ++l)
+    for (const char* m : {"q", "k"}) {
+      const std::string hf = "model.layers." + std::to_string(l) + ".self_attn." + m + "_proj.weight";
+      const Tensor t = ck.tensor(hf);
+      const int64_t heads = std::string(m) == "q" ? 4 : 2;
+      const std::string permuted = permute_rows(float_bytes(floats_of(t)), heads, t.shape()[0], 64 * 4);
+      std::vector<float> v(permuted.size() / 4);
+      std::memcpy(v.data(), permuted.data(), permuted.size());
+      const std::string blocks = q8_0(v);
+      const std::string name = "blk." + std::to_string(l) + ".attn_" + m + ".weight";
+      quantized.erase_tensor(name);
+      quantized.tensor(name, t.shape(), uint32_t(gguf::GgmlType::Q8_0), blocks);
+      dequantized.erase_tensor(name);
+      dequantized.tensor(name, t.shape(), kF32, float_bytes(dequantize_q8_0(blocks)));
+    }
+  TempDir tmp("gguf_families_test");
+  quantized.write(tmp.file("q.gguf"));
+  dequantized.write(tmp.file("f.gguf"));
+  auto backend = make_backend({"cpu", 2, MatmulPrecision::F32});
+  const auto ids = read_json(dir + "/reference.json")["ids_a"].get<std::vector<int32_t>>();
+  auto q = load_model(tmp.file("q.gguf"), *backend);
+  auto f = load_model(tmp.file("f.gguf"), *backend);
+  const Tensor got = logits_of(*q, *backend, ids);
+  EXPECT_TRUE(bitwise_equal(got, logits_of(*f, *backend, ids)));
+  EXPECT_LE(max_abs_diff(got, read_npy(dir + "/logits_a.npy")), 0.05f);  // near the unquantized model
+}
+
 // Gemma 3 (gemma3/text; gemma3/bf16 in bf16): norms stored as 1 + w, window
 // 5 with period 3 (layers 0, 1, 3 sliding), linear RoPE ×8 on the full
 // layer, final softcap (text), untied (text) or tied head. llama.cpp scales
