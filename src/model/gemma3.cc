@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "model/config_fields.h"
+#include "model/gguf_source.h"
 #include "model/weight_binder.h"
 
 namespace rowlm::gemma3 {
@@ -154,7 +155,7 @@ decoder::DecoderConfig decoder_config(const Config& c, DType embed_dtype) {
   d.vocab_size = c.vocab_size;
   d.hidden_size = c.hidden_size;
   d.norm_eps = float(c.rms_norm_eps);
-  d.norm_kind = NormKind::OnePlus;
+  d.norm_kind = c.from_gguf ? NormKind::Plain : NormKind::OnePlus;
   // torch.tensor(hidden_size ** 0.5) is f32, then cast to the weights' dtype.
   const float scale = float(std::sqrt(double(c.hidden_size)));
   d.embed_scale = embed_dtype == DType::BF16  ? round_bf16(scale)
@@ -256,6 +257,16 @@ decoder::DecoderWeights load_weights(const std::string& model_dir, const Config&
   return w;
 }
 
+decoder::DecoderWeights load_gguf_weights(const gguf::File& file, const Config& c) {
+  ROWLM_CHECK(c.from_gguf, "a gemma3 GGUF's config says so (its norms hold 1 + w)");
+  decoder::DecoderWeights w;
+  w.storage = file.owner();
+  decoder::GgufSource b(file, "gemma3", w);
+  bind_all(b, c, w);
+  b.check_all_used();
+  return w;
+}
+
 decoder::DecoderWeights make_synthetic_weights(const Config& c, uint64_t seed, float stddev) {
   decoder::DecoderWeights w;
   decoder::SyntheticSource source(seed, stddev, w);
@@ -265,7 +276,7 @@ decoder::DecoderWeights make_synthetic_weights(const Config& c, uint64_t seed, f
 
 std::unique_ptr<Model> make_model(const Config& config, decoder::DecoderWeights weights, Backend& backend,
                                   std::string directory) {
-  decoder::DecoderConfig d = decoder_config(config, weights.embed.values.dtype());
+  decoder::DecoderConfig d = decoder_config(config, config.from_gguf ? DType::F32 : weights.embed.values.dtype());
   d.info.directory = std::move(directory);
   return decoder::make_decoder_model(std::move(d), std::move(weights), backend, summary(config));
 }

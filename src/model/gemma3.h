@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "io/gguf.h"
 #include "model/decoder.h"
 #include "model/quantization_config.h"
 #include "model/model.h"
@@ -48,6 +49,12 @@ struct Config {
   std::vector<bool> sliding;  // per layer
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;
+  // A GGUF file's model, as llama.cpp's gemma3 graph runs it (set by the
+  // GGUF loader): the stored norm weights are already 1 + w (Gemma3Model
+  // adds the 1 in f32, the sum transformers forms), so they apply as plain
+  // weights, bitwise what (1 + w) gives; the embedding is scaled by √H in
+  // f32 whatever its stored type.
+  bool from_gguf = false;
 };
 
 // Parses and validates config.json text; errors name `source` and the field.
@@ -59,6 +66,9 @@ Config load_config(const std::string& model_dir);
 // scale is √H rounded to bf16.
 decoder::DecoderConfig decoder_config(const Config& config, DType embed_dtype = DType::F32);
 decoder::DecoderWeights load_weights(const std::string& model_dir, const Config& config);
+// Binds llama.cpp's gemma3 names from a GGUF file (gguf_model.h); every
+// tensor of the file must be used. `config` must have from_gguf set.
+decoder::DecoderWeights load_gguf_weights(const gguf::File& file, const Config& config);
 decoder::DecoderWeights make_synthetic_weights(const Config& config, uint64_t seed, float stddev = 0.02f);
 
 std::unique_ptr<Model> make_model(const Config& config, decoder::DecoderWeights weights, Backend& backend,

@@ -5,9 +5,14 @@
 // Each architecture's metadata is translated into the Hugging Face
 // config.json its family already reads, so one parser validates both.
 //
-//   qwen3   Qwen 3 dense (convert_hf_to_gguf.py's Qwen3Model), read by
-//           llama_style.h (the lineage's other types have no GGUF path)
-//   gemma4  Gemma 4 text, dense (Gemma4Model; MoE files are refused)
+//   llama     Llama 2/3.x and Mistral (convert_hf_to_gguf.py's LlamaModel)
+//   qwen2     Qwen 2/2.5            qwen3     Qwen 3 dense
+//   qwen3moe  Qwen 3 MoE            (all four read by llama_style.h)
+//   gemma3    Gemma 3 text (gemma3.h)
+//   gemma4    Gemma 4 text, dense (Gemma4Model; MoE files are refused)
+//
+// gguf_config.h says how each architecture's keys are read (as llama.cpp's
+// loader reads them) and gguf_names.h how its tensors are stored.
 //
 // Errors name the file and the key or tensor at fault.
 
@@ -24,7 +29,8 @@ namespace rowlm {
 // Whether `path` names a GGUF file (a regular file starting with "GGUF").
 bool is_gguf_file(const std::string& path);
 
-// "gemma4, qwen3": the architectures load_gguf_model reads.
+// "gemma3, gemma4, llama, qwen2, qwen3, qwen3moe": the architectures
+// load_gguf_model reads.
 std::string supported_gguf_architectures();
 
 // The config.json a transformers checkpoint of this model would have.

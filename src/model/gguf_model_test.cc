@@ -190,8 +190,9 @@ TEST(GgufModel, ErrorsNameTheKeyOrTensor) {
                                                : ::testing::AssertionFailure() << s;
   };
   Parts p;
-  p.arch = "llama";
-  EXPECT_TRUE(has(load_error(p), "GGUF architecture 'llama' is not supported (supported: gemma4, qwen3)"));
+  p.arch = "falcon";
+  EXPECT_TRUE(has(load_error(p), "GGUF architecture 'falcon' is not supported (supported: gemma3, gemma4, llama, "
+                                 "qwen2, qwen3, qwen3moe)"));
   p = Parts{};
   p.with_block_count = false;
   EXPECT_TRUE(has(load_error(p), "'qwen3.block_count' is missing"));

@@ -6,8 +6,8 @@
 
 namespace rowlm::decoder {
 
-GgufSource::GgufSource(const gguf::File& file, std::string arch, DecoderWeights& weights)
-    : file_(file), arch_(std::move(arch)), w_(weights) {}
+GgufSource::GgufSource(const gguf::File& file, std::string arch, DecoderWeights& weights, RopeHeads heads)
+    : file_(file), arch_(std::move(arch)), heads_(heads), w_(weights) {}
 
 const gguf::TensorInfo* GgufSource::lookup(const std::string& hf_name) const {
   const auto name = gguf_names::to_gguf(arch_, hf_name);
@@ -30,16 +30,36 @@ const gguf::TensorInfo& GgufSource::bind(const std::string& hf_name, const Shape
   return t;
 }
 
+const gguf::TensorInfo& GgufSource::unpermuted(const std::string& hf_name, const gguf::TensorInfo& t,
+                                               std::shared_ptr<const void>& owner, gguf::TensorInfo& copy) const {
+  const gguf_names::RopeRows rows = gguf_names::rope_rows(arch_, hf_name);
+  if (rows == gguf_names::RopeRows::None) return t;
+  const int64_t heads = rows == gguf_names::RopeRows::QueryHeads ? heads_.query : heads_.key_value;
+  ROWLM_CHECK(heads > 0 && heads_.head_dim > 0, "GgufSource needs the head geometry to un-permute q and k");
+  PermutedTensor p = gguf_permute_rows(file_, t, gguf_names::rope_rows_source(heads, heads_.head_dim));
+  owner = std::move(p.storage);
+  copy = std::move(p.info);
+  return copy;
+}
+
 Tensor GgufSource::tensor(const std::string& rel, const Shape& shape) {
-  return gguf_tensor(file_, bind(prefix_ + rel, shape));
+  std::shared_ptr<const void> owner;
+  gguf::TensorInfo copy;
+  const gguf::TensorInfo& t = unpermuted(prefix_ + rel, bind(prefix_ + rel, shape), owner, copy);
+  return gguf_tensor(file_, t, owner);
 }
 
 Weight GgufSource::matrix(const std::string& rel, const Shape& shape) {
-  return gguf_weight(file_, bind(prefix_ + rel, shape));
+  std::shared_ptr<const void> owner;
+  gguf::TensorInfo copy;
+  const gguf::TensorInfo& t = unpermuted(prefix_ + rel, bind(prefix_ + rel, shape), owner, copy);
+  return gguf_weight(file_, t, owner);
 }
 
 Tensor GgufSource::vector(const std::string& rel, int64_t size) {
-  return gguf_f32(file_, bind(prefix_ + rel, {size}));
+  std::shared_ptr<const void> owner;
+  gguf::TensorInfo copy;
+  return gguf_f32(file_, unpermuted(prefix_ + rel, bind(prefix_ + rel, {size}), owner, copy));
 }
 
 float GgufSource::scalar(const std::string& rel) {

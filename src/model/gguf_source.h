@@ -5,10 +5,14 @@
 // the shape the metadata implies (GGUF lists dimensions innermost first;
 // shapes here are outermost first, as transformers has them). Matrices come
 // back as gguf_weight() makes them (dense views or affine); tensors of other
-// ranks as gguf_tensor() does, vectors and scalars as f32. check_all_used() then refuses a file holding tensors the
+// ranks as gguf_tensor() does, vectors and scalars as f32. Tensors that the
+// architecture stores permuted for GGML's interleaved RoPE (gguf_names.h's
+// rope_rows: llama's q and k) come back in transformers' row order, as
+// owned copies. check_all_used() then refuses a file holding tensors the
 // model did not bind (another architecture's, or more layers).
 
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -18,9 +22,14 @@
 
 namespace rowlm::decoder {
 
+// The attention geometry that un-permuting q and k rows needs.
+struct RopeHeads {
+  int64_t query = 0, key_value = 0, head_dim = 0;
+};
+
 class GgufSource {
  public:
-  GgufSource(const gguf::File& file, std::string arch, DecoderWeights& weights);
+  GgufSource(const gguf::File& file, std::string arch, DecoderWeights& weights, RopeHeads heads = {});
 
   const std::string& prefix() const { return prefix_; }
   bool has(const std::string& rel) const;
@@ -39,9 +48,14 @@ class GgufSource {
   const gguf::TensorInfo* lookup(const std::string& hf_name) const;
   const gguf::TensorInfo& bind(const std::string& hf_name, const Shape& shape);
   const gguf::TensorInfo& bind_first(const std::vector<std::string>& candidates, const Shape& shape);
+  // `t` (bound for `hf_name`) in transformers' row order: itself, or a
+  // permuted copy whose bytes `owner` keeps.
+  const gguf::TensorInfo& unpermuted(const std::string& hf_name, const gguf::TensorInfo& t,
+                                     std::shared_ptr<const void>& owner, gguf::TensorInfo& copy) const;
 
   const gguf::File& file_;
   std::string arch_;
+  RopeHeads heads_;
   std::string prefix_ = "model.";
   DecoderWeights& w_;
   std::set<std::string> bound_;  // GGUF names

@@ -1,6 +1,8 @@
 #include "model/gguf_weight.h"
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,9 +45,15 @@ Tensor params_tensor(const std::vector<float>& v, int64_t rows, int64_t groups, 
   return out;
 }
 
+// [rows, cols] of a matrix or of a stack of matrices viewed as one.
+std::pair<int64_t, int64_t> matrix_extent(const gguf::File& file, const gguf::TensorInfo& t) {
+  if (t.ne.size() != 2 && t.ne.size() != 3)
+    fail(file, t, "has rank " + std::to_string(t.ne.size()) + "; expected a matrix or a stack of matrices");
+  return {t.numel() / t.ne[0], t.ne[0]};
+}
+
 Weight affine_weight(const gguf::File& file, const gguf::TensorInfo& t, const gguf::AffineLayout& layout) {
-  if (t.ne.size() != 2) fail(file, t, "is a quantized tensor of rank " + std::to_string(t.ne.size()) + "; expected a matrix");
-  const int64_t rows = t.ne[1], cols = t.ne[0];
+  const auto [rows, cols] = matrix_extent(file, t);
   const quant::AffineSpec spec{layout.bits, layout.group_size};
   try {
     quant::check_spec(spec);
@@ -75,20 +83,39 @@ Weight affine_weight(const gguf::File& file, const gguf::TensorInfo& t, const gg
 
 }  // namespace
 
-Weight gguf_weight(const gguf::File& file, const gguf::TensorInfo& t) {
+Weight gguf_weight(const gguf::File& file, const gguf::TensorInfo& t, std::shared_ptr<const void> owner) {
   if (!gguf::traits(t.type).supported) fail(file, t, "has a type rowlm does not read");
   if (const auto dense = dense_dtype(t.type)) {
-    if (t.ne.size() != 2) fail(file, t, "has rank " + std::to_string(t.ne.size()) + "; expected a matrix");
-    return Weight::dense(Tensor::view(*dense, t.shape(), t.bytes.data(), file.owner()));
+    const auto [rows, cols] = matrix_extent(file, t);
+    return Weight::dense(Tensor::view(*dense, {rows, cols}, t.bytes.data(), owner ? std::move(owner) : file.owner()));
   }
   const auto layout = gguf::affine_layout(t.type);
   ROWLM_CHECK(layout.has_value(), "a supported GGUF block type without an affine layout");
   return affine_weight(file, t, *layout);
 }
 
-Tensor gguf_tensor(const gguf::File& file, const gguf::TensorInfo& t) {
-  if (const auto dense = dense_dtype(t.type)) return Tensor::view(*dense, t.shape(), t.bytes.data(), file.owner());
+Tensor gguf_tensor(const gguf::File& file, const gguf::TensorInfo& t, std::shared_ptr<const void> owner) {
+  if (const auto dense = dense_dtype(t.type))
+    return Tensor::view(*dense, t.shape(), t.bytes.data(), owner ? std::move(owner) : file.owner());
   return gguf_f32(file, t);
+}
+
+PermutedTensor gguf_permute_rows(const gguf::File& file, const gguf::TensorInfo& t, std::span<const int64_t> from) {
+  const int64_t rows = t.ne.empty() ? 0 : t.ne.back();
+  if (int64_t(from.size()) != rows)
+    fail(file, t, "has " + std::to_string(rows) + " rows; the permutation has " + std::to_string(from.size()));
+  if (t.ne.size() == 1 && gguf::ggml_type_traits(t.type_code) && gguf::ggml_type_traits(t.type_code)->block_size != 1)
+    fail(file, t, "is a vector of a block type; its elements cannot be reordered");
+  const std::size_t row_bytes = t.bytes.size() / std::size_t(std::max<int64_t>(rows, 1));
+  auto bytes = std::make_shared<std::vector<std::byte>>(t.bytes.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t src = from[std::size_t(r)];
+    ROWLM_CHECK(src >= 0 && src < rows, "a row permutation names a row outside the tensor");
+    std::memcpy(bytes->data() + std::size_t(r) * row_bytes, t.bytes.data() + std::size_t(src) * row_bytes, row_bytes);
+  }
+  PermutedTensor out{t, bytes};
+  out.info.bytes = std::span<const std::byte>(bytes->data(), bytes->size());
+  return out;
 }
 
 Tensor gguf_f32(const gguf::File& file, const gguf::TensorInfo& t) {

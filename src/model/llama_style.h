@@ -70,9 +70,9 @@ Config load_config(const std::string& model_dir);
 decoder::DecoderConfig decoder_config(const Config& config);
 // Binds model.* (and lm_head.weight when untied) from <dir>'s safetensors.
 decoder::DecoderWeights load_weights(const std::string& model_dir, const Config& config);
-// Binds llama.cpp's names from a GGUF file (gguf_model.h); every tensor of
-// the file must be used. Only qwen3 has GGUF names (gguf_names.h); other
-// model types are refused by name.
+// Binds llama.cpp's names from a GGUF file of the llama, qwen2, qwen3 or
+// qwen3moe architecture (gguf_model.h, gguf_names.h), llama's q and k rows
+// back in transformers' order; every tensor of the file must be used.
 decoder::DecoderWeights load_gguf_weights(const gguf::File& file, const Config& config);
 decoder::DecoderWeights make_synthetic_weights(const Config& config, uint64_t seed, float stddev = 0.02f);
 
