@@ -131,7 +131,8 @@ TEST_P(ConvertedGgufTokenizer, EncodesAsTheHuggingFaceTokenizer) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ConvertedGgufTokenizer,
-                         ::testing::Values("llama", "qwen2", "mistral", "gemma3", "qwen3_moe"),
+                         // Llama's file is committed (see gguf_families_test.cc for the others).
+                         ::testing::Values("llama"),
                          [](const auto& p) { return std::string(p.param); });
 
 }  // namespace

@@ -18,7 +18,7 @@
 namespace rowlm {
 namespace {
 
-std::string fixture(const std::string& rel) { return std::string(ROWLM_SOURCE_DIR) + "/tests/fixtures/gguf/" + rel; }
+std::string gguf_fixture(const std::string& rel) { return std::string(ROWLM_SOURCE_DIR) + "/tests/fixtures/gguf/" + rel; }
 
 std::vector<float> dequantize_weight(const Weight& w) {
   std::vector<float> out(std::size_t(w.rows * w.cols));
@@ -34,7 +34,7 @@ std::vector<float> dequantize_weight(const Weight& w) {
 }
 
 TEST(GgufWeight, DenseTensorsAreViewsOfTheFile) {
-  const gguf::File f = gguf::File::open(fixture("blocks.gguf"));
+  const gguf::File f = gguf::File::open(gguf_fixture("blocks.gguf"));
   for (const char* name : {"dense.f32", "dense.f16", "dense.bf16"}) {
     const gguf::TensorInfo& t = f.tensor(name);
     const Weight w = gguf_weight(f, t);
@@ -49,7 +49,7 @@ TEST(GgufWeight, DenseTensorsAreViewsOfTheFile) {
 // gguf-py gives: exactly (a zero may be +0 where ggml's 0·d is −0), Q6_K
 // within the rounding its ggml order differs by.
 TEST(GgufWeight, BlockTypesBecomeAffineWeightsThatDequantizeAsGgufPy) {
-  const gguf::File f = gguf::File::open(fixture("blocks.gguf"));
+  const gguf::File f = gguf::File::open(gguf_fixture("blocks.gguf"));
   int converted = 0;
   for (const gguf::TensorInfo& t : f.tensors()) {
     if (t.name.starts_with("dense.")) continue;
@@ -59,7 +59,7 @@ TEST(GgufWeight, BlockTypesBecomeAffineWeightsThatDequantizeAsGgufPy) {
     const auto layout = gguf::affine_layout(t.type);
     EXPECT_EQ(w.bits, layout->bits) << t.name;
     EXPECT_EQ(w.group_size, layout->group_size) << t.name;
-    const Tensor ref = read_npy(fixture("blocks/" + t.name + ".npy"));
+    const Tensor ref = read_npy(gguf_fixture("blocks/" + t.name + ".npy"));
     const std::vector<float> got = dequantize_weight(w);
     int mismatches = 0;
     for (std::size_t i = 0; i < got.size(); ++i) {

@@ -127,6 +127,10 @@ def write_tokenizer(d, family):
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<eos>", "pad_token": "<pad>"}
     if family == "gemma3":
         config["bos_token"] = "<bos>"  # the case's bos_token_id 2
+    if family in ("qwen2", "qwen3_moe"):
+        # Qwen's tokenizer class otherwise adds an <|endoftext|> unknown token
+        # at id 128, past the case's 128-entry vocabulary (the converter asserts).
+        config["unk_token"] = "<pad>"
     with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
         json.dump(config, f, indent=1)
     return tok
