@@ -40,6 +40,7 @@ class Model;
 class Tokenizer;
 namespace constrain {
 class Grammar;
+struct ToolCallRules;
 }  // namespace constrain
 
 struct EngineOptions {
@@ -103,6 +104,13 @@ struct Request {
   // one; the end-of-sequence and stop tokens only where the value is
   // complete. Null: free text. Needs a tokenizer.
   std::shared_ptr<const constrain::Grammar> response_format;
+  // Tool calls held to their tools' schemas (strict function tools;
+  // constrain/json_constraint.h): the text is free until the token that
+  // opens a call, the call is then held to the rules' grammar (a listed
+  // tool's name, arguments valid for its schema) and closed by its token.
+  // The rules' forced tokens count as generated before the first token.
+  // Null: none. Not together with response_format; needs a tokenizer.
+  std::shared_ptr<const constrain::ToolCallRules> tool_calls;
 };
 
 enum class FinishReason { Stop, Length, Cancelled, Error };

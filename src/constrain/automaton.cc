@@ -6,7 +6,12 @@ namespace rowlm::constrain {
 
 namespace {
 
-enum FrameKind : uint8_t { kRoot, kObject, kArray, kString, kNumber, kLiteral };
+enum FrameKind : uint8_t { kRoot, kObject, kArray, kString, kNumber, kLiteral, kCall };
+
+// A Gemma 4 string's text must not hold the quote token's text: its bytes
+// matched so far at the end of the text (a string frame's `pos`). '<' occurs
+// once in it, so a byte that breaks the match restarts it at 0, or at 1 on '<'.
+static_assert(kGemma4QuoteText.find('<', 1) == std::string_view::npos);
 
 // Root phases.
 enum : uint8_t { kRootStart, kRootValue, kRootDone };
@@ -80,6 +85,7 @@ bool Automaton::push(State& s, Frame f) const {
 void Automaton::complete(State& s) const {
   s.frames.pop_back();
   Frame& p = s.frames.back();
+  if (p.kind == kCall) return complete(s);  // the arguments end the call
   p.ws = 0;
   if (p.kind == kRoot) p.phase = kRootDone;
   else if (p.kind == kObject) p.phase = p.phase == kObjFreeKey ? kObjColon : kObjAfterValue;
@@ -127,7 +133,7 @@ bool Automaton::open_value(State& s, uint32_t node, uint8_t c) const {
         // A container needs its own frame and one for a key or item.
         if (s.frames.size() + 2 >= kMaxFrames) return false;
         pick = c == '{' ? Grammar::kAnyObject : Grammar::kAnyArray;
-      } else if (c == '"') {
+      } else if (c == quote()) {
         pick = Grammar::kAnyString;
       } else if (c == '-' || is_digit(c)) {
         pick = Grammar::kAnyNumber;
@@ -149,7 +155,7 @@ bool Automaton::open_value(State& s, uint32_t node, uint8_t c) const {
       f.phase = kArrOpen;
       return push(s, f);
     case NodeKind::String:
-      if (c != '"') return false;
+      if (c != quote()) return false;
       f.kind = kString;
       return push(s, f);
     case NodeKind::Integer:
@@ -166,7 +172,7 @@ bool Automaton::open_value(State& s, uint32_t node, uint8_t c) const {
         const Node& a = g_.node(alt);
         const bool starts = a.kind == NodeKind::Object   ? c == '{'
                             : a.kind == NodeKind::Array  ? c == '['
-                            : a.kind == NodeKind::String ? c == '"'
+                            : a.kind == NodeKind::String ? c == quote()
                             : a.kind == NodeKind::Literals
                                 ? std::any_of(a.literals.begin(), a.literals.end(),
                                               [&](const std::string& l) { return uint8_t(l[0]) == c; })
@@ -174,6 +180,9 @@ bool Automaton::open_value(State& s, uint32_t node, uint8_t c) const {
         if (starts) return open_value(s, alt, c);
       }
       return false;
+    case NodeKind::Call:
+      f.kind = kCall;
+      return push(s, f) && step(s, c) == Step::kConsumed;
   }
   return false;
 }
@@ -198,7 +207,8 @@ Automaton::Step Automaton::step(State& s, uint8_t c) const {
         case kObjComma:
           if (is_ws(c)) return space();
           if (c == '}' && f.phase == kObjOpen && required_done) return complete(s), kOk;
-          if (c != '"') return kNo;
+          // JSON's keys open with '"'; Gemma 4's with their first byte.
+          if ((!gemma4() || n.free_keys) && c != quote()) return kNo;
           f.ws = 0;
           if (n.free_keys) {
             f.phase = kObjFreeKey;
@@ -214,10 +224,10 @@ Automaton::Step Automaton::step(State& s, uint8_t c) const {
           [[fallthrough]];
         case kObjKey:
           if (!match_literal(f, n.keys, c, f.seen)) return kNo;
-          if (f.pos == n.keys[f.lit].size()) {  // the closing quote: keys are never prefixes of others
+          if (f.pos == n.keys[f.lit].size()) {  // the closing quote (Gemma 4: ':'): keys are never prefixes of others
             f.count = f.lit;
             f.seen |= uint64_t(1) << f.lit;
-            f.phase = kObjColon;
+            f.phase = gemma4() ? kObjBeforeValue : kObjColon;
             f.lit = f.pos = 0;
           }
           return kOk;
@@ -282,6 +292,7 @@ Automaton::Step Automaton::step(State& s, uint8_t c) const {
         if (c < lo || c > hi) return kNo;
         --f.utf8;
         f.sub = kStrPlain;
+        f.pos = 0;
         return kOk;
       }
       if (f.sub == kStrEscape) {
@@ -297,8 +308,16 @@ Automaton::Step Automaton::step(State& s, uint8_t c) const {
         f.sub = f.sub == kStrHex4 ? uint8_t(kStrPlain) : uint8_t(f.sub + 1);
         return kOk;
       }
-      if (c == '"') return f.count >= n.min_length ? (complete(s), kOk) : kNo;
-      if (c < 0x20) return kNo;
+      if (c == quote()) return f.count >= n.min_length ? (complete(s), kOk) : kNo;
+      if (gemma4()) {
+        // No escapes; tab, newline and carriage return are text.
+        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') return kNo;
+        const uint32_t matched = uint8_t(kGemma4QuoteText[f.pos]) == c ? f.pos + 1 : c == '<' ? 1 : 0;
+        if (matched == kGemma4QuoteText.size()) return kNo;
+        f.pos = matched;
+      } else if (c < 0x20) {
+        return kNo;
+      }
       if (n.max_length != kUnbounded && f.count >= n.max_length) return kNo;
       if (c >= 0x80) {
         if (c >= 0xC2 && c <= 0xDF) f.utf8 = 1;
@@ -309,7 +328,7 @@ Automaton::Step Automaton::step(State& s, uint8_t c) const {
         else if (c == 0xF4) f.utf8 = 3, f.sub = kCont_80_8F;
         else if (c >= 0xF1 && c <= 0xF3) f.utf8 = 3;
         else return kNo;
-      } else if (c == '\\') {
+      } else if (c == '\\' && !gemma4()) {
         f.sub = kStrEscape;
       }
       f.count = bump(f.count, n.min_length, n.max_length);
@@ -370,7 +389,7 @@ Automaton::Step Automaton::step(State& s, uint8_t c) const {
           f.count = 1;
           return kOk;
         case kNumExpDigits:
-          if (digit && f.count < uint32_t(kMaxExponentDigits)) return ++f.count, kOk;
+          if (digit && f.count < uint32_t(gemma4() ? kMaxGemma4ExponentDigits : kMaxExponentDigits)) return ++f.count, kOk;
           return pop();
         default:
           return kNo;
@@ -383,6 +402,17 @@ Automaton::Step Automaton::step(State& s, uint8_t c) const {
         return kOk;
       }
       return can_end(f) ? (complete(s), Step::kPopped) : kNo;
+
+    case kCall:
+      // The tool's prefix, then (once it is whole and the byte does not
+      // extend it into a longer one) its arguments.
+      if (f.phase == 0) {
+        if (match_literal(f, n.literals, c, 0)) return kOk;
+        if (f.pos != n.literals[f.lit].size()) return kNo;
+        f.phase = 1;
+        return open_value(s, n.alternatives[f.lit], c) ? kOk : kNo;
+      }
+      return kNo;
   }
   return kNo;
 }
@@ -409,6 +439,8 @@ bool Automaton::can_finish(const State& s) const {
 std::optional<uint32_t> Automaton::string_room(const State& s) const {
   const Frame& f = s.frames.back();
   if (f.kind != kString || f.sub != kStrPlain || f.utf8 != 0) return std::nullopt;
+  // Plain text can end the quote token's text once its '"' is matched.
+  if (gemma4() && f.pos >= 3) return std::nullopt;
   const uint32_t max = g_.node(f.node).max_length;
   return max == kUnbounded ? kUnbounded : max - std::min(f.count, max);
 }

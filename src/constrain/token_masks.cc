@@ -137,7 +137,8 @@ TokenMask compute_mask(const Automaton& automaton, const State& state, const Tok
 }
 
 
-TokenTable::TokenTable(const Tokenizer& tokenizer, int64_t vocab_size) : bytes_(std::size_t(vocab_size)) {
+TokenTable::TokenTable(const Tokenizer& tokenizer, int64_t vocab_size, std::optional<int32_t> quote_token)
+    : bytes_(std::size_t(vocab_size)) {
   tok::Decoder::Traits traits;
   if (const tok::Decoder* d = tokenizer.decoder()) d->collect_traits(traits);
   const int64_t known = std::min<int64_t>(vocab_size, tokenizer.vocab_size());
@@ -158,6 +159,11 @@ TokenTable::TokenTable(const Tokenizer& tokenizer, int64_t vocab_size) : bytes_(
     } else {
       out = continuation_text(tokenizer, *piece);
     }
+    if (quote_token && out.find(char(kQuoteByte)) != std::string::npos) out.clear();
+  }
+  if (quote_token) {
+    ROWLM_CHECK(*quote_token >= 0 && *quote_token < vocab_size, "token table: quote token out of range");
+    bytes_[std::size_t(*quote_token)] = std::string(1, char(kQuoteByte));
   }
   sort_tokens();
 }

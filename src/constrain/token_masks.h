@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -33,8 +34,11 @@ class TokenTable {
  public:
   // Ids [0, vocab_size) (the model's vocabulary, which may be larger than
   // the tokenizer's). Special tokens, ids the tokenizer lacks and tokens
-  // whose text is empty get no bytes: no mask allows them.
-  TokenTable(const Tokenizer& tokenizer, int64_t vocab_size);
+  // whose text is empty get no bytes: no mask allows them. With
+  // `quote_token` (grammars of Syntax::kGemma4), that special token is the
+  // byte kQuoteByte, and no other token has that byte (a byte-fallback
+  // token may).
+  TokenTable(const Tokenizer& tokenizer, int64_t vocab_size, std::optional<int32_t> quote_token = std::nullopt);
   // For tests: the bytes of each id.
   explicit TokenTable(std::vector<std::string> bytes);
 
