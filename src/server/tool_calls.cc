@@ -13,7 +13,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr std::string_view kGemmaQuote = "<|\"|>";
+constexpr std::string_view kGemmaQuote = constrain::kGemma4QuoteText;
 constexpr std::string_view kGemmaCallOpen = "<|tool_call>";
 constexpr std::string_view kGemmaCallClose = "<tool_call|>";
 constexpr std::string_view kJsonCallOpen = "<tool_call>";
@@ -344,6 +344,28 @@ std::string format_gemma4_value(const Json& value) {
     default:
       return json_text(value);  // numbers, true, false, null
   }
+}
+
+std::shared_ptr<const constrain::ToolCallRules> strict_call_rules(ToolSyntax syntax, std::span<const ToolSpec> tools,
+                                                                  std::vector<int32_t> forced) {
+  const auto strict = std::find_if(tools.begin(), tools.end(), [](const ToolSpec& t) { return t.strict; });
+  if (strict == tools.end()) return nullptr;
+  if (syntax != ToolSyntax::kGemma4)
+    throw constrain::UnsupportedSchema(strict->strict_path,
+                                       strict->strict_path + ": strict tool calls are supported with Gemma 4's tool "
+                                                             "markup only; this model's chat format writes calls as "
+                                                             "JSON in <tool_call> tags, which rowlm cannot yet hold "
+                                                             "to a schema");
+  // Every call opens with "call:NAME", as read_gemma_call reads it.
+  std::vector<constrain::Grammar::CallSchema> calls;
+  for (const ToolSpec& t : tools)
+    calls.push_back({"call:" + t.name, t.strict ? &t.parameters : nullptr, t.parameters_path});
+  auto rules = std::make_shared<constrain::ToolCallRules>();
+  rules->grammar = constrain::Grammar::for_tool_calls(calls, constrain::Syntax::kGemma4);
+  rules->open = std::string(kGemmaCallOpen);
+  rules->close = std::string(kGemmaCallClose);
+  rules->forced = std::move(forced);
+  return rules;
 }
 
 std::string format_tool_call(ToolSyntax syntax, const ToolCall& call) {

@@ -18,12 +18,15 @@
 // it has not been compared byte for byte with them (rowlm's chat formats
 // render plain conversations only).
 
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "constrain/json_constraint.h"
 
 namespace rowlm::server {
 
@@ -33,6 +36,11 @@ struct ToolSpec {
   std::string name;
   std::string description;
   nlohmann::json parameters = nlohmann::json::object();  // a JSON Schema object
+  // Calls are held to `parameters` (OpenAI's and Anthropic's strict).
+  bool strict = false;
+  // How errors name the request's fields ("tools[0].function.parameters",
+  // "tools[0].function.strict").
+  std::string parameters_path, strict_path;
 };
 
 struct ToolCall {
@@ -77,5 +85,16 @@ std::string format_tool_response(ToolSyntax syntax, const std::string& name, con
 
 // Gemma's argument syntax for a JSON value (object keys bare, in key order).
 std::string format_gemma4_value(const nlohmann::json& value);
+
+// Strict tools: when one of `tools` is strict, the rules that hold the
+// reply's calls to a declared tool's name and, for a strict tool, arguments
+// valid for its parameters (any object for the others), in the markup's own
+// syntax; null when none is strict. `forced` is the reply's forced start
+// (ChatPrompt::forced_prefix) as tokens. Throws constrain::UnsupportedSchema
+// naming the field: a parameters schema outside the supported subset or not
+// an object, or strict tools with kJsonTags (whose calls rowlm cannot yet
+// hold to a schema).
+std::shared_ptr<const constrain::ToolCallRules> strict_call_rules(ToolSyntax syntax, std::span<const ToolSpec> tools,
+                                                                  std::vector<int32_t> forced);
 
 }  // namespace rowlm::server
