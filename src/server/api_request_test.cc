@@ -393,12 +393,25 @@ TEST(StrictTools, BecomeToolCallRulesOrA400NamingTheSchemaField) {
   EXPECT_EQ(chat(weather, true, "none").requests[0].tool_calls, nullptr);
   EXPECT_EQ(param_of([&] { chat(bad, true, nullptr); }), "tools[0].function.parameters.properties.when.format");
   EXPECT_EQ(param_of([&] { chat(bad, false, nullptr); }), "accepted");  // not strict: the schema is only declared
-  // Responses: strict unless false (OpenAI's default); Anthropic: tools[].strict, input_schema.
-  Json r = {{"input", "Weather?"}, {"tools", {{{"type", "function"}, {"name", "weather"}, {"parameters", bad}}}}};
-  EXPECT_EQ(param_of([&] { prepare_generation(parse_responses_request(r, kVocab, {}).generation, model); }),
-            "tools[0].parameters.properties.when.format");
+  // Responses: strict unless false (OpenAI's default), held where it can be when not asked for;
+  // Anthropic: tools[].strict, input_schema.
+  Json r = {{"input", "Weather?"}, {"tools", {{{"type", "function"}, {"name", "weather"}, {"parameters", weather}}}}};
+  auto responses = [&] { return prepare_generation(parse_responses_request(r, kVocab, {}).generation, model); };
+  EXPECT_NE(responses().requests[0].tool_calls, nullptr);
+  r["tools"][0]["parameters"] = bad;
+  EXPECT_EQ(responses().requests[0].tool_calls, nullptr);  // strict by default only: not held, not refused
+  r["tools"][0]["strict"] = true;
+  EXPECT_EQ(param_of(responses), "tools[0].parameters.properties.when.format");
   r["tools"][0]["strict"] = false;
-  EXPECT_EQ(prepare_generation(parse_responses_request(r, kVocab, {}).generation, model).requests[0].tool_calls, nullptr);
+  EXPECT_EQ(responses().requests[0].tool_calls, nullptr);
+  static const tokenizer::ChatFormat chatml = tokenizer::ChatFormat::by_name("chatml");
+  const ServedModel qwen{"m", &tok, &chatml, 4096, int(kVocab), 0};
+  r["tools"][0]["parameters"] = weather;
+  r["tools"][0].erase("strict");
+  EXPECT_EQ(prepare_generation(parse_responses_request(r, kVocab, {}).generation, qwen).requests[0].tool_calls, nullptr);
+  r["tools"][0]["strict"] = true;  // asked for, and ChatML's calls cannot be held yet
+  EXPECT_EQ(param_of([&] { prepare_generation(parse_responses_request(r, kVocab, {}).generation, qwen); }),
+            "tools[0].strict");
   Json m = messages_body();
   m["tools"] = {{{"name", "weather"}, {"input_schema", bad}, {"strict", true}}};
   EXPECT_EQ(param_of([&] { prepare_generation(parse_messages_request(m, kVocab), model); }),

@@ -348,8 +348,24 @@ std::string format_gemma4_value(const Json& value) {
 
 std::shared_ptr<const constrain::ToolCallRules> strict_call_rules(ToolSyntax syntax, std::span<const ToolSpec> tools,
                                                                   std::vector<int32_t> forced) {
-  const auto strict = std::find_if(tools.begin(), tools.end(), [](const ToolSpec& t) { return t.strict; });
-  if (strict == tools.end()) return nullptr;
+  // Which tools are held: the strict ones, less those strict by default
+  // whose calls cannot be.
+  std::vector<bool> held(tools.size());
+  for (std::size_t i = 0; i < tools.size(); ++i) {
+    const ToolSpec& t = tools[i];
+    held[i] = t.strict && (!t.strict_by_default || syntax == ToolSyntax::kGemma4);
+    if (held[i] && t.strict_by_default) {
+      const constrain::Grammar::CallSchema one[] = {{"call:" + t.name, &t.parameters, t.parameters_path}};
+      try {
+        (void)constrain::Grammar::for_tool_calls(one, constrain::Syntax::kGemma4);
+      } catch (const constrain::UnsupportedSchema&) {
+        held[i] = false;
+      }
+    }
+  }
+  const auto first = std::find(held.begin(), held.end(), true);
+  if (first == held.end()) return nullptr;
+  const ToolSpec* strict = &tools[std::size_t(first - held.begin())];
   if (syntax != ToolSyntax::kGemma4)
     throw constrain::UnsupportedSchema(strict->strict_path,
                                        strict->strict_path + ": strict tool calls are supported with Gemma 4's tool "
@@ -358,8 +374,8 @@ std::shared_ptr<const constrain::ToolCallRules> strict_call_rules(ToolSyntax syn
                                                              "to a schema");
   // Every call opens with "call:NAME", as read_gemma_call reads it.
   std::vector<constrain::Grammar::CallSchema> calls;
-  for (const ToolSpec& t : tools)
-    calls.push_back({"call:" + t.name, t.strict ? &t.parameters : nullptr, t.parameters_path});
+  for (std::size_t i = 0; i < tools.size(); ++i)
+    calls.push_back({"call:" + tools[i].name, held[i] ? &tools[i].parameters : nullptr, tools[i].parameters_path});
   auto rules = std::make_shared<constrain::ToolCallRules>();
   rules->grammar = constrain::Grammar::for_tool_calls(calls, constrain::Syntax::kGemma4);
   rules->open = std::string(kGemmaCallOpen);

@@ -41,6 +41,9 @@ struct ToolSpec {
   // How errors name the request's fields ("tools[0].function.parameters",
   // "tools[0].function.strict").
   std::string parameters_path, strict_path;
+  // Strict because the API says so when the request does not (Responses):
+  // held where rowlm can (a schema in the subset, Gemma 4's markup), else not.
+  bool strict_by_default = false;
 };
 
 struct ToolCall {
@@ -93,7 +96,7 @@ std::string format_gemma4_value(const nlohmann::json& value);
 // (ChatPrompt::forced_prefix) as tokens. Throws constrain::UnsupportedSchema
 // naming the field: a parameters schema outside the supported subset or not
 // an object, or strict tools with kJsonTags (whose calls rowlm cannot yet
-// hold to a schema).
+// hold to a schema); a tool strict_by_default is then not held instead.
 std::shared_ptr<const constrain::ToolCallRules> strict_call_rules(ToolSyntax syntax, std::span<const ToolSpec> tools,
                                                                   std::vector<int32_t> forced);
 
