@@ -8,10 +8,16 @@ namespace {
 
 enum FrameKind : uint8_t { kRoot, kObject, kArray, kString, kNumber, kLiteral, kCall };
 
-// A Gemma 4 string's text must not hold the quote token's text: its bytes
-// matched so far at the end of the text (a string frame's `pos`). '<' occurs
-// once in it, so a byte that breaks the match restarts it at 0, or at 1 on '<'.
-static_assert(kGemma4QuoteText.find('<', 1) == std::string_view::npos);
+// A string's text must not hold the grammar's string stop (Gemma 4's quote
+// token's text, a call's closing text): its bytes matched so far at the end
+// of the text are a string frame's `pos`. Its first byte occurs in it once,
+// so a byte that breaks the match restarts it at 0, or at 1 on that byte.
+
+// Whether a byte may be in a plain-text token (TokenTable's rule for a
+// grammar whose string stop begins with `stop_start`, 0 for none).
+bool plain_byte(uint8_t c, uint8_t stop_start) {
+  return c >= 0x20 && c != '"' && c != '\\' && (stop_start == 0 || c != stop_start);
+}
 
 // Root phases.
 enum : uint8_t { kRootStart, kRootValue, kRootDone };
@@ -85,7 +91,12 @@ bool Automaton::push(State& s, Frame f) const {
 void Automaton::complete(State& s) const {
   s.frames.pop_back();
   Frame& p = s.frames.back();
-  if (p.kind == kCall) return complete(s);  // the arguments end the call
+  if (p.kind == kCall) {  // the arguments are written: the markup's suffix, or the call's end
+    if (g_.call_suffix().empty()) return complete(s);
+    p.phase = 2;
+    p.pos = 0;
+    return;
+  }
   p.ws = 0;
   if (p.kind == kRoot) p.phase = kRootDone;
   else if (p.kind == kObject) p.phase = p.phase == kObjFreeKey ? kObjColon : kObjAfterValue;
@@ -309,14 +320,12 @@ Automaton::Step Automaton::step(State& s, uint8_t c) const {
         return kOk;
       }
       if (c == quote()) return f.count >= n.min_length ? (complete(s), kOk) : kNo;
-      if (gemma4()) {
-        // No escapes; tab, newline and carriage return are text.
-        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') return kNo;
-        const uint32_t matched = uint8_t(kGemma4QuoteText[f.pos]) == c ? f.pos + 1 : c == '<' ? 1 : 0;
-        if (matched == kGemma4QuoteText.size()) return kNo;
+      // Gemma 4: no escapes; tab, newline and carriage return are text.
+      if (c < 0x20 && !(gemma4() && (c == '\t' || c == '\n' || c == '\r'))) return kNo;
+      if (const std::string& stop = g_.string_stop(); !stop.empty()) {
+        const uint32_t matched = uint8_t(stop[f.pos]) == c ? f.pos + 1 : uint8_t(stop[0]) == c ? 1 : 0;
+        if (matched == stop.size()) return kNo;
         f.pos = matched;
-      } else if (c < 0x20) {
-        return kNo;
       }
       if (n.max_length != kUnbounded && f.count >= n.max_length) return kNo;
       if (c >= 0x80) {
@@ -389,7 +398,7 @@ Automaton::Step Automaton::step(State& s, uint8_t c) const {
           f.count = 1;
           return kOk;
         case kNumExpDigits:
-          if (digit && f.count < uint32_t(gemma4() ? kMaxGemma4ExponentDigits : kMaxExponentDigits)) return ++f.count, kOk;
+          if (digit && f.count < uint32_t(g_.for_calls() ? kMaxCallExponentDigits : kMaxExponentDigits)) return ++f.count, kOk;
           return pop();
         default:
           return kNo;
@@ -410,7 +419,14 @@ Automaton::Step Automaton::step(State& s, uint8_t c) const {
         if (match_literal(f, n.literals, c, 0)) return kOk;
         if (f.pos != n.literals[f.lit].size()) return kNo;
         f.phase = 1;
+        f.pos = 0;
         return open_value(s, n.alternatives[f.lit], c) ? kOk : kNo;
+      }
+      if (f.phase == 2) {  // the suffix
+        const std::string& suffix = g_.call_suffix();
+        if (uint8_t(suffix[f.pos]) != c) return kNo;
+        if (++f.pos == suffix.size()) complete(s);
+        return kOk;
       }
       return kNo;
   }
@@ -439,8 +455,12 @@ bool Automaton::can_finish(const State& s) const {
 std::optional<uint32_t> Automaton::string_room(const State& s) const {
   const Frame& f = s.frames.back();
   if (f.kind != kString || f.sub != kStrPlain || f.utf8 != 0) return std::nullopt;
-  // Plain text can end the quote token's text once its '"' is matched.
-  if (gemma4() && f.pos >= 3) return std::nullopt;
+  // Plain text can complete the string stop where the rest of it is plain.
+  if (const std::string& stop = g_.string_stop(); f.pos > 0) {
+    const uint8_t start = uint8_t(stop[0]);
+    if (std::all_of(stop.begin() + f.pos, stop.end(), [&](char c) { return plain_byte(uint8_t(c), start); }))
+      return std::nullopt;
+  }
   const uint32_t max = g_.node(f.node).max_length;
   return max == kUnbounded ? kUnbounded : max - std::min(f.count, max);
 }

@@ -70,6 +70,8 @@ class Automaton {
   // their characters fit.
   std::optional<uint32_t> string_room(const State& s) const;
 
+  const Grammar& grammar() const { return g_; }
+
  private:
   enum class Step { kConsumed, kRejected, kPopped };
   Step step(State& s, uint8_t c) const;

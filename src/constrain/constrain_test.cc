@@ -239,7 +239,7 @@ std::shared_ptr<const Grammar> weather_calls() {
   const Grammar::CallSchema calls[] = {{"call:get", &time, "tools[0]"},
                                        {"call:get_weather", &weather, "tools[1]"},
                                        {"call:any", nullptr, "tools[2]"}};
-  return Grammar::for_tool_calls(calls, Syntax::kGemma4);
+  return Grammar::for_tool_calls(calls, {Syntax::kGemma4});
 }
 
 TEST(Automaton, Gemma4CallsTakeAToolNameAndArgumentsOfItsSchema) {
@@ -269,7 +269,7 @@ TEST(Grammar, ToolCallsRefuseArgumentsThatAreNotObjectsAndTextGemmaCannotQuote) 
     const Json j = Json::parse(schema);
     const Grammar::CallSchema call[] = {{"call:f", &j, "tools[0].function.parameters"}};
     try {
-      Grammar::for_tool_calls(call, Syntax::kGemma4);
+      Grammar::for_tool_calls(call, {Syntax::kGemma4});
     } catch (const UnsupportedSchema& e) {
       return e.path();
     }
@@ -291,7 +291,7 @@ TEST(TokenMasks, Gemma4CallWalkEqualsTestingEveryTokenAlone) {
   for (const char* t : {"\xff", "<|", "\"|>", "<|\"", "|>", ">", "call:", "get", "_weather", "{city:", "city", "days:",
                         "\xff" "a b\xff:", "opts", "unit", "\xff}", "a\xff,"})
     bytes.push_back(t);
-  TokenTable table(bytes);
+  TokenTable table(bytes, '<');
   auto g = weather_calls();
   Automaton a(*g);
   const std::string text = "call:get_weather{city:\xffP<|\"|x\xe2\x82\xac\xff,days:3,\xff" "a b\xff:-0.5e+12,"
@@ -313,7 +313,7 @@ TEST(TokenMasks, Gemma4CallWalkEqualsTestingEveryTokenAlone) {
 
 TEST(JsonConstraint, ToolCallsAreDormantUntilACallOpensAndAfterItCloses) {
   // Ids: 0 "hi", 1 open (no bytes), 2 close (no bytes), 3 "call:any", 4 "{", 5 "}", 6 "call:get".
-  auto table = std::make_shared<const TokenTable>(std::vector<std::string>{"hi", "", "", "call:any", "{", "}", "call:get"});
+  auto table = std::make_shared<const TokenTable>(std::vector<std::string>{"hi", "", "", "call:any", "{", "}", "call:get"}, '<');
   MaskCache cache(table);
   JsonConstraint c(weather_calls(), cache, CallTokens(1, 2));
   auto allowed = [&] {
@@ -354,6 +354,55 @@ TEST(JsonConstraint, ToolCallsAreDormantUntilACallOpensAndAfterItCloses) {
   forced.begin_with(start);
   EXPECT_FALSE(forced.dormant());
   EXPECT_THROW(forced.rollback(1), Error);
+}
+
+// Calls as JSON in tags (ChatML models): a prefix naming the tool, JSON
+// arguments, the suffix; no string holds the closing tag's text.
+std::shared_ptr<const Grammar> json_tag_calls() {
+  static const Json weather = Json::parse(kWeather);
+  const Grammar::CallSchema calls[] = {{"\n{\"name\": \"get_weather\", \"arguments\": ", &weather, "tools[0]"},
+                                       {"\n{\"name\": \"any\", \"arguments\": ", nullptr, "tools[1]"}};
+  return Grammar::for_tool_calls(calls, {Syntax::kJson, "}\n", "</tool_call>"});
+}
+
+TEST(Automaton, JsonTagCallsEndWithTheSuffixAndKeepTheClosingTagOutOfStrings) {
+  auto g = json_tag_calls();
+  for (const char* text : {"\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"</tool_cal\"}}\n",
+                           "\n{\"name\": \"any\", \"arguments\": {\"x\":\"<\\/tool_call>\",\"y\":[1]}}\n"})
+    EXPECT_TRUE(accepts(*g, text)) << text;
+  for (const char* text : {"\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"a\"}}",  // no suffix
+                           "\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"a</tool_call>\"}}\n",
+                           "\n{\"name\": \"any\", \"arguments\": {\"</tool_call>\":1}}\n",
+                           "\n{\"name\": \"any\", \"arguments\": {}} \n"})
+    EXPECT_FALSE(accepts(*g, text)) << text;
+  const Json bad = Json::parse(R"({"properties":{"a":{"const":"x</tool_call>"}}})");
+  const Grammar::CallSchema call[] = {{"p", &bad, "tools[0].function.parameters"}};
+  EXPECT_THROW(Grammar::for_tool_calls(call, {Syntax::kJson, "}\n", "</tool_call>"}), UnsupportedSchema);
+}
+
+TEST(TokenMasks, JsonTagCallWalkEqualsTestingEveryTokenAlone) {
+  std::mt19937 rng(13);
+  std::vector<std::string> bytes = random_tokens(rng, 2500);
+  for (const char* t : {"</tool_call>", "</", "tool", "_call", ">", "<", "call>", "\n{\"name\": \"", "get_weather",
+                        "\", \"arguments\": ", "}\n", "}}\n", "\"city\":\""})
+    bytes.push_back(t);
+  TokenTable table(bytes, '<');
+  auto g = json_tag_calls();
+  Automaton a(*g);
+  const std::string text = "\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"</tool_c\\\"\", \"unit\":\"F\"}}\n";
+  State s = a.initial();
+  for (std::size_t k = 0; k <= text.size(); ++k) {
+    const TokenMask m = compute_mask(a, s, table);
+    for (int32_t id = 0; id < table.vocab_size(); ++id) {
+      State t = s;
+      const bool ok = !table.bytes(id).empty() && a.feed(t, table.bytes(id));
+      ASSERT_EQ(m.test(id), ok) << "after " << text.substr(0, k) << ", token '" << table.bytes(id) << "'";
+    }
+    if (k < text.size()) {
+      ASSERT_TRUE(a.feed(s, uint8_t(text[k]))) << text.substr(0, k + 1);
+    }
+  }
+  EXPECT_TRUE(a.finished(s));
 }
 
 TEST(TokenTable, BundledTokenizerBytesAreWhatDecodingProduces) {

@@ -123,29 +123,29 @@ class Grammar::Compiler {
   }
 
  private:
-  // Gemma 4's strings cannot hold the quote token's text.
-  void check_gemma4_string(const std::string& text, const std::string& path) const {
-    if (text.find(kGemma4QuoteText) != std::string::npos)
-      refuse(path, "the text " + std::string(kGemma4QuoteText) + " cannot be written in the model's tool-call syntax");
+  // A call's strings cannot hold the markup's string stop (only strings
+  // can: the rest of the text is JSON's structure, numbers and literals).
+  const std::string& checked(const std::string& text, const std::string& path) const {
+    if (!g_.string_stop_.empty() && text.find(g_.string_stop_) != std::string::npos)
+      refuse(path, "the text " + g_.string_stop_ + " cannot be written in the model's tool-call markup");
+    return text;
   }
 
   // A key as the automaton matches it: JSON's quoted key; Gemma 4's bare
   // (or quoted) key with its ':'.
   std::string key_text(const std::string& key, const std::string& path) const {
-    if (g_.syntax_ == Syntax::kJson) return Json(key).dump();
-    check_gemma4_string(key, path);
+    if (g_.syntax_ == Syntax::kJson) return checked(Json(key).dump(), path);
     if (bare_key(key)) return key + ":";
     const std::string q(1, char(kQuoteByte));
-    return q + key + q + ":";
+    return checked(q + key + q + ":", path);
   }
 
   // A value's compact text in the grammar's syntax.
   std::string text_of(const Json& v, const std::string& path) const {
-    if (g_.syntax_ == Syntax::kJson) return v.dump();
+    if (g_.syntax_ == Syntax::kJson) return checked(v.dump(), path);
     if (v.is_string()) {
-      check_gemma4_string(v.get<std::string>(), path);
       const std::string q(1, char(kQuoteByte));
-      return q + v.get<std::string>() + q;
+      return checked(q + v.get<std::string>() + q, path);
     }
     if (v.is_object()) {
       std::string out = "{";
@@ -348,8 +348,13 @@ std::shared_ptr<const Grammar> Grammar::from_schema(const nlohmann::json& schema
   return g;
 }
 
-std::shared_ptr<const Grammar> Grammar::for_tool_calls(std::span<const CallSchema> calls, Syntax syntax) {
-  std::shared_ptr<Grammar> g(new Grammar(syntax));
+std::shared_ptr<const Grammar> Grammar::for_tool_calls(std::span<const CallSchema> calls, const CallMarkup& markup) {
+  std::shared_ptr<Grammar> g(new Grammar(markup.syntax));
+  g->call_suffix_ = markup.suffix;
+  g->string_stop_ = markup.syntax == Syntax::kGemma4 ? std::string(kGemma4QuoteText) : markup.string_stop;
+  const std::string& stop = g->string_stop_;
+  ROWLM_CHECK(stop.empty() || stop.find(stop[0], 1) == std::string::npos,
+              "tool-call markup: the string stop's first byte occurs in it again");
   Compiler c(*g);
   std::vector<std::pair<std::string, uint32_t>> tools;
   for (const CallSchema& call : calls) {

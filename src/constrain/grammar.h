@@ -25,7 +25,11 @@
 //
 // Tool calls (Grammar::for_tool_calls): the text between a call's opening
 // and closing tokens, one of the tools' prefixes ("call:get_weather") then
-// that tool's arguments, an object of its parameters schema.
+// that tool's arguments, an object of its parameters schema, then the
+// markup's suffix; no string holds the markup's string stop (a text the
+// call parser would end the string or the call at: "</tool_call>"), and
+// numbers have at most kMaxCallExponentDigits exponent digits (every one a
+// finite double, as the call parsers need).
 //
 // Syntax: how values are written. kJson is JSON text. kGemma4 is Gemma 4's
 // tool-call argument syntax (server/tool_calls.h): strings between quote
@@ -34,8 +38,7 @@
 // no escapes, any character but control characters other than tab, newline
 // and carriage return, and never the quote token's own text; object keys
 // bare where they are names ([A-Za-z0-9_.$-]+), else quoted, with the ':'
-// right after them; numbers as JSON's with at most kMaxGemma4ExponentDigits
-// exponent digits (every one a finite double, as the call parser needs).
+// right after them; numbers as JSON's.
 //
 // A Grammar is immutable once compiled and may be shared by any threads.
 
@@ -71,7 +74,7 @@ inline constexpr int kMaxFractionDigits = 15;
 inline constexpr int kMaxExponentDigits = 3;
 inline constexpr int kMaxProperties = 64;      // per object schema
 inline constexpr int kMaxSchemaDepth = 12;     // nested object/array schemas
-inline constexpr int kMaxGemma4ExponentDigits = 2;
+inline constexpr int kMaxCallExponentDigits = 2;
 
 enum class Syntax : uint8_t { kJson, kGemma4 };
 // kGemma4: the byte the quote token stands for, and the token's text.
@@ -129,9 +132,19 @@ class Grammar {
     const nlohmann::json* parameters = nullptr;
     std::string path;  // "tools[0].function.parameters"
   };
-  static std::shared_ptr<const Grammar> for_tool_calls(std::span<const CallSchema> calls, Syntax syntax);
+  // `string_stop`'s first byte must occur in it once; kGemma4's is always
+  // kGemma4QuoteText.
+  struct CallMarkup {
+    Syntax syntax = Syntax::kJson;
+    std::string suffix;       // after the arguments ("}\n")
+    std::string string_stop;  // no string's text holds it
+  };
+  static std::shared_ptr<const Grammar> for_tool_calls(std::span<const CallSchema> calls, const CallMarkup& markup);
 
   Syntax syntax() const { return syntax_; }
+  const std::string& call_suffix() const { return call_suffix_; }
+  const std::string& string_stop() const { return string_stop_; }
+  bool for_calls() const { return node(root_).kind == NodeKind::Call; }
 
   const Node& node(uint32_t i) const { return nodes_[i]; }
   uint32_t root() const { return root_; }
@@ -143,6 +156,7 @@ class Grammar {
   std::vector<Node> nodes_;
   uint32_t root_ = kAnyValue;
   Syntax syntax_ = Syntax::kJson;
+  std::string call_suffix_, string_stop_;
 };
 
 }  // namespace rowlm::constrain

@@ -84,9 +84,11 @@ void JsonConstraint::begin_with(std::span<const int32_t> tokens) {
   states_.erase(states_.begin(), states_.end() - 1);
 }
 
-MaskCache& ConstraintFactory::cache_for(Syntax syntax) {
+MaskCache& ConstraintFactory::cache_for(const Grammar& grammar) {
+  const Syntax syntax = grammar.syntax();
+  const uint8_t stop_start = grammar.string_stop().empty() ? 0 : uint8_t(grammar.string_stop()[0]);
   std::lock_guard lock(mu_);
-  std::unique_ptr<MaskCache>& cache = syntax == Syntax::kGemma4 ? gemma4_cache_ : json_cache_;
+  std::unique_ptr<MaskCache>& cache = caches_[{syntax, stop_start}];
   if (!cache) {
     std::optional<int32_t> quote;
     if (syntax == Syntax::kGemma4) {
@@ -94,14 +96,14 @@ MaskCache& ConstraintFactory::cache_for(Syntax syntax) {
       if (!quote || *quote >= vocab_size_)
         throw Error("tool calls: the tokenizer has no token " + std::string(kGemma4QuoteText) + " to quote strings with");
     }
-    cache = std::make_unique<MaskCache>(std::make_shared<const TokenTable>(tokenizer_, vocab_size_, quote));
+    cache = std::make_unique<MaskCache>(std::make_shared<const TokenTable>(tokenizer_, vocab_size_, quote, stop_start));
   }
   return *cache;
 }
 
 std::unique_ptr<JsonConstraint> ConstraintFactory::make(std::shared_ptr<const Grammar> grammar,
                                                         std::vector<int32_t> terminators) {
-  MaskCache& cache = cache_for(grammar->syntax());
+  MaskCache& cache = cache_for(*grammar);
   return std::make_unique<JsonConstraint>(std::move(grammar), cache, std::move(terminators));
 }
 
@@ -112,7 +114,7 @@ std::unique_ptr<JsonConstraint> ConstraintFactory::make(const ToolCallRules& rul
     return *t;
   };
   const CallTokens calls(id(rules.open), id(rules.close));
-  auto c = std::make_unique<JsonConstraint>(rules.grammar, cache_for(rules.grammar->syntax()), calls);
+  auto c = std::make_unique<JsonConstraint>(rules.grammar, cache_for(*rules.grammar), calls);
   c->begin_with(rules.forced);
   return c;
 }

@@ -13,15 +13,18 @@
 //
 // ConstraintFactory is what an engine keeps: its tokenizer's TokenTable,
 // built on the first constrained request, and one MaskCache (and another
-// pair for Gemma 4's tool-call syntax, whose quote token is a byte).
+// pair for each tool-call markup: Gemma 4's quote token is a byte, and a
+// markup's string stop changes which tokens are plain text).
 //
 // Threads: a JsonConstraint is used by one thread at a time (its
 // Sampler's); ConstraintFactory::make may be called from any thread.
 
 #include <cstdint>
 #include <memory>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <span>
 #include <string>
 #include <vector>
@@ -97,12 +100,13 @@ class ConstraintFactory {
   std::unique_ptr<JsonConstraint> make(const ToolCallRules& rules);
 
  private:
-  MaskCache& cache_for(Syntax syntax);
+  MaskCache& cache_for(const Grammar& grammar);
 
   const Tokenizer& tokenizer_;
   const int64_t vocab_size_;
   std::mutex mu_;
-  std::unique_ptr<MaskCache> json_cache_, gemma4_cache_;
+  // By the grammars' syntax and string stop's first byte: they decide the table.
+  std::map<std::pair<Syntax, uint8_t>, std::unique_ptr<MaskCache>> caches_;
 };
 
 }  // namespace rowlm::constrain

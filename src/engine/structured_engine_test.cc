@@ -103,7 +103,7 @@ std::vector<Spec> tool_call_specs(std::mt19937& rng, int n, float temperature) {
   const Json list = Json::parse(R"({"type":"object","properties":{"items":{"type":"array","items":
       {"type":"string","maxLength":5},"maxItems":3},"note":{"type":"string","maxLength":8}},"required":["items"]})");
   const constrain::Grammar::CallSchema calls[] = {{"call:weather", &weather, "tools[0]"}, {"call:list", &list, "tools[1]"}};
-  auto grammar = constrain::Grammar::for_tool_calls(calls, constrain::Syntax::kGemma4);
+  auto grammar = constrain::Grammar::for_tool_calls(calls, {constrain::Syntax::kGemma4});
   const int32_t open = *tok.token_to_id("<|tool_call>");
   std::vector<Spec> out;
   for (int i = 0; i < n; ++i) {

@@ -82,8 +82,14 @@ PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedMo
     rc.tool_syntax = chat.tool_syntax;
     if (chat.tool_syntax) {
       try {
+        auto is_token = [&](std::string_view text) {
+          const auto id = m.tokenizer->token_to_id(text);
+          return id && *id < m.vocab_size;
+        };
         tool_rules = strict_call_rules(*chat.tool_syntax, r.tools,
-                                       m.tokenizer->encode(chat.forced_prefix, /*add_special_tokens=*/false));
+                                       m.tokenizer->encode(chat.forced_prefix, /*add_special_tokens=*/false),
+                                       is_token(tool_call_opener(*chat.tool_syntax)) &&
+                                           is_token(tool_call_closer(*chat.tool_syntax)));
       } catch (const constrain::UnsupportedSchema& e) {
         throw ApiError(400, e.what(), e.path());
       }

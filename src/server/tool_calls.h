@@ -63,8 +63,9 @@ struct ParsedReply {
 // markup does not parse, or an unterminated one) stays in `content` verbatim.
 ParsedReply parse_tool_calls(ToolSyntax syntax, std::string_view text);
 
-// The text that opens a call.
+// The texts that open and close a call.
 std::string_view tool_call_opener(ToolSyntax syntax);
+std::string_view tool_call_closer(ToolSyntax syntax);
 
 // Streaming: content passes through until a call may begin; from the first
 // possible opener on, text is held until finish(). The concatenation of
@@ -93,11 +94,12 @@ std::string format_gemma4_value(const nlohmann::json& value);
 // reply's calls to a declared tool's name and, for a strict tool, arguments
 // valid for its parameters (any object for the others), in the markup's own
 // syntax; null when none is strict. `forced` is the reply's forced start
-// (ChatPrompt::forced_prefix) as tokens. Throws constrain::UnsupportedSchema
-// naming the field: a parameters schema outside the supported subset or not
-// an object, or strict tools with kJsonTags (whose calls rowlm cannot yet
-// hold to a schema); a tool strict_by_default is then not held instead.
+// (ChatPrompt::forced_prefix) as tokens; `markup_is_tokens`: the model's
+// vocabulary has the opener and the closer as tokens. Throws
+// constrain::UnsupportedSchema naming the field: a parameters schema
+// outside the supported subset or not an object, or markup that is not
+// tokens; a tool strict_by_default is then not held instead.
 std::shared_ptr<const constrain::ToolCallRules> strict_call_rules(ToolSyntax syntax, std::span<const ToolSpec> tools,
-                                                                  std::vector<int32_t> forced);
+                                                                  std::vector<int32_t> forced, bool markup_is_tokens);
 
 }  // namespace rowlm::server

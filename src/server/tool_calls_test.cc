@@ -285,7 +285,9 @@ std::string random_walk(const constrain::Grammar& g, std::mt19937& rng) {
   return text;
 }
 
-TEST(StrictToolCalls, WhatTheConstraintAdmitsParsesIntoArgumentsOfTheSchema) {
+class StrictToolCalls : public ::testing::TestWithParam<ToolSyntax> {};
+
+TEST_P(StrictToolCalls, WhatTheConstraintAdmitsParsesIntoArgumentsOfTheSchema) {
   std::vector<Json> schemas;
   std::vector<ToolSpec> tools;
   for (const char* text : kStrictSchemas) schemas.push_back(Json::parse(text));
@@ -293,16 +295,17 @@ TEST(StrictToolCalls, WhatTheConstraintAdmitsParsesIntoArgumentsOfTheSchema) {
     tools.push_back({"tool_" + std::to_string(i), "", schemas[i], true, "tools[" + std::to_string(i) + "].parameters", ""});
   tools.push_back({"free", "", Json::parse(R"({"type":"object","properties":{"x":{"type":"string"}},"required":["x"]})"),
                    false, "", ""});  // not strict: any object
-  const auto rules = strict_call_rules(ToolSyntax::kGemma4, tools, {});
+  const ToolSyntax syntax = GetParam();
+  const auto rules = strict_call_rules(syntax, tools, {}, true);
   ASSERT_NE(rules, nullptr);
   std::mt19937 rng(5);
   std::set<std::string> called;
-  for (int walk = 0; walk < 500; ++walk) {
+  for (int walk = 0; walk < 400; ++walk) {
     std::string body = random_walk(*rules->grammar, rng);
     for (std::size_t k; (k = body.find(char(constrain::kQuoteByte))) != std::string::npos;)
       body.replace(k, 1, constrain::kGemma4QuoteText);
     const std::string text = rules->open + body + rules->close;
-    const ParsedReply parsed = parse_tool_calls(ToolSyntax::kGemma4, text);
+    const ParsedReply parsed = parse_tool_calls(syntax, text);
     ASSERT_EQ(parsed.calls.size(), 1u) << text;
     EXPECT_EQ(parsed.content, "") << text;
     const ToolCall& call = parsed.calls[0];
@@ -317,15 +320,17 @@ TEST(StrictToolCalls, WhatTheConstraintAdmitsParsesIntoArgumentsOfTheSchema) {
   EXPECT_EQ(called.size(), tools.size());  // every tool was called
 }
 
-TEST(StrictToolCalls, RulesExistOnlyForStrictToolsAndNameTheFieldAtFault) {
+INSTANTIATE_TEST_SUITE_P(Markups, StrictToolCalls, ::testing::Values(ToolSyntax::kGemma4, ToolSyntax::kJsonTags));
+
+TEST(StrictToolRules, ExistOnlyForStrictToolsAndNameTheFieldAtFault) {
   ToolSpec loose{"f", "", Json::parse(R"({"type":"object","properties":{"a":{"type":"string","format":"date"}}})"), false,
                  "tools[0].function.parameters", "tools[0].function.strict"};
   const ToolSpec tools[] = {loose};
-  EXPECT_EQ(strict_call_rules(ToolSyntax::kGemma4, tools, {}), nullptr);
+  EXPECT_EQ(strict_call_rules(ToolSyntax::kGemma4, tools, {}, true), nullptr);
   auto path_of = [](ToolSyntax syntax, const ToolSpec& t) {
     try {
       const ToolSpec one[] = {t};
-      (void)strict_call_rules(syntax, one, {});
+      (void)strict_call_rules(syntax, one, {}, true);
     } catch (const constrain::UnsupportedSchema& e) {
       return e.path();
     }
@@ -338,6 +343,16 @@ TEST(StrictToolCalls, RulesExistOnlyForStrictToolsAndNameTheFieldAtFault) {
   EXPECT_EQ(path_of(ToolSyntax::kGemma4, strict), "tools[0].function.parameters");
   strict.parameters = Json::object();  // no parameters: any object
   EXPECT_EQ(path_of(ToolSyntax::kGemma4, strict), "accepted");
+  EXPECT_EQ(path_of(ToolSyntax::kJsonTags, strict), "accepted");
+  strict.parameters = Json::parse(R"({"type":"object","properties":{"a":{"enum":["</tool_call>"]}}})");
+  EXPECT_EQ(path_of(ToolSyntax::kJsonTags, strict), "tools[0].function.parameters.properties.a.enum");
+  const ToolSpec one[] = {strict};
+  try {
+    (void)strict_call_rules(ToolSyntax::kGemma4, one, {}, /*markup_is_tokens=*/false);
+    ADD_FAILURE() << "accepted";
+  } catch (const constrain::UnsupportedSchema& e) {
+    EXPECT_EQ(e.path(), "tools[0].function.strict");
+  }
 }
 
 }  // namespace
