@@ -320,7 +320,10 @@ TEST_P(StrictToolCalls, WhatTheConstraintAdmitsParsesIntoArgumentsOfTheSchema) {
   EXPECT_EQ(called.size(), tools.size());  // every tool was called
 }
 
-INSTANTIATE_TEST_SUITE_P(Markups, StrictToolCalls, ::testing::Values(ToolSyntax::kGemma4, ToolSyntax::kJsonTags));
+INSTANTIATE_TEST_SUITE_P(Markups, StrictToolCalls, ::testing::Values(ToolSyntax::kGemma4, ToolSyntax::kJsonTags),
+                         [](const auto& param_info) {
+                           return param_info.param == ToolSyntax::kGemma4 ? "Gemma4" : "JsonTags";
+                         });
 
 TEST(StrictToolRules, ExistOnlyForStrictToolsAndNameTheFieldAtFault) {
   ToolSpec loose{"f", "", Json::parse(R"({"type":"object","properties":{"a":{"type":"string","format":"date"}}})"), false,
