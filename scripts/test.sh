@@ -45,11 +45,14 @@ cmake --build build-asan -j "$jobs"
 #   engine's memory and option tests stay);
 # - the Gemma 4 assistant drafter's sampled and preempted schedules (its
 #   greedy schedule and the kept target state stay);
-# - the structured-output schedules (the automaton and masks run here through
-#   constrain_tests).
+# - the structured-output and strict tool-call schedules, and the random
+#   walks of strict calls through the server's call parser (the automaton
+#   and masks run here through constrain_tests).
 asan_slow='Codecs/EnginePreemption|Speculation.SampledTokensFollowTheTargetDistribution'
 asan_slow+='|SampledSpeculation.OutputDependsOnTheSeedNotTheSchedule/assistant|Speculation.AssistantRowsResumeAfterPreemption'
 asan_slow+='|StructuredOutputs.SameBitsAloneAndInAnySchedule|StructuredOutputs.GreedySpeculationEmitsWhatPlainDecodingDoes'
+asan_slow+='|StrictToolCalls.SameBitsAloneAndInAnySchedule|StrictToolCalls.GreedySpeculationEmitsWhatPlainDecodingDoes'
+asan_slow+='|Markups/StrictToolCalls.WhatTheConstraintAdmitsParsesIntoArgumentsOfTheSchema'
 asan_slow+='|Schedules/KvRowsModel.RowLogitsIndependentOfSchedule/models_rowlm_tiny'
 asan_slow+='|Cli.BundledModelsMatchTransformers'
 asan_slow+='|GreedySpeculation.EmitsExactlyWhatPlainDecodingDoes/(model|ngram)_(bf16|q8)( |$)'

@@ -41,6 +41,7 @@ class Model;
 class Tokenizer;
 namespace constrain {
 class Grammar;
+struct ToolCallRules;
 }  // namespace constrain
 
 // EngineOptions::prefix_cache_bytes by default (and `--prefix-cache-bytes`'s),
@@ -113,6 +114,13 @@ struct Request {
   // one; the end-of-sequence and stop tokens only where the value is
   // complete. Null: free text. Needs a tokenizer.
   std::shared_ptr<const constrain::Grammar> response_format;
+  // Tool calls held to their tools' schemas (strict function tools;
+  // constrain/json_constraint.h): the text is free until the token that
+  // opens a call, the call is then held to the rules' grammar (a listed
+  // tool's name, arguments valid for its schema) and closed by its token.
+  // The rules' forced tokens count as generated before the first token.
+  // Null: none. Not together with response_format; needs a tokenizer.
+  std::shared_ptr<const constrain::ToolCallRules> tool_calls;
 };
 
 enum class FinishReason { Stop, Length, Cancelled, Error };

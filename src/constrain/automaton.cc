@@ -6,7 +6,18 @@ namespace rowlm::constrain {
 
 namespace {
 
-enum FrameKind : uint8_t { kRoot, kObject, kArray, kString, kNumber, kLiteral };
+enum FrameKind : uint8_t { kRoot, kObject, kArray, kString, kNumber, kLiteral, kCall };
+
+// A string's text must not hold the grammar's string stop (Gemma 4's quote
+// token's text, a call's closing text): its bytes matched so far at the end
+// of the text are a string frame's `pos`. Its first byte occurs in it once,
+// so a byte that breaks the match restarts it at 0, or at 1 on that byte.
+
+// Whether a byte may be in a plain-text token (TokenTable's rule for a
+// grammar whose string stop begins with `stop_start`, 0 for none).
+bool plain_byte(uint8_t c, uint8_t stop_start) {
+  return c >= 0x20 && c != '"' && c != '\\' && (stop_start == 0 || c != stop_start);
+}
 
 // Root phases.
 enum : uint8_t { kRootStart, kRootValue, kRootDone };
@@ -80,6 +91,12 @@ bool Automaton::push(State& s, Frame f) const {
 void Automaton::complete(State& s) const {
   s.frames.pop_back();
   Frame& p = s.frames.back();
+  if (p.kind == kCall) {  // the arguments are written: the markup's suffix, or the call's end
+    if (g_.call_suffix().empty()) return complete(s);
+    p.phase = 2;
+    p.pos = 0;
+    return;
+  }
   p.ws = 0;
   if (p.kind == kRoot) p.phase = kRootDone;
   else if (p.kind == kObject) p.phase = p.phase == kObjFreeKey ? kObjColon : kObjAfterValue;
@@ -127,7 +144,7 @@ bool Automaton::open_value(State& s, uint32_t node, uint8_t c) const {
         // A container needs its own frame and one for a key or item.
         if (s.frames.size() + 2 >= kMaxFrames) return false;
         pick = c == '{' ? Grammar::kAnyObject : Grammar::kAnyArray;
-      } else if (c == '"') {
+      } else if (c == quote()) {
         pick = Grammar::kAnyString;
       } else if (c == '-' || is_digit(c)) {
         pick = Grammar::kAnyNumber;
@@ -149,7 +166,7 @@ bool Automaton::open_value(State& s, uint32_t node, uint8_t c) const {
       f.phase = kArrOpen;
       return push(s, f);
     case NodeKind::String:
-      if (c != '"') return false;
+      if (c != quote()) return false;
       f.kind = kString;
       return push(s, f);
     case NodeKind::Integer:
@@ -166,7 +183,7 @@ bool Automaton::open_value(State& s, uint32_t node, uint8_t c) const {
         const Node& a = g_.node(alt);
         const bool starts = a.kind == NodeKind::Object   ? c == '{'
                             : a.kind == NodeKind::Array  ? c == '['
-                            : a.kind == NodeKind::String ? c == '"'
+                            : a.kind == NodeKind::String ? c == quote()
                             : a.kind == NodeKind::Literals
                                 ? std::any_of(a.literals.begin(), a.literals.end(),
                                               [&](const std::string& l) { return uint8_t(l[0]) == c; })
@@ -174,6 +191,9 @@ bool Automaton::open_value(State& s, uint32_t node, uint8_t c) const {
         if (starts) return open_value(s, alt, c);
       }
       return false;
+    case NodeKind::Call:
+      f.kind = kCall;
+      return push(s, f) && step(s, c) == Step::kConsumed;
   }
   return false;
 }
@@ -198,7 +218,8 @@ Automaton::Step Automaton::step(State& s, uint8_t c) const {
         case kObjComma:
           if (is_ws(c)) return space();
           if (c == '}' && f.phase == kObjOpen && required_done) return complete(s), kOk;
-          if (c != '"') return kNo;
+          // JSON's keys open with '"'; Gemma 4's with their first byte.
+          if ((!gemma4() || n.free_keys) && c != quote()) return kNo;
           f.ws = 0;
           if (n.free_keys) {
             f.phase = kObjFreeKey;
@@ -214,10 +235,10 @@ Automaton::Step Automaton::step(State& s, uint8_t c) const {
           [[fallthrough]];
         case kObjKey:
           if (!match_literal(f, n.keys, c, f.seen)) return kNo;
-          if (f.pos == n.keys[f.lit].size()) {  // the closing quote: keys are never prefixes of others
+          if (f.pos == n.keys[f.lit].size()) {  // the closing quote (Gemma 4: ':'): keys are never prefixes of others
             f.count = f.lit;
             f.seen |= uint64_t(1) << f.lit;
-            f.phase = kObjColon;
+            f.phase = gemma4() ? kObjBeforeValue : kObjColon;
             f.lit = f.pos = 0;
           }
           return kOk;
@@ -282,6 +303,7 @@ Automaton::Step Automaton::step(State& s, uint8_t c) const {
         if (c < lo || c > hi) return kNo;
         --f.utf8;
         f.sub = kStrPlain;
+        f.pos = 0;
         return kOk;
       }
       if (f.sub == kStrEscape) {
@@ -297,8 +319,14 @@ Automaton::Step Automaton::step(State& s, uint8_t c) const {
         f.sub = f.sub == kStrHex4 ? uint8_t(kStrPlain) : uint8_t(f.sub + 1);
         return kOk;
       }
-      if (c == '"') return f.count >= n.min_length ? (complete(s), kOk) : kNo;
-      if (c < 0x20) return kNo;
+      if (c == quote()) return f.count >= n.min_length ? (complete(s), kOk) : kNo;
+      // Gemma 4: no escapes; tab, newline and carriage return are text.
+      if (c < 0x20 && !(gemma4() && (c == '\t' || c == '\n' || c == '\r'))) return kNo;
+      if (const std::string& stop = g_.string_stop(); !stop.empty()) {
+        const uint32_t matched = uint8_t(stop[f.pos]) == c ? f.pos + 1 : uint8_t(stop[0]) == c ? 1 : 0;
+        if (matched == stop.size()) return kNo;
+        f.pos = matched;
+      }
       if (n.max_length != kUnbounded && f.count >= n.max_length) return kNo;
       if (c >= 0x80) {
         if (c >= 0xC2 && c <= 0xDF) f.utf8 = 1;
@@ -309,7 +337,7 @@ Automaton::Step Automaton::step(State& s, uint8_t c) const {
         else if (c == 0xF4) f.utf8 = 3, f.sub = kCont_80_8F;
         else if (c >= 0xF1 && c <= 0xF3) f.utf8 = 3;
         else return kNo;
-      } else if (c == '\\') {
+      } else if (c == '\\' && !gemma4()) {
         f.sub = kStrEscape;
       }
       f.count = bump(f.count, n.min_length, n.max_length);
@@ -370,7 +398,7 @@ Automaton::Step Automaton::step(State& s, uint8_t c) const {
           f.count = 1;
           return kOk;
         case kNumExpDigits:
-          if (digit && f.count < uint32_t(kMaxExponentDigits)) return ++f.count, kOk;
+          if (digit && f.count < uint32_t(g_.for_calls() ? kMaxCallExponentDigits : kMaxExponentDigits)) return ++f.count, kOk;
           return pop();
         default:
           return kNo;
@@ -383,6 +411,24 @@ Automaton::Step Automaton::step(State& s, uint8_t c) const {
         return kOk;
       }
       return can_end(f) ? (complete(s), Step::kPopped) : kNo;
+
+    case kCall:
+      // The tool's prefix, then (once it is whole and the byte does not
+      // extend it into a longer one) its arguments.
+      if (f.phase == 0) {
+        if (match_literal(f, n.literals, c, 0)) return kOk;
+        if (f.pos != n.literals[f.lit].size()) return kNo;
+        f.phase = 1;
+        f.pos = 0;
+        return open_value(s, n.alternatives[f.lit], c) ? kOk : kNo;
+      }
+      if (f.phase == 2) {  // the suffix
+        const std::string& suffix = g_.call_suffix();
+        if (uint8_t(suffix[f.pos]) != c) return kNo;
+        if (++f.pos == suffix.size()) complete(s);
+        return kOk;
+      }
+      return kNo;
   }
   return kNo;
 }
@@ -409,6 +455,12 @@ bool Automaton::can_finish(const State& s) const {
 std::optional<uint32_t> Automaton::string_room(const State& s) const {
   const Frame& f = s.frames.back();
   if (f.kind != kString || f.sub != kStrPlain || f.utf8 != 0) return std::nullopt;
+  // Plain text can complete the string stop where the rest of it is plain.
+  if (const std::string& stop = g_.string_stop(); f.pos > 0) {
+    const uint8_t start = uint8_t(stop[0]);
+    if (std::all_of(stop.begin() + f.pos, stop.end(), [&](char c) { return plain_byte(uint8_t(c), start); }))
+      return std::nullopt;
+  }
   const uint32_t max = g_.node(f.node).max_length;
   return max == kUnbounded ? kUnbounded : max - std::min(f.count, max);
 }

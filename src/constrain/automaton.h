@@ -2,7 +2,8 @@
 // The byte automaton of a Grammar: a stack of frames, one per JSON value
 // being written (plus the document's root), advanced one byte at a time.
 // It accepts exactly the compact-or-spaced JSON texts of values the grammar
-// admits, in valid UTF-8 (no surrogate escapes), and every state it reaches
+// admits (or their Gemma 4 form, grammar.h's Syntax; or a tool call's text),
+// in valid UTF-8 (no surrogate escapes), and every state it reaches
 // can still be completed: a rejected byte is the only dead end, so a token
 // whose bytes all pass leaves the output completable.
 //
@@ -62,11 +63,14 @@ class Automaton {
   // Nothing but the end of output can follow.
   bool finished(const State& s) const;
   // Inside a string's text, between characters: the most characters the
-  // string may still take (kUnbounded: no limit). Nullopt anywhere else.
-  // From such a state, bytes of plain text (no '"', '\\' or control
-  // character; whole UTF-8 characters) are accepted exactly when their
-  // characters fit.
+  // string may still take (kUnbounded: no limit). Nullopt anywhere else
+  // (and in a Gemma 4 string whose text ends in the quote token's first
+  // three bytes). From such a state, bytes of plain text (no '"', '\\' or
+  // control character; whole UTF-8 characters) are accepted exactly when
+  // their characters fit.
   std::optional<uint32_t> string_room(const State& s) const;
+
+  const Grammar& grammar() const { return g_; }
 
  private:
   enum class Step { kConsumed, kRejected, kPopped };
@@ -76,6 +80,9 @@ class Automaton {
   void complete(State& s) const;
   bool can_end(const Frame& f) const;
   bool match_literal(Frame& f, const std::vector<std::string>& lits, uint8_t c, uint64_t skip) const;
+  bool gemma4() const { return g_.syntax() == Syntax::kGemma4; }
+  // The byte that opens and closes strings.
+  uint8_t quote() const { return gemma4() ? kQuoteByte : uint8_t('"'); }
 
   const Grammar& g_;
 };

@@ -227,6 +227,184 @@ TEST(JsonConstraint, MasksAcceptsRollsBackAndAllowsTheEndOnlyWhenComplete) {
   EXPECT_EQ(allowed(), std::vector<int>({4}));
 }
 
+// Tool calls in Gemma 4's syntax; "\xff" is the quote token <|"|>.
+const char* kWeather = R"({"type": "object", "additionalProperties": false,
+  "properties": {"city": {"type": "string", "maxLength": 12}, "days": {"type": "integer", "minimum": 1, "maximum": 7},
+                 "unit": {"enum": ["C", "F"]}, "a b": {"type": ["number", "null"]}, "opts": {"type": "object"}},
+  "required": ["city"]})";
+
+std::shared_ptr<const Grammar> weather_calls() {
+  const Json weather = Json::parse(kWeather);
+  const Json time = Json::parse(R"({"type": "object", "properties": {"zone": {"const": "CET"}}})");
+  const Grammar::CallSchema calls[] = {{"call:get", &time, "tools[0]"},
+                                       {"call:get_weather", &weather, "tools[1]"},
+                                       {"call:any", nullptr, "tools[2]"}};
+  return Grammar::for_tool_calls(calls, {Syntax::kGemma4});
+}
+
+TEST(Automaton, Gemma4CallsTakeAToolNameAndArgumentsOfItsSchema) {
+  auto g = weather_calls();
+  for (const char* text : {"call:get_weather{city:\xffParis\xff}", "call:get_weather{ days:2 , city:\xff\xff}",
+                           "call:get_weather{city:\xffsay \"hi\" \\n\n\xff,unit:\xff" "F\xff}",
+                           "call:get_weather{city:\xff<|\"|\xff,\xff" "a b\xff:-1.5e99,opts:{\xffk\xff:[1,\xffv\xff,{}]}}",
+                           "call:get{}", "call:get{zone:\xff" "CET\xff}", "call:any{}", "call:any{\xffx\xff:null}"})
+    EXPECT_TRUE(accepts(*g, text)) << text;
+  for (const char* text : {
+           "call:get_weathe{city:\xff" "a\xff}",         // not a tool
+           "call:get_weather{}",                          // city is required
+           "call:get_weather{city:\"Paris\"}",            // JSON's quotes are not Gemma's
+           "call:get_weather{\"city\":\xff" "a\xff}",     // nor its keys
+           "call:get_weather{city:\xff<|\"|>\xff}",       // the quote token's text inside a string
+           "call:get_weather{city:\xff" "a\xff,days:8}",  // maximum
+           "call:get_weather{city:\xff" "a\xff,a b:1}",   // a key that is not a name is quoted
+           "call:get_weather{city:\xff" "a\x01\xff}",     // control character
+           "call:get_weather{city:\xff" "a\xff,\xff" "a b\xff:1e100}",  // three exponent digits
+           "call:get_weather{city:\xff" "a\xff} ",        // nothing after the arguments
+           "call:get[]", "call:any", "call: get{}"})
+    EXPECT_FALSE(accepts(*g, text)) << text;
+}
+
+TEST(Grammar, ToolCallsRefuseArgumentsThatAreNotObjectsAndTextGemmaCannotQuote) {
+  auto path_of = [](const char* schema) {
+    const Json j = Json::parse(schema);
+    const Grammar::CallSchema call[] = {{"call:f", &j, "tools[0].function.parameters"}};
+    try {
+      Grammar::for_tool_calls(call, {Syntax::kGemma4});
+    } catch (const UnsupportedSchema& e) {
+      return e.path();
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(path_of(R"({"type":"string"})"), "tools[0].function.parameters");
+  EXPECT_EQ(path_of(R"({"type":["object","null"]})"), "tools[0].function.parameters");
+  EXPECT_EQ(path_of(R"({"properties":{"a":{"enum":["x<|\"|>"]}}})"), "tools[0].function.parameters.properties.a.enum");
+  EXPECT_EQ(path_of(R"({"type":"object","properties":{"a":{"type":"string","format":"date"}}})"),
+            "tools[0].function.parameters.properties.a.format");
+  EXPECT_EQ(path_of(R"({})"), "accepted");
+  EXPECT_EQ(path_of(R"({"const":{"a":1}})"), "accepted");
+}
+
+TEST(TokenMasks, Gemma4CallWalkEqualsTestingEveryTokenAlone) {
+  std::mt19937 rng(11);
+  std::vector<std::string> bytes = random_tokens(rng, 2500);
+  // Gemma's pieces: the quote byte, the quote token's text in pieces, names.
+  for (const char* t : {"\xff", "<|", "\"|>", "<|\"", "|>", ">", "call:", "get", "_weather", "{city:", "city", "days:",
+                        "\xff" "a b\xff:", "opts", "unit", "\xff}", "a\xff,"})
+    bytes.push_back(t);
+  TokenTable table(bytes, '<');
+  auto g = weather_calls();
+  Automaton a(*g);
+  const std::string text = "call:get_weather{city:\xffP<|\"|x\xe2\x82\xac\xff,days:3,\xff" "a b\xff:-0.5e+12,"
+                           "opts:{\xffk\xff:[\xff<|\"\xff]},unit:\xff" "C\xff}";
+  State s = a.initial();
+  for (std::size_t k = 0; k <= text.size(); ++k) {
+    const TokenMask m = compute_mask(a, s, table);
+    for (int32_t id = 0; id < table.vocab_size(); ++id) {
+      State t = s;
+      const bool ok = !table.bytes(id).empty() && a.feed(t, table.bytes(id));
+      ASSERT_EQ(m.test(id), ok) << "after " << text.substr(0, k) << ", token '" << table.bytes(id) << "'";
+    }
+    if (k < text.size()) {
+      ASSERT_TRUE(a.feed(s, uint8_t(text[k]))) << text.substr(0, k + 1);
+    }
+  }
+  EXPECT_TRUE(a.finished(s));
+}
+
+TEST(JsonConstraint, ToolCallsAreDormantUntilACallOpensAndAfterItCloses) {
+  // Ids: 0 "hi", 1 open (no bytes), 2 close (no bytes), 3 "call:any", 4 "{", 5 "}", 6 "call:get".
+  auto table = std::make_shared<const TokenTable>(std::vector<std::string>{"hi", "", "", "call:any", "{", "}", "call:get"}, '<');
+  MaskCache cache(table);
+  JsonConstraint c(weather_calls(), cache, CallTokens(1, 2));
+  auto allowed = [&] {
+    std::vector<float> logits(7, 1.0f);
+    c.mask(logits);
+    std::vector<int> ids;
+    for (int i = 0; i < 7; ++i) {
+      if (std::isfinite(logits[std::size_t(i)])) ids.push_back(i);
+    }
+    return ids;
+  };
+  const std::vector<int> every = {0, 1, 2, 3, 4, 5, 6};
+  EXPECT_TRUE(c.dormant());
+  EXPECT_EQ(allowed(), every);
+  c.accept(0);
+  c.accept(2);  // a closing token outside a call is text
+  EXPECT_EQ(allowed(), every);
+  c.accept(1);
+  EXPECT_FALSE(c.dormant());
+  EXPECT_EQ(allowed(), std::vector<int>({3, 6}));
+  EXPECT_THROW(c.accept(2), Error);  // nothing to close yet
+  c.accept(3);
+  EXPECT_EQ(allowed(), std::vector<int>({4}));
+  c.accept(4);
+  EXPECT_EQ(allowed(), std::vector<int>({5}));  // "{" nests only inside a value
+  c.accept(5);
+  EXPECT_EQ(allowed(), std::vector<int>({2}));
+  c.accept(2);
+  EXPECT_TRUE(c.dormant());
+  EXPECT_EQ(allowed(), every);
+  c.rollback(1);  // back inside the call, before its close
+  EXPECT_EQ(allowed(), std::vector<int>({2}));
+  c.rollback(4);
+  EXPECT_TRUE(c.dormant());
+  // Forced tokens (tool_choice) cannot be rolled back.
+  JsonConstraint forced(weather_calls(), cache, CallTokens(1, 2));
+  const int32_t start[] = {0, 1, 3};
+  forced.begin_with(start);
+  EXPECT_FALSE(forced.dormant());
+  EXPECT_THROW(forced.rollback(1), Error);
+}
+
+// Calls as JSON in tags (ChatML models): a prefix naming the tool, JSON
+// arguments, the suffix; no string holds the closing tag's text.
+std::shared_ptr<const Grammar> json_tag_calls() {
+  static const Json weather = Json::parse(kWeather);
+  const Grammar::CallSchema calls[] = {{"\n{\"name\": \"get_weather\", \"arguments\": ", &weather, "tools[0]"},
+                                       {"\n{\"name\": \"any\", \"arguments\": ", nullptr, "tools[1]"}};
+  return Grammar::for_tool_calls(calls, {Syntax::kJson, "}\n", "</tool_call>"});
+}
+
+TEST(Automaton, JsonTagCallsEndWithTheSuffixAndKeepTheClosingTagOutOfStrings) {
+  auto g = json_tag_calls();
+  for (const char* text : {"\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"</tool_cal\"}}\n",
+                           "\n{\"name\": \"any\", \"arguments\": {\"x\":\"<\\/tool_call>\",\"y\":[1]}}\n"})
+    EXPECT_TRUE(accepts(*g, text)) << text;
+  for (const char* text : {"\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"a\"}}",  // no suffix
+                           "\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"a</tool_call>\"}}\n",
+                           "\n{\"name\": \"any\", \"arguments\": {\"</tool_call>\":1}}\n",
+                           "\n{\"name\": \"any\", \"arguments\": {}} \n"})
+    EXPECT_FALSE(accepts(*g, text)) << text;
+  const Json bad = Json::parse(R"({"properties":{"a":{"const":"x</tool_call>"}}})");
+  const Grammar::CallSchema call[] = {{"p", &bad, "tools[0].function.parameters"}};
+  EXPECT_THROW(Grammar::for_tool_calls(call, {Syntax::kJson, "}\n", "</tool_call>"}), UnsupportedSchema);
+}
+
+TEST(TokenMasks, JsonTagCallWalkEqualsTestingEveryTokenAlone) {
+  std::mt19937 rng(13);
+  std::vector<std::string> bytes = random_tokens(rng, 2500);
+  for (const char* t : {"</tool_call>", "</", "tool", "_call", ">", "<", "call>", "\n{\"name\": \"", "get_weather",
+                        "\", \"arguments\": ", "}\n", "}}\n", "\"city\":\""})
+    bytes.push_back(t);
+  TokenTable table(bytes, '<');
+  auto g = json_tag_calls();
+  Automaton a(*g);
+  const std::string text = "\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"</tool_c\\\"\", \"unit\":\"F\"}}\n";
+  State s = a.initial();
+  for (std::size_t k = 0; k <= text.size(); ++k) {
+    const TokenMask m = compute_mask(a, s, table);
+    for (int32_t id = 0; id < table.vocab_size(); ++id) {
+      State t = s;
+      const bool ok = !table.bytes(id).empty() && a.feed(t, table.bytes(id));
+      ASSERT_EQ(m.test(id), ok) << "after " << text.substr(0, k) << ", token '" << table.bytes(id) << "'";
+    }
+    if (k < text.size()) {
+      ASSERT_TRUE(a.feed(s, uint8_t(text[k]))) << text.substr(0, k + 1);
+    }
+  }
+  EXPECT_TRUE(a.finished(s));
+}
+
 TEST(TokenTable, BundledTokenizerBytesAreWhatDecodingProduces) {
   const Tokenizer tok = Tokenizer::load(std::string(ROWLM_SOURCE_DIR) + "/models/rowlm-tiny");
   TokenTable table(tok, tok.vocab_size());

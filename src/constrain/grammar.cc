@@ -35,6 +35,14 @@ char first_byte_class(NodeKind kind) {
   }
 }
 
+// A key Gemma 4's call parser reads bare.
+bool bare_key(const std::string& key) {
+  return !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+           c == '-' || c == '$';
+  });
+}
+
 bool json_is_type(const Json& v, const std::string& type) {
   if (type == "object") return v.is_object();
   if (type == "array") return v.is_array();
@@ -52,6 +60,19 @@ bool json_is_type(const Json& v, const std::string& type) {
 class Grammar::Compiler {
  public:
   explicit Compiler(Grammar& g) : g_(g) {}
+
+  // The node of a tool's arguments: an object schema, or any object.
+  uint32_t arguments(const Json* s, const std::string& path) {
+    if (!s) return kAnyObject;
+    const uint32_t node = compile(*s, path, 0);
+    const Node& n = g_.nodes_[node];
+    if (n.kind == NodeKind::Object) return node;
+    if (n.kind == NodeKind::Any) return kAnyObject;
+    if (n.kind == NodeKind::Literals &&
+        std::all_of(n.literals.begin(), n.literals.end(), [](const std::string& l) { return l[0] == '{'; }))
+      return node;
+    refuse(path, "a tool's arguments are an object: the schema must have \"type\": \"object\"");
+  }
 
   uint32_t compile(const Json& s, const std::string& path, int depth) {
     if (depth > kMaxSchemaDepth) refuse(path, "schemas nest deeper than " + std::to_string(kMaxSchemaDepth) + " levels");
@@ -102,6 +123,43 @@ class Grammar::Compiler {
   }
 
  private:
+  // A call's strings cannot hold the markup's string stop (only strings
+  // can: the rest of the text is JSON's structure, numbers and literals).
+  const std::string& checked(const std::string& text, const std::string& path) const {
+    if (!g_.string_stop_.empty() && text.find(g_.string_stop_) != std::string::npos)
+      refuse(path, "the text " + g_.string_stop_ + " cannot be written in the model's tool-call markup");
+    return text;
+  }
+
+  // A key as the automaton matches it: JSON's quoted key; Gemma 4's bare
+  // (or quoted) key with its ':'.
+  std::string key_text(const std::string& key, const std::string& path) const {
+    if (g_.syntax_ == Syntax::kJson) return checked(Json(key).dump(), path);
+    if (bare_key(key)) return key + ":";
+    const std::string q(1, char(kQuoteByte));
+    return checked(q + key + q + ":", path);
+  }
+
+  // A value's compact text in the grammar's syntax.
+  std::string text_of(const Json& v, const std::string& path) const {
+    if (g_.syntax_ == Syntax::kJson) return checked(v.dump(), path);
+    if (v.is_string()) {
+      const std::string q(1, char(kQuoteByte));
+      return checked(q + v.get<std::string>() + q, path);
+    }
+    if (v.is_object()) {
+      std::string out = "{";
+      for (const auto& [key, sub] : v.items()) out += (out.size() > 1 ? "," : "") + key_text(key, path) + text_of(sub, path);
+      return out + "}";
+    }
+    if (v.is_array()) {
+      std::string out = "[";
+      for (const Json& sub : v) out += (out.size() > 1 ? "," : "") + text_of(sub, path);
+      return out + "]";
+    }
+    return v.dump();
+  }
+
   uint32_t add(Node n) {
     g_.nodes_.push_back(std::move(n));
     return uint32_t(g_.nodes_.size() - 1);
@@ -170,7 +228,7 @@ class Grammar::Compiler {
     for (const Json& v : values) {
       if (!types.empty() && std::none_of(types.begin(), types.end(), [&](const std::string& t) { return json_is_type(v, t); }))
         refuse(path + (s.contains("const") ? ".const" : ".enum"), "the value " + v.dump() + " is not of the schema's type");
-      n.literals.push_back(v.dump());
+      n.literals.push_back(text_of(v, path + (s.contains("const") ? ".const" : ".enum")));
     }
     std::sort(n.literals.begin(), n.literals.end());
     n.literals.erase(std::unique(n.literals.begin(), n.literals.end()), n.literals.end());
@@ -245,7 +303,8 @@ class Grammar::Compiler {
       if (p->size() > std::size_t(kMaxProperties))
         refuse(path + ".properties", "has more than " + std::to_string(kMaxProperties) + " properties");
       for (const auto& [name, sub] : p->items())
-        n.properties.push_back({Json(name).dump(), compile(sub, path + ".properties." + name, depth + 1)});
+        n.properties.push_back({key_text(name, path + ".properties." + name),
+                                compile(sub, path + ".properties." + name, depth + 1)});
       std::sort(n.properties.begin(), n.properties.end(),
                 [](const Property& a, const Property& b) { return a.key < b.key; });
       for (const Property& q : n.properties) n.keys.push_back(q.key);
@@ -256,7 +315,7 @@ class Grammar::Compiler {
       for (std::size_t i = 0; i < r->size(); ++i) {
         const std::string where = path + ".required[" + std::to_string(i) + "]";
         if (!(*r)[i].is_string()) refuse(where, "must be a string");
-        const std::string key = Json((*r)[i]).dump();
+        const std::string key = key_text((*r)[i].get<std::string>(), where);
         const auto it = std::find_if(n.properties.begin(), n.properties.end(),
                                      [&](const Property& q) { return q.key == key; });
         if (it == n.properties.end())
@@ -269,7 +328,7 @@ class Grammar::Compiler {
   Grammar& g_;
 };
 
-Grammar::Grammar() {
+Grammar::Grammar(Syntax syntax) : syntax_(syntax) {
   nodes_.resize(6);
   nodes_[kAnyValue].kind = NodeKind::Any;
   nodes_[kAnyObject].kind = NodeKind::Object;
@@ -286,6 +345,33 @@ std::shared_ptr<const Grammar> Grammar::from_schema(const nlohmann::json& schema
   std::shared_ptr<Grammar> g(new Grammar());
   Compiler c(*g);
   g->root_ = c.compile(schema, path, 0);
+  return g;
+}
+
+std::shared_ptr<const Grammar> Grammar::for_tool_calls(std::span<const CallSchema> calls, const CallMarkup& markup) {
+  std::shared_ptr<Grammar> g(new Grammar(markup.syntax));
+  g->call_suffix_ = markup.suffix;
+  g->string_stop_ = markup.syntax == Syntax::kGemma4 ? std::string(kGemma4QuoteText) : markup.string_stop;
+  const std::string& stop = g->string_stop_;
+  ROWLM_CHECK(stop.empty() || stop.find(stop[0], 1) == std::string::npos,
+              "tool-call markup: the string stop's first byte occurs in it again");
+  Compiler c(*g);
+  std::vector<std::pair<std::string, uint32_t>> tools;
+  for (const CallSchema& call : calls) {
+    if (call.prefix.empty()) refuse(call.path, "a tool call's prefix is empty");
+    tools.emplace_back(call.prefix, c.arguments(call.parameters, call.path));
+  }
+  if (tools.empty()) refuse("tools", "no tool to call");
+  std::sort(tools.begin(), tools.end());
+  Node n;
+  n.kind = NodeKind::Call;
+  for (std::size_t i = 0; i < tools.size(); ++i) {
+    if (i > 0 && tools[i].first == tools[i - 1].first) refuse(calls[0].path, "two tools have the prefix '" + tools[i].first + "'");
+    n.literals.push_back(tools[i].first);
+    n.alternatives.push_back(tools[i].second);
+  }
+  g->nodes_.push_back(std::move(n));
+  g->root_ = uint32_t(g->nodes_.size() - 1);
   return g;
 }
 

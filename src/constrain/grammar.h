@@ -23,12 +23,31 @@
 // runs between tokens of the JSON text are at most kMaxWhitespace long, so
 // that a model cannot loop forever inside one value.
 //
+// Tool calls (Grammar::for_tool_calls): the text between a call's opening
+// and closing tokens, one of the tools' prefixes ("call:get_weather") then
+// that tool's arguments, an object of its parameters schema, then the
+// markup's suffix; no string holds the markup's string stop (a text the
+// call parser would end the string or the call at: "</tool_call>"), and
+// numbers have at most kMaxCallExponentDigits exponent digits (every one a
+// finite double, as the call parsers need).
+//
+// Syntax: how values are written. kJson is JSON text. kGemma4 is Gemma 4's
+// tool-call argument syntax (server/tool_calls.h): strings between quote
+// tokens <|"|>, which the automaton reads as the byte kQuoteByte (never in
+// UTF-8 text; the TokenTable built for it maps the quote token there), with
+// no escapes, any character but control characters other than tab, newline
+// and carriage return, and never the quote token's own text; object keys
+// bare where they are names ([A-Za-z0-9_.$-]+), else quoted, with the ':'
+// right after them; numbers as JSON's.
+//
 // A Grammar is immutable once compiled and may be shared by any threads.
 
 #include <cstdint>
 #include <climits>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -55,8 +74,14 @@ inline constexpr int kMaxFractionDigits = 15;
 inline constexpr int kMaxExponentDigits = 3;
 inline constexpr int kMaxProperties = 64;      // per object schema
 inline constexpr int kMaxSchemaDepth = 12;     // nested object/array schemas
+inline constexpr int kMaxCallExponentDigits = 2;
 
-enum class NodeKind : uint8_t { Any, Object, Array, String, Integer, Number, Literals, Union };
+enum class Syntax : uint8_t { kJson, kGemma4 };
+// kGemma4: the byte the quote token stands for, and the token's text.
+inline constexpr uint8_t kQuoteByte = 0xFF;
+inline constexpr std::string_view kGemma4QuoteText = "<|\"|>";
+
+enum class NodeKind : uint8_t { Any, Object, Array, String, Integer, Number, Literals, Union, Call };
 
 struct Property {
   std::string key;  // the key as JSON text, quotes included: "\"name\""
@@ -79,9 +104,11 @@ struct Node {
   bool bounded() const { return minimum != INT64_MIN || maximum != INT64_MAX; }
   // String, in code points.
   uint32_t min_length = 0, max_length = kUnbounded;
-  // Literals: the allowed values as compact JSON texts, sorted, distinct.
+  // Literals: the allowed values as compact texts in the grammar's syntax,
+  // sorted, distinct. Call: the tools' prefixes, sorted.
   std::vector<std::string> literals;
-  // Union: nodes whose JSON texts start with different bytes.
+  // Union: nodes whose JSON texts start with different bytes. Call: the
+  // arguments' node of each prefix in literals.
   std::vector<uint32_t> alternatives;
 };
 
@@ -97,15 +124,39 @@ class Grammar {
   // Any JSON object (OpenAI's response_format {"type": "json_object"}).
   static std::shared_ptr<const Grammar> any_object();
 
+  // One tool call's text: prefix then arguments (see above). Prefixes must
+  // differ and none may be empty; the arguments' schema must admit objects
+  // only (null: any object); errors name `path`.
+  struct CallSchema {
+    std::string prefix;
+    const nlohmann::json* parameters = nullptr;
+    std::string path;  // "tools[0].function.parameters"
+  };
+  // `string_stop`'s first byte must occur in it once; kGemma4's is always
+  // kGemma4QuoteText.
+  struct CallMarkup {
+    Syntax syntax = Syntax::kJson;
+    std::string suffix;       // after the arguments ("}\n")
+    std::string string_stop;  // no string's text holds it
+  };
+  static std::shared_ptr<const Grammar> for_tool_calls(std::span<const CallSchema> calls, const CallMarkup& markup);
+
+  Syntax syntax() const { return syntax_; }
+  const std::string& call_suffix() const { return call_suffix_; }
+  const std::string& string_stop() const { return string_stop_; }
+  bool for_calls() const { return node(root_).kind == NodeKind::Call; }
+
   const Node& node(uint32_t i) const { return nodes_[i]; }
   uint32_t root() const { return root_; }
   std::size_t node_count() const { return nodes_.size(); }
 
  private:
   class Compiler;
-  Grammar();
+  explicit Grammar(Syntax syntax = Syntax::kJson);
   std::vector<Node> nodes_;
   uint32_t root_ = kAnyValue;
+  Syntax syntax_ = Syntax::kJson;
+  std::string call_suffix_, string_stop_;
 };
 
 }  // namespace rowlm::constrain

@@ -12,6 +12,11 @@ JsonConstraint::JsonConstraint(std::shared_ptr<const Grammar> grammar, MaskCache
   states_.push_back(automaton_.initial());
 }
 
+JsonConstraint::JsonConstraint(std::shared_ptr<const Grammar> grammar, MaskCache& cache, CallTokens calls)
+    : grammar_(std::move(grammar)), automaton_(*grammar_), cache_(cache), terminators_{calls.close}, calls_(calls) {
+  states_.emplace_back();  // dormant
+}
+
 bool JsonConstraint::is_terminator(int32_t token) const {
   return std::find(terminators_.begin(), terminators_.end(), token) != terminators_.end();
 }
@@ -23,6 +28,7 @@ const TokenMask& JsonConstraint::current() {
 
 void JsonConstraint::mask(std::span<float> logits) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  if (dormant()) return;
   const TokenMask& m = current();
   ROWLM_CHECK(int64_t(logits.size()) == cache_.table().vocab_size(), "logits row and token table differ in size");
   const bool can_end = complete();
@@ -51,8 +57,11 @@ void JsonConstraint::mask(std::span<float> logits) {
 
 void JsonConstraint::accept(int32_t token) {
   State next = states_.back();
-  if (is_terminator(token)) {
+  if (dormant()) {
+    if (token == calls_->open) next = automaton_.initial();
+  } else if (is_terminator(token)) {
     if (!complete()) throw Error("structured output: token " + std::to_string(token) + " ends the output before the JSON value is complete");
+    if (calls_) next.frames.clear();  // the call is closed
   } else {
     const bool known = token >= 0 && token < cache_.table().vocab_size();
     const std::string empty;
@@ -70,12 +79,44 @@ void JsonConstraint::rollback(std::size_t n) {
   if (n) mask_.reset();
 }
 
+void JsonConstraint::begin_with(std::span<const int32_t> tokens) {
+  for (int32_t t : tokens) accept(t);
+  states_.erase(states_.begin(), states_.end() - 1);
+}
+
+MaskCache& ConstraintFactory::cache_for(const Grammar& grammar) {
+  const Syntax syntax = grammar.syntax();
+  const uint8_t stop_start = grammar.string_stop().empty() ? 0 : uint8_t(grammar.string_stop()[0]);
+  std::lock_guard lock(mu_);
+  std::unique_ptr<MaskCache>& cache = caches_[{syntax, stop_start}];
+  if (!cache) {
+    std::optional<int32_t> quote;
+    if (syntax == Syntax::kGemma4) {
+      quote = tokenizer_.token_to_id(kGemma4QuoteText);
+      if (!quote || *quote >= vocab_size_)
+        throw Error("tool calls: the tokenizer has no token " + std::string(kGemma4QuoteText) + " to quote strings with");
+    }
+    cache = std::make_unique<MaskCache>(std::make_shared<const TokenTable>(tokenizer_, vocab_size_, quote, stop_start));
+  }
+  return *cache;
+}
+
 std::unique_ptr<JsonConstraint> ConstraintFactory::make(std::shared_ptr<const Grammar> grammar,
                                                         std::vector<int32_t> terminators) {
-  std::call_once(built_, [&] {
-    cache_ = std::make_unique<MaskCache>(std::make_shared<const TokenTable>(tokenizer_, vocab_size_));
-  });
-  return std::make_unique<JsonConstraint>(std::move(grammar), *cache_, std::move(terminators));
+  MaskCache& cache = cache_for(*grammar);
+  return std::make_unique<JsonConstraint>(std::move(grammar), cache, std::move(terminators));
+}
+
+std::unique_ptr<JsonConstraint> ConstraintFactory::make(const ToolCallRules& rules) {
+  auto id = [&](const std::string& text) {
+    const std::optional<int32_t> t = tokenizer_.token_to_id(text);
+    if (!t || *t >= vocab_size_) throw Error("tool calls: the tokenizer has no token " + text);
+    return *t;
+  };
+  const CallTokens calls(id(rules.open), id(rules.close));
+  auto c = std::make_unique<JsonConstraint>(rules.grammar, cache_for(*rules.grammar), calls);
+  c->begin_with(rules.forced);
+  return c;
 }
 
 }  // namespace rowlm::constrain

@@ -24,7 +24,7 @@ std::string continuation_text(const Tokenizer& tokenizer, std::string_view piece
 
 // Plain string text: no '"', '\\' or control character, whole UTF-8
 // characters (the automaton's rules); its character count, or -1.
-int64_t plain_text_chars(std::string_view b) {
+int64_t plain_text_chars(std::string_view b, uint8_t stop_start) {
   auto cont = [&](std::size_t i, uint8_t lo, uint8_t hi) {
     return i < b.size() && uint8_t(b[i]) >= lo && uint8_t(b[i]) <= hi;
   };
@@ -36,7 +36,7 @@ int64_t plain_text_chars(std::string_view b) {
   int64_t chars = 0;
   for (std::size_t i = 0; i < b.size(); ++chars) {
     const uint8_t c = uint8_t(b[i]);
-    if (c < 0x20 || c == '"' || c == '\\') return -1;
+    if (c < 0x20 || c == '"' || c == '\\' || (stop_start != 0 && c == stop_start)) return -1;
     std::size_t n = 1;
     bool ok = true;
     if (c >= 0x80) {
@@ -111,7 +111,7 @@ void TokenTable::sort_tokens() {
   for (std::size_t id = 0; id < bytes_.size(); ++id) {
     if (bytes_[id].empty()) continue;
     all.push_back(int32_t(id));
-    const int64_t chars = plain_text_chars(bytes_[id]);
+    const int64_t chars = plain_text_chars(bytes_[id], stop_start_);
     if (chars >= 0) plain_.emplace_back(uint32_t(chars), int32_t(id));
     else other.push_back(int32_t(id));
   }
@@ -121,6 +121,9 @@ void TokenTable::sort_tokens() {
 }
 
 TokenMask compute_mask(const Automaton& automaton, const State& state, const TokenTable& table) {
+  const std::string& stop = automaton.grammar().string_stop();
+  ROWLM_CHECK(table.stop_start() == (stop.empty() ? 0 : uint8_t(stop[0])),
+              "token table: built for another grammar's string stop");
   TokenMask mask;
   mask.words.assign((std::size_t(table.vocab_size()) + 63) / 64, 0);
   if (const std::optional<uint32_t> room = automaton.string_room(state)) {
@@ -137,7 +140,9 @@ TokenMask compute_mask(const Automaton& automaton, const State& state, const Tok
 }
 
 
-TokenTable::TokenTable(const Tokenizer& tokenizer, int64_t vocab_size) : bytes_(std::size_t(vocab_size)) {
+TokenTable::TokenTable(const Tokenizer& tokenizer, int64_t vocab_size, std::optional<int32_t> quote_token,
+                       uint8_t stop_start)
+    : bytes_(std::size_t(vocab_size)), stop_start_(stop_start) {
   tok::Decoder::Traits traits;
   if (const tok::Decoder* d = tokenizer.decoder()) d->collect_traits(traits);
   const int64_t known = std::min<int64_t>(vocab_size, tokenizer.vocab_size());
@@ -158,11 +163,19 @@ TokenTable::TokenTable(const Tokenizer& tokenizer, int64_t vocab_size) : bytes_(
     } else {
       out = continuation_text(tokenizer, *piece);
     }
+    if (quote_token && out.find(char(kQuoteByte)) != std::string::npos) out.clear();
+  }
+  if (quote_token) {
+    ROWLM_CHECK(*quote_token >= 0 && *quote_token < vocab_size, "token table: quote token out of range");
+    bytes_[std::size_t(*quote_token)] = std::string(1, char(kQuoteByte));
   }
   sort_tokens();
 }
 
-TokenTable::TokenTable(std::vector<std::string> bytes) : bytes_(std::move(bytes)) { sort_tokens(); }
+TokenTable::TokenTable(std::vector<std::string> bytes, uint8_t stop_start)
+    : bytes_(std::move(bytes)), stop_start_(stop_start) {
+  sort_tokens();
+}
 
 MaskCache::MaskCache(std::shared_ptr<const TokenTable> table, std::size_t budget_bytes)
     : table_(std::move(table)), budget_(budget_bytes) {}

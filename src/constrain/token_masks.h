@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -33,10 +34,17 @@ class TokenTable {
  public:
   // Ids [0, vocab_size) (the model's vocabulary, which may be larger than
   // the tokenizer's). Special tokens, ids the tokenizer lacks and tokens
-  // whose text is empty get no bytes: no mask allows them.
-  TokenTable(const Tokenizer& tokenizer, int64_t vocab_size);
+  // whose text is empty get no bytes: no mask allows them. With
+  // `quote_token` (grammars of Syntax::kGemma4), that special token is the
+  // byte kQuoteByte, and no other token has that byte (a byte-fallback
+  // token may). The table serves grammars whose string stop starts with
+  // `stop_start` (0: none): tokens holding that byte are not plain text.
+  TokenTable(const Tokenizer& tokenizer, int64_t vocab_size, std::optional<int32_t> quote_token = std::nullopt,
+             uint8_t stop_start = 0);
   // For tests: the bytes of each id.
-  explicit TokenTable(std::vector<std::string> bytes);
+  explicit TokenTable(std::vector<std::string> bytes, uint8_t stop_start = 0);
+
+  uint8_t stop_start() const { return stop_start_; }
 
   int64_t vocab_size() const { return int64_t(bytes_.size()); }
   const std::string& bytes(int32_t id) const { return bytes_[std::size_t(id)]; }
@@ -57,6 +65,7 @@ class TokenTable {
   void sort_tokens();
   Sorted sorted_by_bytes(std::vector<int32_t> ids) const;
   std::vector<std::string> bytes_;
+  uint8_t stop_start_ = 0;
   Sorted all_, not_plain_;
   std::vector<std::pair<uint32_t, int32_t>> plain_;
 };

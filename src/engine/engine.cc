@@ -203,6 +203,13 @@ std::shared_ptr<RequestHandle> EngineImpl::submit(Request request,
       ends.insert(ends.end(), model_->info().eos_token_ids.begin(), model_->info().eos_token_ids.end());
     state->sampler.set_constraint(constraints_->make(grammar, std::move(ends)));
   }
+  if (const auto& rules = state->request.tool_calls) {
+    try {
+      state->sampler.set_constraint(constraints_->make(*rules));
+    } catch (const Error& e) {
+      throw InvalidRequest("tool_calls", e.what());
+    }
+  }
   {
     std::lock_guard lock(submit_mu_);
     if (closed_) throw Error("engine: shut down");

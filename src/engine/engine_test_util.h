@@ -6,11 +6,13 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "constrain/grammar.h"
+#include "constrain/json_constraint.h"
 #include "rowlm/engine.h"
 
 namespace rowlm::test {
@@ -48,6 +50,8 @@ struct Spec {
   int32_t logprobs = 2;
   std::vector<int32_t> prompt_ids = {};  // used instead of prompt when non-empty
   std::shared_ptr<const constrain::Grammar> response_format = nullptr;
+  std::shared_ptr<const constrain::ToolCallRules> tool_calls = nullptr;  // the text keeps special tokens then
+  std::map<int32_t, float> logit_bias = {};
 };
 
 inline Request make_request(const Spec& s) {
@@ -62,6 +66,9 @@ inline Request make_request(const Spec& s) {
   r.sampling.stop_token_ids = s.stop_token_ids;
   r.sampling.top_k = s.top_k;
   r.response_format = s.response_format;
+  r.tool_calls = s.tool_calls;
+  r.skip_special_tokens = !s.tool_calls;
+  r.sampling.logit_bias = s.logit_bias;
   return r;
 }
 

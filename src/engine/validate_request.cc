@@ -37,6 +37,10 @@ std::vector<int32_t> validate_request(const Request& request, const RequestLimit
   }
   if (!limits.tokenizer && request.response_format)
     reject("response_format", "structured outputs need a tokenizer, and the model has none (tokenizer.json)");
+  if (!limits.tokenizer && request.tool_calls)
+    reject("tool_calls", "strict tool calls need a tokenizer, and the model has none (tokenizer.json)");
+  if (request.response_format && request.tool_calls)
+    reject("response_format", "a reply held to a schema cannot call tools: not together with strict tool calls");
   if (!limits.tokenizer && !request.sampling.stop.empty())
     reject("stop", "stop strings need a tokenizer, and the model has none (tokenizer.json)");
   try {

@@ -7,7 +7,8 @@
 // must not be empty, its ids must lie in the vocabulary, and it must leave
 // room in the context for at least one generated token; with
 // max_tokens_within_context, prompt + max_tokens must fit the context too;
-// stop strings and a response_format need a tokenizer; then SamplingParams::validate. The first
+// stop strings, a response_format and tool_calls need a tokenizer (and not
+// both of the last two); then SamplingParams::validate. The first
 // failure throws InvalidRequest (rowlm/engine.h) naming its field.
 
 #include <cstdint>

@@ -102,6 +102,9 @@ void parse_tools(const Fields& f, GenerationRequest& r) {
       const Json* schema = t.object("input_schema");
       if (!schema) throw_bad_field(t.path("input_schema"), "is required");
       spec.parameters = *schema;
+      spec.strict = t.boolean("strict").value_or(false);
+      spec.parameters_path = t.path("input_schema");
+      spec.strict_path = t.path("strict");
       r.tools.push_back(std::move(spec));
     }
   }

@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include "constrain/json_constraint.h"
 #include "server/api_error.h"
+#include "server/prepare.h"
+#include "server/responses_request.h"
 #include "server/server_test_util.h"
 
 namespace rowlm::server {
@@ -354,6 +357,68 @@ TEST(Requests, TheBodyMustBeAnObject) {
     EXPECT_EQ(rejection(p, Json::array()).param(), "body");
     EXPECT_EQ(rejection(p, "text").param(), "body");
   }
+}
+
+// Strict tools reach the engine as rules for its constraint; a schema it
+// cannot honour is a 400 naming the field in each API's own terms.
+TEST(StrictTools, BecomeToolCallRulesOrA400NamingTheSchemaField) {
+  static const Tokenizer tok = Tokenizer::load(std::string(ROWLM_SOURCE_DIR) + "/models/rowlm-tiny");
+  static const tokenizer::ChatFormat gemma = tokenizer::ChatFormat::by_name("gemma4");
+  const ServedModel model{"m", &tok, &gemma, 4096, int(kTinyVocab), 0};
+  const Json weather = {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}, {"required", {"city"}}};
+  const Json bad = {{"type", "object"}, {"properties", {{"when", {{"type", "string"}, {"format", "date"}}}}}};
+  auto chat = [&](const Json& params, const Json& strict, const Json& choice) {
+    Json b = chat_body();
+    b["tools"] = {{{"type", "function"}, {"function", {{"name", "weather"}, {"parameters", params}, {"strict", strict}}}}};
+    if (!choice.is_null()) b["tool_choice"] = choice;
+    return prepare_generation(parse_chat_completion_request(b, kTinyVocab), model);
+  };
+  auto param_of = [](auto&& f) {
+    try {
+      f();
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      return e.param();
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(chat(weather, false, nullptr).requests[0].tool_calls, nullptr);
+  EXPECT_EQ(chat(weather, nullptr, nullptr).requests[0].tool_calls, nullptr);  // chat completions: not strict by default
+  const auto rules = chat(weather, true, nullptr).requests[0].tool_calls;
+  ASSERT_NE(rules, nullptr);
+  EXPECT_EQ(rules->open, "<|tool_call>");
+  EXPECT_TRUE(rules->forced.empty());
+  // tool_choice required: the prompt opens the call, the constraint starts inside it.
+  const auto required = chat(weather, true, "required").requests[0].tool_calls;
+  EXPECT_EQ(tok.decode(required->forced, /*skip_special_tokens=*/false), "<|tool_call>call:");
+  EXPECT_EQ(chat(weather, true, "none").requests[0].tool_calls, nullptr);
+  EXPECT_EQ(param_of([&] { chat(bad, true, nullptr); }), "tools[0].function.parameters.properties.when.format");
+  EXPECT_EQ(param_of([&] { chat(bad, false, nullptr); }), "accepted");  // not strict: the schema is only declared
+  // Responses: strict unless false (OpenAI's default), held where it can be when not asked for;
+  // Anthropic: tools[].strict, input_schema.
+  Json r = {{"input", "Weather?"}, {"tools", {{{"type", "function"}, {"name", "weather"}, {"parameters", weather}}}}};
+  auto responses = [&] { return prepare_generation(parse_responses_request(r, kTinyVocab, {}).generation, model); };
+  EXPECT_NE(responses().requests[0].tool_calls, nullptr);
+  r["tools"][0]["parameters"] = bad;
+  EXPECT_EQ(responses().requests[0].tool_calls, nullptr);  // strict by default only: not held, not refused
+  r["tools"][0]["strict"] = true;
+  EXPECT_EQ(param_of(responses), "tools[0].parameters.properties.when.format");
+  r["tools"][0]["strict"] = false;
+  EXPECT_EQ(responses().requests[0].tool_calls, nullptr);
+  static const tokenizer::ChatFormat chatml = tokenizer::ChatFormat::by_name("chatml");
+  const ServedModel qwen{"m", &tok, &chatml, 4096, int(kTinyVocab), 0};
+  r["tools"][0]["parameters"] = weather;
+  r["tools"][0].erase("strict");
+  EXPECT_EQ(prepare_generation(parse_responses_request(r, kTinyVocab, {}).generation, qwen).requests[0].tool_calls, nullptr);
+  r["tools"][0]["strict"] = true;  // asked for, and ChatML's calls cannot be held yet
+  EXPECT_EQ(param_of([&] { prepare_generation(parse_responses_request(r, kTinyVocab, {}).generation, qwen); }),
+            "tools[0].strict");
+  Json m = messages_body();
+  m["tools"] = {{{"name", "weather"}, {"input_schema", bad}, {"strict", true}}};
+  EXPECT_EQ(param_of([&] { prepare_generation(parse_messages_request(m, kTinyVocab), model); }),
+            "tools[0].input_schema.properties.when.format");
+  m["tools"][0]["input_schema"] = weather;
+  EXPECT_NE(prepare_generation(parse_messages_request(m, kTinyVocab), model).requests[0].tool_calls, nullptr);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "server/generation.h"
 
+#include "constrain/json_constraint.h"
 #include "core/error.h"
 
 namespace rowlm::server {
@@ -66,6 +67,13 @@ bool Generation::continue_after(std::size_t choice, const RequestResult& first) 
   Request next = chain.request;
   next.prompt_ids.insert(next.prompt_ids.end(), first.token_ids.begin(), first.token_ids.end());
   if (close) next.prompt_ids.insert(next.prompt_ids.end(), budget_->close_ids.begin(), budget_->close_ids.end());
+  if (next.tool_calls) {
+    // The continuation's constraint starts where the first phase's ended.
+    auto rules = std::make_shared<constrain::ToolCallRules>(*next.tool_calls);
+    rules->forced.insert(rules->forced.end(), first.token_ids.begin(), first.token_ids.end());
+    if (close) rules->forced.insert(rules->forced.end(), budget_->close_ids.begin(), budget_->close_ids.end());
+    next.tool_calls = std::move(rules);
+  }
   next.sampling.max_tokens =
       budget_->max_tokens ? std::optional<int32_t>(int32_t(*budget_->max_tokens - generated)) : std::nullopt;
   std::lock_guard lock(handles_mutex_);

@@ -235,6 +235,9 @@ void parse_tools(const Fields& f, GenerationRequest& r) {
       if (!names.insert(spec.name).second) throw_bad_field(ff.path("name"), "'" + spec.name + "' is declared twice");
       spec.description = ff.string("description").value_or("");
       if (const Json* params = ff.object("parameters")) spec.parameters = *params;
+      spec.strict = ff.boolean("strict").value_or(false);
+      spec.parameters_path = ff.path("parameters");
+      spec.strict_path = ff.path("strict");
       r.tools.push_back(std::move(spec));
     }
   }

@@ -45,6 +45,7 @@ PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedMo
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> prompt_fields;  // how errors name each prompt
   std::optional<int32_t> budget_tokens;
+  std::shared_ptr<const constrain::ToolCallRules> tool_rules;
   if (r.chat) {
     const tokenizer::ChatFormat& format = *m.chat_format;
     tokenizer::ChatOptions options;
@@ -79,6 +80,20 @@ PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedMo
       if (auto id = m.tokenizer->token_to_id(s); id && *id < m.vocab_size) sampling.stop_token_ids.push_back(*id);
     rc.forced_prefix = chat.forced_prefix;
     rc.tool_syntax = chat.tool_syntax;
+    if (chat.tool_syntax) {
+      try {
+        auto is_token = [&](std::string_view text) {
+          const auto id = m.tokenizer->token_to_id(text);
+          return id && *id < m.vocab_size;
+        };
+        tool_rules = strict_call_rules(*chat.tool_syntax, r.tools,
+                                       m.tokenizer->encode(chat.forced_prefix, /*add_special_tokens=*/false),
+                                       is_token(tool_call_opener(*chat.tool_syntax)) &&
+                                           is_token(tool_call_closer(*chat.tool_syntax)));
+      } catch (const constrain::UnsupportedSchema& e) {
+        throw ApiError(400, e.what(), e.path());
+      }
+    }
     if (format.thinking_on(options)) {
       const tokenizer::ReasoningSyntax syntax = *tokenizer::reasoning_syntax_of(format);
       rc.reasoning = syntax;
@@ -116,6 +131,7 @@ PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedMo
     req.sampling = sampling;
     req.ignore_eos = r.ignore_eos;
     req.response_format = r.response_format;
+    req.tool_calls = tool_rules;
     // Tool calls are parsed from the text, and reasoning split from it;
     // Gemma 4 writes both markups with special tokens.
     req.skip_special_tokens = !rc.tool_syntax && !rc.reasoning;

@@ -113,7 +113,11 @@ void parse_tools(const Fields& f, GenerationRequest& r) {
       if (!names.insert(spec.name).second) throw_bad_field(t.path("name"), "'" + spec.name + "' is declared twice");
       spec.description = t.string("description").value_or("");
       if (const Json* params = t.object("parameters")) spec.parameters = *params;
-      t.boolean("strict");  // type-checked; arguments are not constrained
+      const std::optional<bool> strict = t.boolean("strict");
+      spec.strict = strict.value_or(true);  // OpenAI's default for Responses
+      spec.strict_by_default = !strict.has_value();
+      spec.parameters_path = t.path("parameters");
+      spec.strict_path = t.path("strict");
       r.tools.push_back(std::move(spec));
     }
   }

@@ -13,7 +13,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr std::string_view kGemmaQuote = "<|\"|>";
+constexpr std::string_view kGemmaQuote = constrain::kGemma4QuoteText;
 constexpr std::string_view kGemmaCallOpen = "<|tool_call>";
 constexpr std::string_view kGemmaCallClose = "<tool_call|>";
 constexpr std::string_view kJsonCallOpen = "<tool_call>";
@@ -344,6 +344,65 @@ std::string format_gemma4_value(const Json& value) {
     default:
       return json_text(value);  // numbers, true, false, null
   }
+}
+
+namespace {
+
+// What precedes a call's arguments, as the parsers read it (read_gemma_call,
+// read_json_call) and format_tool_call writes it.
+std::string call_prefix(ToolSyntax syntax, const std::string& name) {
+  return syntax == ToolSyntax::kGemma4 ? "call:" + name : "\n{\"name\": " + json_text(name) + ", \"arguments\": ";
+}
+
+constrain::Grammar::CallMarkup call_markup(ToolSyntax syntax) {
+  if (syntax == ToolSyntax::kGemma4) return {constrain::Syntax::kGemma4, "", ""};
+  return {constrain::Syntax::kJson, "}\n", std::string(kJsonCallClose)};
+}
+
+}  // namespace
+
+std::string_view tool_call_closer(ToolSyntax syntax) {
+  return syntax == ToolSyntax::kGemma4 ? kGemmaCallClose : kJsonCallClose;
+}
+
+std::shared_ptr<const constrain::ToolCallRules> strict_call_rules(ToolSyntax syntax, std::span<const ToolSpec> tools,
+                                                                  std::vector<int32_t> forced, bool markup_is_tokens) {
+  // Which tools are held: the strict ones, less those strict by default
+  // whose calls cannot be (a schema outside the subset, markup that is no
+  // single token).
+  std::vector<bool> held(tools.size());
+  for (std::size_t i = 0; i < tools.size(); ++i) {
+    const ToolSpec& t = tools[i];
+    held[i] = t.strict;
+    if (!t.strict || !t.strict_by_default) continue;
+    const constrain::Grammar::CallSchema one[] = {{call_prefix(syntax, t.name), &t.parameters, t.parameters_path}};
+    try {
+      (void)constrain::Grammar::for_tool_calls(one, call_markup(syntax));
+    } catch (const constrain::UnsupportedSchema&) {
+      held[i] = false;
+    }
+    held[i] = held[i] && markup_is_tokens;
+  }
+  const auto first = std::find(held.begin(), held.end(), true);
+  if (first == held.end()) return nullptr;
+  const ToolSpec& strict = tools[std::size_t(first - held.begin())];
+  // The constraint wakes on the opening token: text that spells it in
+  // pieces would open a call the constraint never sees.
+  if (!markup_is_tokens)
+    throw constrain::UnsupportedSchema(strict.strict_path, strict.strict_path + ": strict tool calls need " +
+                                                               std::string(tool_call_opener(syntax)) + " and " +
+                                                               std::string(tool_call_closer(syntax)) +
+                                                               " to be tokens of the model's vocabulary");
+  std::vector<constrain::Grammar::CallSchema> calls;
+  for (std::size_t i = 0; i < tools.size(); ++i)
+    calls.push_back({call_prefix(syntax, tools[i].name), held[i] ? &tools[i].parameters : nullptr,
+                     tools[i].parameters_path});
+  auto rules = std::make_shared<constrain::ToolCallRules>();
+  rules->grammar = constrain::Grammar::for_tool_calls(calls, call_markup(syntax));
+  rules->open = std::string(tool_call_opener(syntax));
+  rules->close = std::string(tool_call_closer(syntax));
+  rules->forced = std::move(forced);
+  return rules;
 }
 
 std::string format_tool_call(ToolSyntax syntax, const ToolCall& call) {

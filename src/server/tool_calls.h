@@ -18,12 +18,15 @@
 // it has not been compared byte for byte with them (rowlm's chat formats
 // render plain conversations only).
 
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "constrain/json_constraint.h"
 
 namespace rowlm::server {
 
@@ -33,6 +36,14 @@ struct ToolSpec {
   std::string name;
   std::string description;
   nlohmann::json parameters = nlohmann::json::object();  // a JSON Schema object
+  // Calls are held to `parameters` (OpenAI's and Anthropic's strict).
+  bool strict = false;
+  // How errors name the request's fields ("tools[0].function.parameters",
+  // "tools[0].function.strict").
+  std::string parameters_path, strict_path;
+  // Strict because the API says so when the request does not (Responses):
+  // held where rowlm can (a schema in the subset, Gemma 4's markup), else not.
+  bool strict_by_default = false;
 };
 
 struct ToolCall {
@@ -52,8 +63,9 @@ struct ParsedReply {
 // markup does not parse, or an unterminated one) stays in `content` verbatim.
 ParsedReply parse_tool_calls(ToolSyntax syntax, std::string_view text);
 
-// The text that opens a call.
+// The texts that open and close a call.
 std::string_view tool_call_opener(ToolSyntax syntax);
+std::string_view tool_call_closer(ToolSyntax syntax);
 
 // Streaming: content passes through until a call may begin; from the first
 // possible opener on, text is held until finish(). The concatenation of
@@ -77,5 +89,17 @@ std::string format_tool_response(ToolSyntax syntax, const std::string& name, con
 
 // Gemma's argument syntax for a JSON value (object keys bare, in key order).
 std::string format_gemma4_value(const nlohmann::json& value);
+
+// Strict tools: when one of `tools` is strict, the rules that hold the
+// reply's calls to a declared tool's name and, for a strict tool, arguments
+// valid for its parameters (any object for the others), in the markup's own
+// syntax; null when none is strict. `forced` is the reply's forced start
+// (ChatPrompt::forced_prefix) as tokens; `markup_is_tokens`: the model's
+// vocabulary has the opener and the closer as tokens. Throws
+// constrain::UnsupportedSchema naming the field: a parameters schema
+// outside the supported subset or not an object, or markup that is not
+// tokens; a tool strict_by_default is then not held instead.
+std::shared_ptr<const constrain::ToolCallRules> strict_call_rules(ToolSyntax syntax, std::span<const ToolSpec> tools,
+                                                                  std::vector<int32_t> forced, bool markup_is_tokens);
 
 }  // namespace rowlm::server

@@ -1,8 +1,12 @@
 #include "server/tool_calls.h"
 
+#include <algorithm>
 #include <random>
+#include <set>
 
 #include <gtest/gtest.h>
+
+#include "constrain/automaton.h"
 
 namespace rowlm::server {
 namespace {
@@ -227,6 +231,131 @@ TEST(JsonToolDeclarations, ListOneFunctionPerLine) {
             std::string::npos)
       << d;
   EXPECT_NE(d.find("</tools>"), std::string::npos);
+}
+
+// Strict tools: texts the call grammar admits, walked byte by byte at
+// random through its automaton, are calls the parser reads, with
+// arguments valid for the schema (checked by the JSON form of the schema's
+// grammar: the values the parser builds, written as JSON).
+const char* const kStrictSchemas[] = {
+    R"({"type":"object","properties":{"city":{"type":"string","maxLength":8},"days":{"type":"integer","minimum":1,
+        "maximum":14},"unit":{"enum":["C","F",{"k":[1,"x y"]}]},"a b":{"type":["number","null"]},
+        "ü":{"type":"array","items":{"type":"boolean"},"maxItems":3}},"required":["city","a b"],
+        "additionalProperties":false})",
+    R"({"type":"object","properties":{"note":{"type":"string","minLength":2,"maxLength":12},
+        "meta":{"type":"object","properties":{"n":{"type":"number"},"any":{}}},"const":{"const":"river"}},
+        "required":["note","meta"]})",
+    R"({"type":"object"})",
+};
+
+std::string random_walk(const constrain::Grammar& g, std::mt19937& rng) {
+  constrain::Automaton a(g);
+  constrain::State s = a.initial();
+  std::string text;
+  std::vector<uint8_t> ok, preferred, edgy;
+  // Bytes near the syntax's edges: the quote token's text, escapes and
+  // control characters (text in Gemma's strings), exponents.
+  const std::string_view edges = "<|\"|>\\\n\teE0123456789-";
+  while (!a.finished(s) && text.size() < 4000) {
+    ok.clear();
+    preferred.clear();
+    edgy.clear();
+    for (int c = 0; c < 256; ++c) {
+      // Printable ASCII, tab, newline, two-byte characters (é, ü), the quote.
+      if (!(c >= 0x20 && c < 0x7f) && !(c >= 0x80 && c < 0xc0) && c != '\t' && c != '\n' && c != 0xc3 &&
+          c != constrain::kQuoteByte)
+        continue;
+      constrain::State t = s;
+      if (!a.feed(t, uint8_t(c))) continue;
+      ok.push_back(uint8_t(c));
+      // Past a few bytes, closing what is open is likelier, so walks end.
+      if (c == '}' || c == ']' || c == ',' || c == constrain::kQuoteByte || c == '"') preferred.push_back(uint8_t(c));
+      if (c != 0 && edges.find(char(c)) != std::string_view::npos) edgy.push_back(uint8_t(c));
+    }
+    EXPECT_FALSE(ok.empty()) << "a dead end after " << Json(text).dump(-1, ' ', true, Json::error_handler_t::replace);  // the automaton has none
+    if (ok.empty()) break;
+    const bool close = !preferred.empty() && std::uniform_real_distribution<>(0, 1)(rng) < std::min(0.9, text.size() / 80.0);
+    const bool edge = !close && !edgy.empty() && rng() % 2;
+    const std::vector<uint8_t>& from = close ? preferred : edge ? edgy : ok;
+    const uint8_t c = from[rng() % from.size()];
+    EXPECT_TRUE(a.feed(s, c)) << text;
+    text += char(c);
+  }
+  EXPECT_TRUE(a.finished(s)) << text;
+  return text;
+}
+
+class StrictToolCalls : public ::testing::TestWithParam<ToolSyntax> {};
+
+TEST_P(StrictToolCalls, WhatTheConstraintAdmitsParsesIntoArgumentsOfTheSchema) {
+  std::vector<Json> schemas;
+  std::vector<ToolSpec> tools;
+  for (const char* text : kStrictSchemas) schemas.push_back(Json::parse(text));
+  for (std::size_t i = 0; i < schemas.size(); ++i)
+    tools.push_back({"tool_" + std::to_string(i), "", schemas[i], true, "tools[" + std::to_string(i) + "].parameters", ""});
+  tools.push_back({"free", "", Json::parse(R"({"type":"object","properties":{"x":{"type":"string"}},"required":["x"]})"),
+                   false, "", ""});  // not strict: any object
+  const ToolSyntax syntax = GetParam();
+  const auto rules = strict_call_rules(syntax, tools, {}, true);
+  ASSERT_NE(rules, nullptr);
+  std::mt19937 rng(5);
+  std::set<std::string> called;
+  for (int walk = 0; walk < 400; ++walk) {
+    std::string body = random_walk(*rules->grammar, rng);
+    for (std::size_t k; (k = body.find(char(constrain::kQuoteByte))) != std::string::npos;)
+      body.replace(k, 1, constrain::kGemma4QuoteText);
+    const std::string text = rules->open + body + rules->close;
+    const ParsedReply parsed = parse_tool_calls(syntax, text);
+    ASSERT_EQ(parsed.calls.size(), 1u) << text;
+    EXPECT_EQ(parsed.content, "") << text;
+    const ToolCall& call = parsed.calls[0];
+    called.insert(call.name);
+    const auto tool = std::find_if(tools.begin(), tools.end(), [&](const ToolSpec& t) { return t.name == call.name; });
+    ASSERT_NE(tool, tools.end()) << text;
+    const auto json_form = tool->strict ? constrain::Grammar::from_schema(tool->parameters) : constrain::Grammar::any_object();
+    constrain::Automaton a(*json_form);
+    constrain::State s = a.initial();
+    EXPECT_TRUE(a.feed(s, call.arguments.dump()) && a.can_finish(s)) << text << " -> " << call.arguments.dump();
+  }
+  EXPECT_EQ(called.size(), tools.size());  // every tool was called
+}
+
+INSTANTIATE_TEST_SUITE_P(Markups, StrictToolCalls, ::testing::Values(ToolSyntax::kGemma4, ToolSyntax::kJsonTags),
+                         [](const auto& param_info) {
+                           return param_info.param == ToolSyntax::kGemma4 ? "Gemma4" : "JsonTags";
+                         });
+
+TEST(StrictToolRules, ExistOnlyForStrictToolsAndNameTheFieldAtFault) {
+  ToolSpec loose{"f", "", Json::parse(R"({"type":"object","properties":{"a":{"type":"string","format":"date"}}})"), false,
+                 "tools[0].function.parameters", "tools[0].function.strict"};
+  const ToolSpec tools[] = {loose};
+  EXPECT_EQ(strict_call_rules(ToolSyntax::kGemma4, tools, {}, true), nullptr);
+  auto path_of = [](ToolSyntax syntax, const ToolSpec& t) {
+    try {
+      const ToolSpec one[] = {t};
+      (void)strict_call_rules(syntax, one, {}, true);
+    } catch (const constrain::UnsupportedSchema& e) {
+      return e.path();
+    }
+    return std::string("accepted");
+  };
+  ToolSpec strict = loose;
+  strict.strict = true;
+  EXPECT_EQ(path_of(ToolSyntax::kGemma4, strict), "tools[0].function.parameters.properties.a.format");
+  strict.parameters = Json::parse(R"({"type":"array"})");
+  EXPECT_EQ(path_of(ToolSyntax::kGemma4, strict), "tools[0].function.parameters");
+  strict.parameters = Json::object();  // no parameters: any object
+  EXPECT_EQ(path_of(ToolSyntax::kGemma4, strict), "accepted");
+  EXPECT_EQ(path_of(ToolSyntax::kJsonTags, strict), "accepted");
+  strict.parameters = Json::parse(R"({"type":"object","properties":{"a":{"enum":["</tool_call>"]}}})");
+  EXPECT_EQ(path_of(ToolSyntax::kJsonTags, strict), "tools[0].function.parameters.properties.a.enum");
+  const ToolSpec one[] = {strict};
+  try {
+    (void)strict_call_rules(ToolSyntax::kGemma4, one, {}, /*markup_is_tokens=*/false);
+    ADD_FAILURE() << "accepted";
+  } catch (const constrain::UnsupportedSchema& e) {
+    EXPECT_EQ(e.path(), "tools[0].function.strict");
+  }
 }
 
 }  // namespace

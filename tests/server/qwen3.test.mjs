@@ -58,3 +58,14 @@ test('qwen3: a template without <think> has no thinking mode to turn on', async 
   const off = await client.chat.completions.create({ ...params, chat_template_kwargs: { enable_thinking: false } });
   assert.equal(off.choices[0].message.reasoning_content, undefined);
 });
+
+test('qwen3: strict tools need <tool_call> as a token, which this vocabulary lacks', async () => {
+  const parameters = { type: 'object', properties: { city: { type: 'string' } } };
+  await assert.rejects(
+    client.chat.completions.create({
+      model: NAME, messages: [{ role: 'user', content: 'the cat' }], max_tokens: 2,
+      tools: [{ type: 'function', function: { name: 'weather', parameters, strict: true } }],
+    }),
+    (e) => e.status === 400 && e.param === 'tools[0].function.strict' && /<tool_call>/.test(e.message),
+  );
+});

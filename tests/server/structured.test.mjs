@@ -148,3 +148,100 @@ test('json_object replies are JSON objects; schemas outside the subset are a 400
   assert.equal(bad.json.error.param, 'response_format.json_schema.schema.properties.a.format');
   assert.match(bad.json.error.message, /'format' is not supported/);
 });
+
+// Strict tools: once a call opens, its name is a declared tool's and its
+// arguments valid for that tool's parameters, in Gemma 4's argument syntax,
+// which the server parses into the JSON the client reads. The bundled model
+// never learned to call tools: tool_choice 'required' opens the call in the
+// prompt (the model writes the name and arguments), and a logit bias on
+// <|tool_response>, the token Gemma 4 writes after a call (a stop token
+// here), ends the reply once the call is closed.
+const OPEN = 48, TOOL_RESPONSE = 50;  // <|tool_call>, <|tool_response> in the bundled vocabulary
+function strictRequest(schemas, seed, temperature, extra = {}) {
+  return {
+    model: NAME,
+    messages: [{ role: 'user', content: 'Call a tool.' }],
+    tools: schemas.map((parameters, i) => ({ type: 'function', function: { name: `tool_${i}`, parameters, strict: true } })),
+    tool_choice: 'required',
+    logit_bias: { [TOOL_RESPONSE]: 40 },
+    temperature,
+    seed,
+    max_tokens: 300,
+    logprobs: true,
+    ...extra,
+  };
+}
+
+function expectValidCalls(schemas, reply, what, { atLeast = 1 } = {}) {
+  const calls = reply.choices[0].message.tool_calls ?? [];
+  assert.ok(calls.length >= atLeast, `${what}: ${JSON.stringify(reply.choices[0].message)}`);
+  for (const call of calls) {
+    const m = /^tool_(\d+)$/.exec(call.function.name);
+    assert.ok(m && +m[1] < schemas.length, `${what}: called ${call.function.name}`);
+    const schema = schemas[+m[1]];
+    const args = JSON.parse(call.function.arguments);
+    const validate = ajv.compile(schema);
+    assert.ok(validate(args), `${what}: ${JSON.stringify(schema)} rejects ${call.function.arguments}: ${ajv.errorsText(validate.errors)}`);
+  }
+  return calls;
+}
+const callsOf = (r) => (r.choices[0].message.tool_calls ?? []).map((c) => [c.function.name, c.function.arguments]);
+
+test('strict tools at temperature 1: every call validates, and is the same alone and batched', async () => {
+  const r = rng(22);
+  const cases = Array.from({ length: 8 }, (_, i) => ({ schemas: [randomSchema(r), randomSchema(r)], seed: 2000 + i }));
+  const c = client(plain);
+  const batched = await Promise.all(cases.map(({ schemas, seed }) => c.chat.completions.create(strictRequest(schemas, seed, 1))));
+  const names = new Set();
+  batched.forEach((reply, i) => {
+    assert.equal(reply.choices[0].finish_reason, 'tool_calls', `case ${i}`);
+    for (const call of expectValidCalls(cases[i].schemas, reply, `case ${i}`)) names.add(call.function.name);
+  });
+  assert.equal(names.size, 2);  // both tools were chosen somewhere
+  for (let i = 0; i < cases.length; i++) {
+    const alone = await c.chat.completions.create(strictRequest(cases[i].schemas, cases[i].seed, 1));
+    assert.deepEqual(callsOf(alone), callsOf(batched[i]), `case ${i}`);
+    assert.equal(alone.choices[0].message.content, batched[i].choices[0].message.content, `case ${i}`);
+    assert.deepEqual(logprobsOf(alone), logprobsOf(batched[i]), `case ${i}`);
+  }
+});
+
+test('strict tools: calls the model opens itself are held too, and greedy speculation gives what plain decoding does', async () => {
+  const r = rng(23);
+  const cases = Array.from({ length: 4 }, () => [randomSchema(r), randomSchema(r)]);
+  // tool_choice auto, the opening token favoured: text, then call after call.
+  const auto = (schemas) => strictRequest(schemas, 1, 0, { tool_choice: 'auto', logit_bias: { [OPEN]: 40 }, max_tokens: 400 });
+  const [a, b] = [client(plain), client(speculative)];
+  const replies = await Promise.all(cases.map((s) => Promise.all([a, b].map((c) => c.chat.completions.create(auto(s))))));
+  replies.forEach(([p, s], i) => {
+    expectValidCalls(cases[i], p, `schemas ${i}`);
+    assert.deepEqual(callsOf(s), callsOf(p), `schemas ${i}`);
+    assert.equal(s.choices[0].message.content, p.choices[0].message.content, `schemas ${i}`);
+    assert.deepEqual(logprobsOf(s), logprobsOf(p), `schemas ${i}`);
+  });
+});
+
+test('strict tools through Responses and Anthropic; a schema outside the subset is a 400 naming the keyword', async () => {
+  const r = rng(24);
+  const schema = randomSchema(r);
+  const validate = ajv.compile(schema);
+  const response = await client(plain).responses.create({
+    model: NAME, input: 'Call a tool.', temperature: 1, seed: 3, max_output_tokens: 300,
+    tools: [{ type: 'function', name: 'lookup', parameters: schema, strict: true }], tool_choice: 'required',
+  });
+  const call = response.output.find((o) => o.type === 'function_call');
+  assert.ok(call, JSON.stringify(response.output));
+  assert.ok(validate(JSON.parse(call.arguments)), `${call.arguments}: ${ajv.errorsText(validate.errors)}`);
+  const anthropic = await postJson(`${plain.url}/v1/messages`, {
+    model: NAME, max_tokens: 300, temperature: 1, messages: [{ role: 'user', content: 'Call a tool.' }],
+    tools: [{ name: 'lookup', input_schema: schema, strict: true }], tool_choice: { type: 'any' },
+  });
+  assert.equal(anthropic.status, 200, anthropic.text);
+  const use = anthropic.json.content.find((b) => b.type === 'tool_use');
+  assert.ok(use, anthropic.text);
+  assert.ok(validate(use.input), `${JSON.stringify(use.input)}: ${ajv.errorsText(validate.errors)}`);
+  const bad = await postJson(`${plain.url}/v1/chat/completions`,
+    strictRequest([{ type: 'object', properties: { when: { type: 'string', format: 'date' } } }], 1, 0));
+  assert.equal(bad.status, 400, bad.text);
+  assert.equal(bad.json.error.param, 'tools[0].function.parameters.properties.when.format');
+});
