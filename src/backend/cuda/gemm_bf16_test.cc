@@ -23,7 +23,7 @@
 namespace rowlm {
 namespace {
 
-uint32_t bits(float f) {
+uint32_t float_bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
@@ -118,7 +118,7 @@ TEST_F(GemmBf16, EveryConfigurationGivesTheSameBitsWithinFloatRoundingOfTheExact
       for (bool split : {false, true}) {
         const std::vector<float> got = run(tile, split, x, w, s.M, s.N, s.K);
         int64_t diff = 0;
-        for (std::size_t i = 0; i < got.size(); ++i) diff += bits(got[i]) != bits(want[i]);
+        for (std::size_t i = 0; i < got.size(); ++i) diff += float_bits(got[i]) != float_bits(want[i]);
         EXPECT_EQ(diff, 0) << what << ": tile " << int(tile) << (split ? " split" : "") << " differs in " << diff
                            << " of " << got.size() << " elements";
       }
@@ -150,7 +150,7 @@ TEST_F(GemmBf16, ARowIsTheSameAloneAndInEveryBatchSize) {
       const int64_t begin = (M - rows) / 2;
       const Tensor part = product(begin, rows);
       int64_t diff = 0;
-      for (int64_t i = 0; i < rows * N; ++i) diff += bits(part.data<float>()[i]) != bits(all.data<float>()[begin * N + i]);
+      for (int64_t i = 0; i < rows * N; ++i) diff += float_bits(part.data<float>()[i]) != float_bits(all.data<float>()[begin * N + i]);
       EXPECT_EQ(diff, 0) << rows << " rows of " << M << ", N " << N << ": " << diff << " elements differ";
     }
     // The CPU's bf16 mode rounds the same inputs and sums in another order:
