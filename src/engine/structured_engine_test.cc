@@ -135,9 +135,9 @@ int closed_calls(const RequestResult& r) {
 TEST(StrictToolCalls, SameBitsAloneAndInAnySchedule) {
   std::mt19937 rng(41);
   const std::vector<Spec> specs = tool_call_specs(rng, 4, 1.0f);
-  const std::vector<RequestResult> alone = solo(options(), specs);
+  const std::vector<RequestResult> alone = solo(structured_options(), specs);
   for (const RequestResult& r : alone) EXPECT_GT(closed_calls(r), 0) << r.text;
-  EngineOptions opt = options();
+  EngineOptions opt = structured_options();
   opt.max_running = 4;
   opt.token_budget = 24;
   const std::vector<RequestResult> batched = run_schedule(opt, specs);
@@ -147,9 +147,9 @@ TEST(StrictToolCalls, SameBitsAloneAndInAnySchedule) {
 TEST(StrictToolCalls, GreedySpeculationEmitsWhatPlainDecodingDoes) {
   std::mt19937 rng(42);
   const std::vector<Spec> specs = tool_call_specs(rng, 2, 0.0f);
-  const std::vector<RequestResult> plain = run_schedule(options(), specs);
+  const std::vector<RequestResult> plain = run_schedule(structured_options(), specs);
   for (const RequestResult& r : plain) EXPECT_GT(closed_calls(r), 0) << r.text;
-  EngineOptions opt = options("ngram");
+  EngineOptions opt = structured_options("ngram");
   opt.draft_tokens = 3;
   const std::vector<RequestResult> got = run_schedule(opt, specs);
   int64_t proposed = 0;
