@@ -4,6 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
+import net from 'node:net';
 import { promisify } from 'node:util';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -156,24 +157,47 @@ test('oversized bodies get 413', async () => {
 
 // Hanging up mid-stream cancels the request: the engine's running count
 // drops to zero and its cancelled count rises, with nothing else to do.
+// The clients are raw sockets the test closes once three events have
+// arrived. With fetch() and an AbortController, two CI runs under load saw
+// the HTTP layer count all 6 hang-ups and the engine fewer cancellations
+// (4 in one) with nothing left running: the other requests had finished
+// before their sockets closed, so the
+// aborted fetch() had kept its connection open for seconds (a client still
+// connected is served on, until --write-timeout drops one that reads nothing).
 test('clients that disconnect mid-stream cancel their requests', async () => {
+  const port = Number(new URL(server.url).port);
+  const counts = (m) => ['cancelled', 'finished', 'failed']
+    .map((o) => `${o} ${metric(m, `rowlm_engine_requests_total{outcome="${o}"}`)}`).join(', ');
   const before = metric(await metrics(server.url), 'rowlm_engine_requests_total{outcome="cancelled"}');
-  const streams = Array.from({ length: 6 }, async (_, i) => {
-    const ac = new AbortController();
-    const res = await fetch(`${server.url}/v1/chat/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' }, signal: ac.signal,
-      body: JSON.stringify(chat({ stream: true, max_tokens: 2000, ignore_eos: true, seed: i, temperature: 1 })),
+  const streams = Array.from({ length: 6 }, (_, i) => new Promise((resolve, reject) => {
+    const body = JSON.stringify(chat({ stream: true, max_tokens: 2000, ignore_eos: true, seed: i, temperature: 1 }));
+    const s = net.connect({ host: '127.0.0.1', port }, () => {
+      s.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
+              `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
     });
-    const reader = res.body.getReader();
-    for (let chunks = 0; chunks < 3; chunks++) await reader.read();
-    ac.abort();
-  });
-  await Promise.allSettled(streams);
+    let got = '';
+    s.on('data', (d) => {
+      got += d.toString('latin1');
+      if ((got.match(/^data: /gm) ?? []).length >= 3) {
+        s.destroy();
+        resolve(got);
+      }
+    });
+    s.on('error', reject);
+    s.on('close', () => reject(new Error(`the server closed stream ${i} first: ${got.slice(0, 300)}`)));
+  }));
+  for (const got of await Promise.all(streams)) assert.match(got, /^HTTP\/1\.1 200 /);
+  const hungUp = Date.now();
   assert.ok(await eventually(async () => {
     const m = await metrics(server.url);
     return metric(m, 'rowlm_engine_requests_running') === 0 && metric(m, 'rowlm_engine_requests_waiting') === 0 &&
       metric(m, 'rowlm_engine_requests_total{outcome="cancelled"}') >= before + 6;
-  }), await metrics(server.url));
+  }), await (async () => {
+    const m = await metrics(server.url);
+    return `cancelled before: ${before}; now ${counts(m)}; running ${metric(m, 'rowlm_engine_requests_running')}, ` +
+      `waiting ${metric(m, 'rowlm_engine_requests_waiting')}`;
+  })());
+  console.log(`6 streams cancelled within ${Date.now() - hungUp} ms of the hang-ups (metrics polled every 50 ms)`);
   const m = await metrics(server.url);
   assert.ok(metric(m, 'rowlm_http_requests_total{endpoint="chat_completions",outcome="cancelled"}') >= 6);
   // Only cached prefixes keep KV once nothing runs.
