@@ -22,6 +22,8 @@ GgufVocab read_vocab(const gguf::File& f) {
   v.tokens = f.get_strings("tokenizer.ggml.tokens");
   if (f.find("tokenizer.ggml.token_type")) v.types = f.get_ints("tokenizer.ggml.token_type");
   if (f.find("tokenizer.ggml.merges")) v.merges = f.get_strings("tokenizer.ggml.merges");
+  if (f.find("tokenizer.ggml.scores")) v.scores = f.get_floats("tokenizer.ggml.scores");
+  if (f.find("tokenizer.ggml.add_space_prefix")) v.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix");
   v.bos = optional_int(f, "tokenizer.ggml.bos_token_id");
   v.eos = optional_int(f, "tokenizer.ggml.eos_token_id");
   v.unk = optional_int(f, "tokenizer.ggml.unknown_token_id");

@@ -1,8 +1,12 @@
 #include "tokenizer/gguf_vocab.h"
 
+#include <algorithm>
+#include <unordered_map>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "tokenizer/unicode.h"
 
 namespace rowlm {
 namespace {
@@ -34,6 +38,60 @@ int64_t type_of(const GgufVocab& v, std::size_t id) {
   return v.types.empty() ? int64_t(GgufTokenType::Normal) : v.types[id];
 }
 
+// Code-point boundaries of `piece` (byte offsets, 0 and size() included).
+std::vector<std::size_t> char_boundaries(const std::string& piece) {
+  std::vector<std::size_t> at{0};
+  for (std::size_t i = 0; i < piece.size();) {
+    i = std::min(piece.size(), i + std::max<std::size_t>(1, tok::utf8_len(static_cast<unsigned char>(piece[i]))));
+    at.push_back(i);
+  }
+  return at;
+}
+
+// The merges of a SentencePiece BPE vocabulary that keeps scores instead
+// (llama.cpp's converter writes tokenizer.model's pieces and scores, no
+// merges), ranked as Hugging Face's converter ranks them when it writes the
+// model's tokenizer.json: every split of a piece into two pieces of the
+// vocabulary is a merge; a piece's splits in order of (left id, right id),
+// pieces in id order; then, stably, by the piece's score, the left part's
+// length and the right part's (in code points), each highest first. On
+// Gemma 3's tokenizer.json, with SentencePiece's scores (0 for user-defined
+// pieces, minus the rank for the others), this gives its 514,906 merges in
+// their order exactly.
+json merges_from_scores(const GgufVocab& v, const std::unordered_map<std::string, int64_t>& ids) {
+  struct Candidate {
+    int64_t left, right;
+    float score;
+    uint32_t left_chars, right_chars;
+  };
+  std::vector<Candidate> all;
+  for (std::size_t id = 0; id < v.tokens.size(); ++id) {
+    if (type_of(v, id) == int64_t(GgufTokenType::Unused)) continue;
+    const std::string& piece = v.tokens[id];
+    const std::vector<std::size_t> at = char_boundaries(piece);
+    const std::size_t first = all.size();
+    for (std::size_t k = 1; k + 1 < at.size(); ++k) {
+      const auto l = ids.find(piece.substr(0, at[k]));
+      if (l == ids.end()) continue;
+      const auto r = ids.find(piece.substr(at[k]));
+      if (r == ids.end()) continue;
+      all.push_back({l->second, r->second, float(v.scores[id]), uint32_t(k), uint32_t(at.size() - 1 - k)});
+    }
+    std::sort(all.begin() + std::ptrdiff_t(first), all.end(), [](const Candidate& a, const Candidate& b) {
+      return a.left != b.left ? a.left < b.left : a.right < b.right;
+    });
+  }
+  std::stable_sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.score != b.score) return a.score > b.score;
+    if (a.left_chars != b.left_chars) return a.left_chars > b.left_chars;
+    return a.right_chars > b.right_chars;
+  });
+  json merges = json::array();
+  for (const Candidate& c : all)
+    merges.push_back(json::array({v.tokens[std::size_t(c.left)], v.tokens[std::size_t(c.right)]}));
+  return merges;
+}
+
 }  // namespace
 
 std::string gguf_tokenizer_json(const GgufVocab& v, const std::string& source) {
@@ -51,13 +109,25 @@ std::string gguf_tokenizer_json(const GgufVocab& v, const std::string& source) {
   const bool byte_level_bpe = v.model == "gpt2";
   const bool sentencepiece_bpe = v.model == "gemma4" || v.model == "llama";
   if (!byte_level_bpe && !sentencepiece_bpe)
-    fail("model", "= '" + v.model + "' is not supported (supported: gpt2, gemma4, llama with merges)");
-  if (sentencepiece_bpe && v.merges.empty())
-    fail("merges", "is missing: SentencePiece vocabularies without merges are not supported");
+    fail("model", "= '" + v.model + "' is not supported (supported: gpt2, gemma4, llama)");
+  if (!v.scores.empty() && v.scores.size() != v.tokens.size())
+    fail("scores", "has " + std::to_string(v.scores.size()) + " entries for " + std::to_string(v.tokens.size()) +
+                       " tokens");
+  // Without merges, a SentencePiece vocabulary's merges come from its scores.
+  const bool merges_from_score = sentencepiece_bpe && v.merges.empty();
+  if (merges_from_score && v.scores.empty())
+    fail("merges", "is missing, and so is 'tokenizer.ggml.scores': a SentencePiece vocabulary needs one of them");
+  // Gemma's pipeline adds no space before the text; Llama 2's (llama.cpp's
+  // default for a vocabulary without merges) does, and is not built here.
+  if (merges_from_score && v.add_space_prefix.value_or(true))
+    fail("add_space_prefix", std::string(v.add_space_prefix ? "is true" : "is absent (true by default)") +
+                                 ": SentencePiece vocabularies that prefix the text with a space (Llama 2's) are "
+                                 "not supported; Gemma's (add_space_prefix false) are");
 
   json doc = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}};
   json added = json::array();
   json vocab = json::object();
+  std::unordered_map<std::string, int64_t> ids;  // of the BPE vocabulary
   for (std::size_t id = 0; id < v.tokens.size(); ++id) {
     const int64_t t = type_of(v, id);
     if (t < 1 || t > 6) fail("token_type", "[" + std::to_string(id) + "] = " + std::to_string(t) + " is not a token type");
@@ -70,7 +140,7 @@ std::string gguf_tokenizer_json(const GgufVocab& v, const std::string& source) {
     // Byte-level vocabularies keep added tokens out of the BPE model (as
     // transformers saves them); SentencePiece ones have every piece in it.
     if (sentencepiece_bpe || !(control || user)) {
-      if (vocab.contains(text)) fail("tokens", "lists '" + text + "' twice");
+      if (!ids.emplace(text, int64_t(id)).second) fail("tokens", "lists '" + text + "' twice");
       vocab[text] = id;
     }
   }
@@ -120,7 +190,11 @@ std::string gguf_tokenizer_json(const GgufVocab& v, const std::string& source) {
         {"special_tokens", {{bos, {{"id", bos}, {"ids", {*v.bos}}, {"tokens", {bos}}}}}}};
   }
   model["vocab"] = std::move(vocab);
-  model["merges"] = v.merges;
+  if (merges_from_score) {
+    model["merges"] = merges_from_scores(v, ids);
+  } else {
+    model["merges"] = v.merges;
+  }
   doc["model"] = std::move(model);
   return doc.dump();
 }

@@ -9,8 +9,12 @@
 //   model "gpt2" (byte-level BPE): pre "qwen2" (Qwen 2/3: NFC, Qwen's split,
 //     byte-level), "llama-bpe" (Llama 3's split, merges ignored for whole
 //     words), "gpt-2" / "default" (GPT-2's byte-level split);
-//   model "gemma4" or "llama" with merges (SentencePiece-style BPE: spaces
-//     as "▁", split after each, byte fallback, <unk>; Gemma's pipeline).
+//   model "gemma4" or "llama" (SentencePiece-style BPE: spaces as "▁",
+//     split after each, byte fallback, <unk>; Gemma's pipeline). Without
+//     merges (llama.cpp writes tokenizer.model's pieces and scores), the
+//     merges are derived from the scores as Hugging Face's converter derives
+//     the tokenizer.json's; that needs add_space_prefix false (Gemma 3):
+//     Llama 2's pipeline, which prefixes a space, is refused by name.
 //
 // Token types (llama.cpp's llama_token_type): NORMAL, BYTE and UNKNOWN go
 // to the BPE vocabulary, CONTROL becomes a special added token, USER_DEFINED
@@ -35,8 +39,10 @@ struct GgufVocab {
   std::vector<std::string> tokens;  // tokenizer.ggml.tokens, by id
   std::vector<int64_t> types;       // tokenizer.ggml.token_type (empty: all NORMAL)
   std::vector<std::string> merges;  // tokenizer.ggml.merges, "left right"
+  std::vector<double> scores;       // tokenizer.ggml.scores, by id (empty if absent)
   std::optional<int64_t> bos, eos, unk;
   std::optional<bool> add_bos;      // tokenizer.ggml.add_bos_token
+  std::optional<bool> add_space_prefix;  // tokenizer.ggml.add_space_prefix
 };
 
 // llama.cpp's llama_token_type values.

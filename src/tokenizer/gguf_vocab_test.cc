@@ -61,14 +61,38 @@ GgufVocab reduce(const json& tj, const std::string& model, const std::string& pr
   return v;
 }
 
+// What llama.cpp's converter keeps of a SentencePiece model instead of
+// merges (tokenizer.model's pieces and scores): SentencePiece scores BPE
+// pieces by minus their rank and user-defined, control and byte pieces 0.
+// From these, rowlm must derive the merges the tokenizer.json was made with.
+void keep_scores_not_merges(GgufVocab& v) {
+  v.merges.clear();
+  v.scores.assign(v.tokens.size(), 0.0);
+  double rank = 0;
+  for (std::size_t id = 0; id < v.tokens.size(); ++id)
+    if (v.types[id] == int64_t(GgufTokenType::Normal)) v.scores[id] = -rank++;
+  v.add_space_prefix = false;
+}
+
+enum class Merges { Kept, FromScores };
+
 void check(const std::string& name, const std::string& model, const std::string& pre,
-           std::optional<std::string> bos_token) {
+           std::optional<std::string> bos_token, Merges merges = Merges::Kept) {
   const json fixture = json::parse(tt::read_text(tt::fixtures_dir() / (name + ".json")));
   const json corpus = json::parse(tt::read_text(tt::fixtures_dir() / "corpus.json"));
   std::string why;
   const auto dir = tt::fetched_tokenizer(name, &why);
   if (!dir) GTEST_SKIP() << why;
-  GgufVocab v = reduce(json::parse(tt::read_text(*dir / "tokenizer.json")), model, pre);
+  const json tj = json::parse(tt::read_text(*dir / "tokenizer.json"));
+  GgufVocab v = reduce(tj, model, pre);
+  if (merges == Merges::FromScores) {
+    keep_scores_not_merges(v);
+    // The derived merges are the tokenizer.json's, in its order.
+    const json derived = json::parse(gguf_tokenizer_json(v, name + ".gguf"))["model"]["merges"];
+    ASSERT_EQ(derived.size(), tj["model"]["merges"].size());
+    for (std::size_t i = 0; i < derived.size(); ++i)
+      ASSERT_EQ(derived[i], tj["model"]["merges"][i]) << "merge " << i;
+  }
   if (bos_token) {
     for (std::size_t i = 0; i < v.tokens.size(); ++i)
       if (v.tokens[i] == *bos_token) v.bos = int64_t(i);
@@ -97,6 +121,8 @@ void check(const std::string& name, const std::string& model, const std::string&
 TEST(GgufVocab, Qwen3) { check("qwen3", "gpt2", "qwen2", std::nullopt); }
 TEST(GgufVocab, Llama3) { check("llama3", "gpt2", "llama-bpe", std::nullopt); }
 TEST(GgufVocab, Gemma3AsGemma4) { check("gemma3", "gemma4", "", "<bos>"); }
+// Gemma 3 GGUFs as llama.cpp converts them: model "llama", scores, no merges.
+TEST(GgufVocab, Gemma3FromScores) { check("gemma3", "llama", "", "<bos>", Merges::FromScores); }
 
 TEST(GgufVocab, ErrorsNameTheKey) {
   auto error_of = [](const GgufVocab& v) {
@@ -118,7 +144,20 @@ TEST(GgufVocab, ErrorsNameTheKey) {
   v.model = "bert";
   EXPECT_NE(error_of(v).find("'tokenizer.ggml.model' = 'bert' is not supported"), std::string::npos);
   v.model = "llama";
-  EXPECT_NE(error_of(v).find("'tokenizer.ggml.merges' is missing"), std::string::npos);
+  EXPECT_EQ(error_of(v), "m.gguf: GGUF metadata 'tokenizer.ggml.merges' is missing, and so is "
+                         "'tokenizer.ggml.scores': a SentencePiece vocabulary needs one of them");
+  v.scores = {0.0};
+  EXPECT_NE(error_of(v).find("'tokenizer.ggml.scores' has 1 entries for 2 tokens"), std::string::npos);
+  v.scores = {0.0, -1.0};
+  EXPECT_NE(error_of(v).find("'tokenizer.ggml.add_space_prefix' is absent (true by default): SentencePiece "
+                             "vocabularies that prefix the text with a space (Llama 2's) are not supported"),
+            std::string::npos);
+  v.add_space_prefix = true;
+  EXPECT_NE(error_of(v).find("'tokenizer.ggml.add_space_prefix' is true"), std::string::npos);
+  v.add_space_prefix = false;
+  EXPECT_EQ(error_of(v), "no error");
+  v.scores.clear();
+  v.add_space_prefix = std::nullopt;
   v.model = "gpt2";
   v.types = {1};
   EXPECT_NE(error_of(v).find("'tokenizer.ggml.token_type' has 1 entries for 2 tokens"), std::string::npos);
