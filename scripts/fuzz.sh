@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-8}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(request_framer sse stop_strings safetensors_header config tokenizer api_requests)
+[ ${#targets[@]} -gt 0 ] || targets=(request_framer sse stop_strings safetensors_header gguf_header config tokenizer api_requests)
 for tool in clang++ cmake ninja; do
   command -v "$tool" >/dev/null 2>&1 || { echo "fuzz.sh: $tool is not installed (scripts/setup.sh installs it)" >&2; exit 1; }
 done
