@@ -58,17 +58,26 @@ std::vector<std::size_t> char_boundaries(const std::string& piece) {
 // Gemma 3's tokenizer.json, with SentencePiece's scores (0 for user-defined
 // pieces, minus the rank for the others), this gives its 514,906 merges in
 // their order exactly.
-json merges_from_scores(const GgufVocab& v, const std::unordered_map<std::string, int64_t>& ids) {
+json merges_from_scores(const GgufVocab& v, const std::unordered_map<std::string, int64_t>& ids,
+                        const std::string& source) {
   struct Candidate {
     int64_t left, right;
     float score;
     uint32_t left_chars, right_chars;
   };
   std::vector<Candidate> all;
+  // Each split hashes the piece's bytes: bounded, so a hostile file's long
+  // pieces cannot make loading take hours (real vocabularies need ~10^7).
+  constexpr uint64_t kMaxBytesHashed = uint64_t(1) << 31;
+  uint64_t hashed = 0;
   for (std::size_t id = 0; id < v.tokens.size(); ++id) {
     if (type_of(v, id) == int64_t(GgufTokenType::Unused)) continue;
     const std::string& piece = v.tokens[id];
     const std::vector<std::size_t> at = char_boundaries(piece);
+    hashed += uint64_t(piece.size()) * uint64_t(at.size());
+    if (hashed > kMaxBytesHashed)
+      throw Error(source + ": GGUF metadata 'tokenizer.ggml.tokens' holds pieces too long to derive merges from "
+                           "(at token " + std::to_string(id) + ")");
     const std::size_t first = all.size();
     for (std::size_t k = 1; k + 1 < at.size(); ++k) {
       const auto l = ids.find(piece.substr(0, at[k]));
@@ -191,7 +200,7 @@ std::string gguf_tokenizer_json(const GgufVocab& v, const std::string& source) {
   }
   model["vocab"] = std::move(vocab);
   if (merges_from_score) {
-    model["merges"] = merges_from_scores(v, ids);
+    model["merges"] = merges_from_scores(v, ids, source);
   } else {
     model["merges"] = v.merges;
   }

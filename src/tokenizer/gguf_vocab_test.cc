@@ -156,6 +156,10 @@ TEST(GgufVocab, ErrorsNameTheKey) {
   EXPECT_NE(error_of(v).find("'tokenizer.ggml.add_space_prefix' is true"), std::string::npos);
   v.add_space_prefix = false;
   EXPECT_EQ(error_of(v), "no error");
+  v.tokens[1] = std::string(std::size_t(1) << 16, 'x');  // 2^32 bytes to hash
+  EXPECT_NE(error_of(v).find("'tokenizer.ggml.tokens' holds pieces too long to derive merges from (at token 1)"),
+            std::string::npos);
+  v.tokens[1] = "b";
   v.scores.clear();
   v.add_space_prefix = std::nullopt;
   v.model = "gpt2";
