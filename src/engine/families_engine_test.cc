@@ -104,8 +104,8 @@ TEST_P(FamilyEngine, NgramSpeculationEmitsPlainDecoding) {
   EXPECT_GT(proposed, 0) << "no draft was proposed";
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, FamilyEngine, ::testing::ValuesIn(kModels), [](const auto& info) {
-  std::string n = info.param;
+INSTANTIATE_TEST_SUITE_P(Families, FamilyEngine, ::testing::ValuesIn(kModels), [](const auto& param_info) {
+  std::string n = param_info.param;
   std::replace(n.begin(), n.end(), '/', '_');
   return n;
 });

@@ -234,7 +234,9 @@ TEST(Speculation, AssistantRowsResumeAfterPreemption) {
     for (std::size_t i = 0; i < specs.size(); ++i)
       expect_same(batched[i], alone[i], "swap " + std::to_string(swap) + " request " + std::to_string(i));
     EXPECT_GT(stats.preemptions, 0) << "the budget was meant to force preemption";
-    if (swap) EXPECT_GT(stats.kv_swaps, 0);
+    if (swap) {
+      EXPECT_GT(stats.kv_swaps, 0);
+    }
     expect_stats_add_up(batched, stats);
   }
 }

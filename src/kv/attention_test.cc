@@ -219,7 +219,7 @@ TEST(Attention, SwitchedRowsReadTheirCodecBesideUnswitchedOnes) {
       };
       KvCache busy(opt, testing::backend());
       std::vector<RowId> rows;
-      for (const auto& [length, seed] : shapes) rows.push_back(busy.create_row());
+      for (std::size_t i = 0; i < shapes.size(); ++i) rows.push_back(busy.create_row());
       for (int round = 1; round <= 8; ++round)  // rows grow interleaved, so their blocks mix in the pools
         for (std::size_t i = 0; i < rows.size(); ++i) grow(busy, rows[i], shapes[i].first * round / 8, shapes[i].second);
       std::vector<AttentionQuery> qs;

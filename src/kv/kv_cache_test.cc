@@ -566,7 +566,9 @@ TEST(PrecisionSwitch, ProjectedBytesHoldTheRowThroughItsSwitch) {
     const RowId r = c.create_row();
     uint64_t s = 3;
     while (c.length(r) < total) {
-      if (c.switch_due(r)) ASSERT_NO_THROW(c.switch_precision(r)) << "after " << after;
+      if (c.switch_due(r)) {
+        ASSERT_NO_THROW(c.switch_precision(r)) << "after " << after;
+      }
       const bool round = testing::splitmix(s) % 2;
       if (round) c.begin_round({&r, 1});
       int64_t n = std::min<int64_t>(1 + int64_t(testing::splitmix(s) % chunk), total - c.length(r));

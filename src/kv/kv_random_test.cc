@@ -173,7 +173,9 @@ class Harness {
       const int64_t want = cache_.match_prefix(o.plan, int64_t(o.plan.size()) - 1);
       const int64_t got = cache_.attach_prefix(id, o.plan, int64_t(o.plan.size()) - 1);
       EXPECT_EQ(got, want);
-      if (switch_) EXPECT_LE(got, switch_->after) << "a prefix never reaches past the precision switch";
+      if (switch_) {
+        EXPECT_LE(got, switch_->after) << "a prefix never reaches past the precision switch";
+      }
       for (int64_t p = 0; p < got; ++p) oracle_push(o, o.plan[std::size_t(p)]);
       attached_ += got;
     }

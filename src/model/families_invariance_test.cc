@@ -141,8 +141,8 @@ TEST_P(FamilyInvariance, PrefillEqualsDecodeAndBatchedEqualsSolo) {
       << c.name << " " << c.codec << ": batched logits differ from solo";
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, FamilyInvariance, ::testing::ValuesIn(cases()), [](const auto& info) {
-  std::string n = std::string(info.param.name) + "_" + info.param.codec;
+INSTANTIATE_TEST_SUITE_P(Families, FamilyInvariance, ::testing::ValuesIn(cases()), [](const auto& param_info) {
+  std::string n = std::string(param_info.param.name) + "_" + param_info.param.codec;
   for (char& ch : n)
     if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return n;

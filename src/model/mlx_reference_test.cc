@@ -90,7 +90,7 @@ TEST_P(MlxReference, GreedyContinuationMatchesTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, MlxReference, ::testing::ValuesIn(kMlxCases),
-                         [](const auto& info) { return std::string(info.param); });
+                         [](const auto& param_info) { return std::string(param_info.param); });
 
 }  // namespace
 }  // namespace rowlm

@@ -13,6 +13,7 @@ namespace rowlm::server {
 namespace {
 
 using Json = nlohmann::json;
+using testing::kRemove;
 using testing::kTinyVocab;
 
 Json chat_body() { return {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}}; }
@@ -54,7 +55,6 @@ void expect_rejections(Parser parse, const Json& base, const std::vector<BadFiel
   }
 }
 
-const Json kRemove = Json::value_t::discarded;
 
 // `model` may be left out (the one served model serves it) or null; given, it
 // is kept as written for prepare_generation to check.

@@ -180,8 +180,9 @@ TEST(ChatCompletionWriter, StreamAgreesWithBody) {
       const Json& message = choice["message"];
       EXPECT_EQ(content[i], message["content"].is_null() ? "" : message["content"].get<std::string>());
       EXPECT_EQ(message.contains("reasoning_content"), thinking);
-      if (thinking)
+      if (thinking) {
         EXPECT_EQ(reasoning[i], message["reasoning_content"].is_null() ? "" : message["reasoning_content"].get<std::string>());
+      }
       // Neither part holds the other's markup.
       EXPECT_EQ(content[i].find("<|channel>"), std::string::npos) << scripts[i].result.text;
       EXPECT_EQ(without_ids(calls[i]), without_ids(message.value("tool_calls", Json::array())));
@@ -319,7 +320,9 @@ TEST(MessagesWriter, StreamFollowsTheEventGrammarAndAgreesWithBody) {
     Json expected = body["content"];
     for (Json& b : expected) b.erase("id");
     EXPECT_EQ(content, expected) << reply;
-    if (thinking && trial % 4 < 3) EXPECT_EQ(expected[0]["type"], "thinking") << reply;
+    if (thinking && trial % 4 < 3) {
+      EXPECT_EQ(expected[0]["type"], "thinking") << reply;
+    }
   }
 }
 
