@@ -35,6 +35,7 @@
 #include "model/gemma3.h"
 #include "model/gguf_model.h"
 #include "model/llama_style.h"
+#include "model/load_test_util.h"
 #include "model/model.h"
 
 namespace rowlm {
@@ -541,13 +542,7 @@ std::string load_error(const GgufBuilder& g) {
   TempDir tmp("gguf_families_test");
   const std::string path = tmp.file("model.gguf");
   g.write(path);
-  auto backend = make_backend({"cpu", 1, MatmulPrecision::F32});
-  try {
-    load_model(path, *backend);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
+  return model_testing::load_error_at(path);
 }
 
 ::testing::AssertionResult has(const std::string& s, const std::string& needle) {

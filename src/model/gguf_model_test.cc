@@ -21,6 +21,7 @@
 #include "io/gguf_test_util.h"
 #include "io/temp_dir.h"
 #include "kv/kv_cache.h"
+#include "model/load_test_util.h"
 #include "model/model.h"
 
 namespace rowlm {
@@ -172,14 +173,7 @@ std::string write_parts(const Parts& p, const TempDir& dir) {
 
 std::string load_error(const Parts& p) {
   TempDir dir("gguf_model_test");
-  const std::string path = write_parts(p, dir);
-  auto backend = make_backend({"cpu", 1, MatmulPrecision::F32});
-  try {
-    load_model(path, *backend);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
+  return model_testing::load_error_at(write_parts(p, dir));
 }
 
 TEST(GgufModel, TheHandMadeFileLoads) { EXPECT_EQ(load_error(Parts{}), "no error"); }
