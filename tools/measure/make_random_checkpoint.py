@@ -12,6 +12,10 @@ forward `rowlm bench` measures on the same shapes. The weights are random
 model's with its vocabulary padded to 262,144 word-like entries ("▁w123"), so
 every generated id detokenizes to text. Nothing here is meant to write
 English: it exists to make the per-token cost outside the forward measurable.
+With --tokenizer DIR the checkpoint takes DIR's tokenizer.json and
+tokenizer_config.json instead, and a vocabulary of that tokenizer's size
+(Gemma 3's: 262,145 ids), so llama.cpp's converter can read it
+(tools/peer/compare_gpu.sh).
 
 Standard library only (no numpy): bytes come from os.urandom and are shaped
 into bf16 with bytes.translate, about 1.7 GB for E2B with 4 layers.
@@ -49,16 +53,16 @@ def layer_plan(s, layers):
     return types, n_shared
 
 
-def config_for(shape, layers):
+def config_for(shape, layers, vocab=VOCAB):
     s = SHAPES[shape]
     types, n_shared = layer_plan(s, layers)
     return {
         "architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text", "dtype": "bfloat16",
         "hidden_size": s["hidden"], "intermediate_size": s["intermediate"],
         "num_attention_heads": s["heads"], "num_key_value_heads": s["kv_heads"],
-        "use_double_wide_mlp": s["double_wide"], "vocab_size": VOCAB, "num_hidden_layers": layers,
+        "use_double_wide_mlp": s["double_wide"], "vocab_size": vocab, "num_hidden_layers": layers,
         "layer_types": types, "head_dim": HEAD_DIM, "global_head_dim": GLOBAL_HEAD_DIM, "sliding_window": 512,
-        "hidden_size_per_layer_input": PER_LAYER, "vocab_size_per_layer_input": VOCAB,
+        "hidden_size_per_layer_input": PER_LAYER, "vocab_size_per_layer_input": vocab,
         "num_kv_shared_layers": n_shared, "final_logit_softcapping": 30.0, "rms_norm_eps": 1e-6,
         "tie_word_embeddings": True, "max_position_embeddings": 131072,
         "bos_token_id": 2, "eos_token_id": [1, 106], "pad_token_id": 0,
@@ -66,10 +70,10 @@ def config_for(shape, layers):
 
 
 def tensor_shapes(c):
-    H, L, P = c["hidden_size"], c["num_hidden_layers"], PER_LAYER
+    H, L, P, V = c["hidden_size"], c["num_hidden_layers"], PER_LAYER, c["vocab_size"]
     out = {
-        "model.embed_tokens.weight": [VOCAB, H],
-        "model.embed_tokens_per_layer.weight": [VOCAB, L * P],
+        "model.embed_tokens.weight": [V, H],
+        "model.embed_tokens_per_layer.weight": [V, L * P],
         "model.per_layer_model_projection.weight": [L * P, H],
         "model.per_layer_projection_norm.weight": [P],
         "model.norm.weight": [H],
@@ -153,19 +157,37 @@ def write_tokenizer(out):
         (out / name).write_text((TINY / name).read_text())
 
 
+def tokenizer_size(tok_dir):
+    """Ids of a tokenizer.json: its BPE vocabulary and added tokens."""
+    tok = json.loads((tok_dir / "tokenizer.json").read_text())
+    ids = list(tok["model"]["vocab"].values()) + [t["id"] for t in tok.get("added_tokens", [])]
+    return max(ids) + 1
+
+
+def copy_tokenizer(tok_dir, out):
+    for name in ["tokenizer.json", "tokenizer_config.json"]:
+        (out / name).write_bytes((tok_dir / name).read_bytes())
+    (out / "generation_config.json").write_text((TINY / "generation_config.json").read_text())
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", choices=sorted(SHAPES), default="e2b")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--tokenizer", help="a directory with tokenizer.json and tokenizer_config.json to use instead")
     a = ap.parse_args()
     if not 1 <= a.layers <= SHAPES[a.shape]["total"]:
         ap.error(f"--layers must be 1..{SHAPES[a.shape]['total']} for {a.shape}")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    config = config_for(a.shape, a.layers)
+    if a.tokenizer:
+        config = config_for(a.shape, a.layers, tokenizer_size(Path(a.tokenizer)))
+        copy_tokenizer(Path(a.tokenizer), out)
+    else:
+        config = config_for(a.shape, a.layers)
+        write_tokenizer(out)
     (out / "config.json").write_text(json.dumps(config, indent=2))
-    write_tokenizer(out)
     write_safetensors(out / "model.safetensors", tensor_shapes(config))
     print(out)
 
