@@ -38,12 +38,26 @@ enum class WeightFormat : uint8_t {
   Affine,
 };
 
+// The order of an affine weight's 4-bit codes within each row.
+enum class CodeOrder : uint8_t {
+  // The bit stream above (every checkpoint's order).
+  Stream,
+  // The CPU backend's (its prepare_weight repacks 4-bit codes so): blocks
+  // of 32 codes in 16 bytes, byte i holding code i of the block in its low
+  // nibble and code i + 16 in its high one, so that one 16-byte load widens
+  // into two steps of 16 codes in order; a row's last 16 codes, when cols
+  // is an odd multiple of 16, stay in stream order. The same number of
+  // words per row as the stream.
+  Halves32,
+};
+
 struct Weight {
   WeightFormat format = WeightFormat::Dense;
   int64_t rows = 0, cols = 0;
   Tensor values;
   Tensor scales, biases;  // Affine only
   int bits = 0, group_size = 0;  // Affine only
+  CodeOrder code_order = CodeOrder::Stream;  // Affine with 4 bits only
 
   // A dense weight viewing `t` ([rows, cols]).
   static Weight dense(Tensor t);

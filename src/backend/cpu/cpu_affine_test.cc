@@ -1,7 +1,9 @@
 // Affine-quantized weights (MLX layout) on every CPU path: matmul, the
 // embedding lookup and MoE experts against the canonical order on the
 // values quant::dequantize gives, bit for bit, for every bit width, group
-// size, parameter dtype, batch size, ISA and thread count.
+// size, parameter dtype, batch size, ISA and thread count. (4-bit codes go
+// through prepare_weight, which reorders them for the kernels; the oracle
+// reads the checkpoint's stream order.)
 
 #include <gtest/gtest.h>
 
@@ -100,8 +102,9 @@ TEST(CpuAffine, AnyChunkingGivesTheSameBits) {
   std::mt19937 rng(22);
   const int64_t K = 512, N = 150;
   for (int bits : {4, 8, 3}) {
-    const Weight w = random_affine(N, K, bits, 64, DType::BF16, rng);
-    const auto values = dequantized(w);
+    const Weight source = random_affine(N, K, bits, 64, DType::BF16, rng);
+    const auto values = dequantized(source);
+    const Weight w = make_cpu_backend(1)->prepare_weight(source);
     const cpu::AffineRows rows{w.values.data<uint32_t>(), w.values.dim(1), w.scales.raw(), w.biases.raw(),
                                w.scales.dim(1), DType::BF16, bits, 64};
     for (int64_t M : {1, 2, 37}) {
@@ -130,7 +133,7 @@ TEST(CpuAffine, Bf16PrecisionKeepsF32Activations) {
   for (cpu::Isa isa : cpu::supported_isas()) {
     auto b = make_cpu_backend(1, isa, MatmulPrecision::Bf16);
     Tensor y(DType::F32, {3, 19});
-    b->matmul(x, w, y);
+    b->matmul(x, b->prepare_weight(w), y);
     expect_bitwise(y, want, std::string(cpu::isa_name(isa)));
   }
 }
@@ -145,7 +148,7 @@ TEST(CpuAffine, EmbedIsTheDequantizedRowTimesTheScale) {
     const float scale = 9.797959f;
     for (auto& b : backends) {
       Tensor out(DType::F32, {5, 96});
-      b.backend->embed(testing::i32_tensor(ids), table, scale, out);
+      b.backend->embed(testing::i32_tensor(ids), b.backend->prepare_weight(table), scale, out);
       std::vector<float> want(5 * 96);
       for (std::size_t t = 0; t < ids.size(); ++t)
         for (int64_t d = 0; d < 96; ++d) want[t * 96 + d] = values[std::size_t(ids[t] * 96 + d)] * scale;
@@ -185,7 +188,10 @@ TEST(CpuAffine, MoeExpertsOnAQuantizedBankEqualTheDequantizedBank) {
       testing::f32_tensor({0.6f, 0.4f, 0.7f, 0.3f, 0.5f, 0.5f, 0.9f, 0.1f, 0.2f, 0.8f, 0.55f, 0.45f}).reshaped({T, top_k});
   for (auto& b : all_backends()) {
     Tensor got(DType::F32, {T, H}), want(DType::F32, {T, H});
-    b.backend->moe_experts(x, experts, weights, quantized, Activation::GeluTanh, got);
+    ExpertBank prepared = quantized;
+    for (auto* m : {&prepared.gate, &prepared.up, &prepared.down})
+      for (Weight& e : *m) e = b.backend->prepare_weight(e);
+    b.backend->moe_experts(x, experts, weights, prepared, Activation::GeluTanh, got);
     b.backend->moe_experts(x, experts, weights, dense, Activation::GeluTanh, want);
     expect_bitwise(got, std::vector<float>(want.data<float>(), want.data<float>() + want.numel()), b.label());
   }
@@ -226,7 +232,43 @@ TEST(CpuAffine, RejectsMalformedWeightsNamingTheProblem) {
   w.cols = 40;
   EXPECT_NE(message(w).find("whole groups"), std::string::npos);
   Tensor x(DType::F32, {1, 32}), y(DType::F32, {1, 8});
-  EXPECT_THROW(b->matmul(x, good, y), Error);  // K mismatch
+  EXPECT_THROW(b->matmul(x, b->prepare_weight(good), y), Error);  // K mismatch
+  // 4-bit codes the backend has not reordered are refused, not misread.
+  Tensor x64(DType::F32, {1, 64});
+  try {
+    b->matmul(x64, good, y);
+    ADD_FAILURE() << "an unprepared 4-bit weight was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pass the weight through prepare_weight first"), std::string::npos) << e.what();
+  }
+  // Prepared twice: the same order, not reordered again.
+  const Weight once = b->prepare_weight(good);
+  const Weight twice = b->prepare_weight(once);
+  EXPECT_EQ(twice.code_order, CodeOrder::Halves32);
+  EXPECT_EQ(std::memcmp(once.values.raw(), twice.values.raw(), once.values.nbytes()), 0);
+}
+
+// The reorder itself against its definition (backend/weight.h): byte i of
+// block b holds codes 32b + i and 32b + 16 + i; an odd multiple of 16 keeps
+// its last 16 codes in stream order.
+TEST(CpuAffine, Halves32HoldsEachCodeWhereItsDefinitionSays) {
+  std::mt19937 rng(27);
+  for (int64_t cols : {int64_t(32), int64_t(48), int64_t(96), int64_t(272)}) {
+    const Weight w = random_affine(3, cols, 4, 16, DType::F32, rng);
+    const Weight p = make_cpu_backend(1)->prepare_weight(w);
+    ASSERT_EQ(p.values.shape(), w.values.shape());
+    for (int64_t r = 0; r < 3; ++r) {
+      const auto* stream = static_cast<const uint8_t*>(w.values.raw()) + r * cols / 2;
+      const auto* halves = static_cast<const uint8_t*>(p.values.raw()) + r * cols / 2;
+      for (int64_t c = 0; c < cols; ++c) {
+        const int want = (stream[c / 2] >> (4 * (c % 2))) & 15;
+        const int64_t whole = cols / 32 * 32;
+        const int got = c < whole ? (halves[c / 32 * 16 + c % 16] >> (4 * ((c % 32) / 16))) & 15
+                                  : (halves[c / 2] >> (4 * (c % 2))) & 15;
+        ASSERT_EQ(got, want) << "cols " << cols << " row " << r << " code " << c;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/affine_order.h"
 #include "backend/cpu/attention.h"
 #include "backend/cpu/ceilings.h"
 #include "backend/cpu/cpu_kv_arena.h"
@@ -148,8 +149,14 @@ class CpuBackend final : public Backend {
 
   Weight prepare_weight(const Weight& w) override {
     if (w.format == WeightFormat::Affine) {
-      check_affine(w, "prepare_weight");
-      return w;
+      check_affine(w, "prepare_weight", /*prepared=*/false);
+      if (w.bits != 4 || w.code_order == CodeOrder::Halves32) return w;
+      // 4-bit codes in the decode kernel's order (weight.h): a copy, so the
+      // checkpoint's mapping is no longer read.
+      Weight out = w;
+      out.values = cpu::halves32_from_stream(w.values, w.rows, w.cols);
+      out.code_order = CodeOrder::Halves32;
+      return out;
     }
     ROWLM_REQUIRE(!w.values.empty() || w.rows * w.cols == 0, "prepare_weight: tensor has no data");
     ROWLM_REQUIRE(w.values.on_host(), "prepare_weight: the source must be in host memory, got " + describe(w.values));
@@ -546,7 +553,9 @@ class CpuBackend final : public Backend {
  private:
   // An affine weight this backend can run (weight.h's layout), or an Error
   // naming `op` and what is wrong.
-  static void check_affine(const Weight& w, const char* op) {
+  // `prepared`: the weight must have come from prepare_weight (4-bit codes
+  // in the order the kernels read).
+  static void check_affine(const Weight& w, const char* op, bool prepared = true) {
     const std::string at = std::string(op) + ": affine weight " + w.describe();
     ROWLM_REQUIRE(w.bits == 2 || w.bits == 3 || w.bits == 4 || w.bits == 5 || w.bits == 6 || w.bits == 8,
                   at + ": bits must be 2, 3, 4, 5, 6 or 8");
@@ -560,6 +569,9 @@ class CpuBackend final : public Backend {
                       w.values.dim(1) == w.cols * w.bits / 32,
                   at + ": codes must be u32 [" + std::to_string(w.rows) + ", " + std::to_string(w.cols * w.bits / 32) +
                       "], got " + describe(w.values));
+    ROWLM_REQUIRE(!prepared || w.bits != 4 || w.code_order == CodeOrder::Halves32,
+                  at + ": 4-bit codes must be in this backend's order: pass the weight through prepare_weight first");
+    ROWLM_REQUIRE(w.bits == 4 || w.code_order == CodeOrder::Stream, at + ": only 4-bit codes have another order");
     const Shape params{w.rows, w.cols / w.group_size};
     for (const Tensor* t : {&w.scales, &w.biases})
       ROWLM_REQUIRE(is_float_storage(t->dtype()) && t->shape() == params && t->dtype() == w.scales.dtype(),

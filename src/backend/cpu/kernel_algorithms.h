@@ -10,10 +10,13 @@
 // AVX-512 copy for baseline code. For the same reason this header calls no
 // std:: templates that could be emitted out of line.
 //
-// V provides: R (16 floats), codes4 / codes8 (16 consecutive 4-bit codes from
-// 2 words, 8-bit codes from 4 words, as floats), Table4 with table4(s, b) and
-// dequant4(table, words) (16 consecutive 4-bit codes dequantized as
-// add(mul(code, s), b): a lookup table on AVX-512, the arithmetic elsewhere), Mask, kMR (rows of x per matmul tile),
+// V provides: R (16 floats), half_to_float (one f16 widened, inline), codes8 (16 consecutive 8-bit codes from 4 words,
+// as floats), Table4 with table4(s, b) and, each giving 16 4-bit codes
+// dequantized as add(mul(code, s), b) (a lookup table on AVX-512, the
+// arithmetic elsewhere): dequant4(table, words) for 16 codes in stream
+// order, and Block4 with block4(words) (a 32-code block in Halves32 order,
+// backend/weight.h), dequant4_lo(table, block) and dequant4_hi(table,
+// block) for its first and second 16 codes; Mask, kMR (rows of x per matmul tile),
 // kAccumulators (R values that fit in registers besides the operands), zero, set1,
 // load/store (+ _partial for n < 16 lanes, zero-filling loads), load_bf16,
 // load_f16 (+ _partial), add, sub, mul, div, fma(a, b, c) = a·b + c, abs,
@@ -278,11 +281,14 @@ double bf16_dot_chains(int64_t iters, float* sink) {
 // ISA and for every M; so is the batched path, which dequantizes a tile into
 // f32 once (dequantize_affine) and runs dot_block over it.
 
-// One stored scale or bias as f32 (the widenings are exact).
+// One stored scale or bias as f32 (the widenings are exact). V's
+// half_to_float, not a call: a call in the tile loops would make every
+// vector register live across it (accumulators, tables) go to the stack.
+template <class V>
 inline float affine_param(const void* p, DType t, int64_t i) {
   if (t == DType::F32) return static_cast<const float*>(p)[i];
   const uint16_t h = static_cast<const uint16_t*>(p)[i];
-  if (t == DType::F16) return f16_to_f32(h);  // out of line, in dtype.cc
+  if (t == DType::F16) return V::half_to_float(h);
   const uint32_t u = uint32_t(h) << 16;
   float f;
   __builtin_memcpy(&f, &u, 4);
@@ -290,14 +296,13 @@ inline float affine_param(const void* p, DType t, int64_t i) {
 }
 
 // 16 codes of a row from code index k (a multiple of 16), as floats. B is
-// the bit width when known at compile time (4 or 8: whole words per step),
-// else 0 and `bits` says it: the bit-stream layout of quant/affine.h, where
-// a 3-, 5- or 6-bit code may straddle two words.
+// the bit width when known at compile time (8: whole words per step), else
+// 0 and `bits` says it: the bit-stream layout of quant/affine.h, where a 3-,
+// 5- or 6-bit code may straddle two words. (4-bit codes: GroupDequant<V, 4>.)
 template <class V, int B>
 inline typename V::R affine_codes(const uint32_t* row, int64_t k, int bits) {
-  if constexpr (B == 4) {
-    return V::codes4(row + k / 8);
-  } else if constexpr (B == 8) {
+  static_assert(B != 4, "4-bit codes are dequantized by GroupDequant<V, 4>");
+  if constexpr (B == 8) {
     return V::codes8(row + k / 4);
   } else {
     alignas(64) float c[kLanes];
@@ -315,7 +320,8 @@ inline typename V::R affine_codes(const uint32_t* row, int64_t k, int bits) {
 
 // A row's per-group dequantization state: its scale and bias broadcast, or
 // for 4-bit codes V's Table4 (each code's value scale·code + bias, computed
-// by the same two roundings).
+// by the same two roundings). at(row, k, bits, K): the 16 values from code
+// k (a multiple of 16) of a row of K codes.
 template <class V, int B>
 struct GroupDequant {
   typename V::R s, b;
@@ -323,21 +329,89 @@ struct GroupDequant {
     s = V::set1(scale);
     b = V::set1(bias);
   }
-  typename V::R at(const uint32_t* row, int64_t k, int bits) const {
+  typename V::R at(const uint32_t* row, int64_t k, int bits, int64_t) const {
     return V::add(V::mul(affine_codes<V, B>(row, k, bits), s), b);
   }
 };
+// 4-bit codes in Halves32 order: the block of codes k - k % 32 .. starts at
+// word k / 32 · 4, where the stream's code k - k % 32 would; past the last
+// whole block the row's 16 remaining codes are in stream order.
 template <class V>
 struct GroupDequant<V, 4> {
   typename V::Table4 t;
   void set(float scale, float bias) { t = V::table4(V::set1(scale), V::set1(bias)); }
-  typename V::R at(const uint32_t* row, int64_t k, int) const { return V::dequant4(t, row + k / 8); }
+  typename V::R at(const uint32_t* row, int64_t k, int, int64_t K) const {
+    if (k >= K / 32 * 32) return V::dequant4(t, row + k / 8);
+    const typename V::Block4 c = V::block4(row + k / 32 * 4);
+    return k % 32 == 0 ? V::dequant4_lo(t, c) : V::dequant4_hi(t, c);
+  }
+  // Codes k .. k + 31 of a whole block (k a multiple of 32) from one load.
+  void pair(const uint32_t* row, int64_t k, typename V::R& lo, typename V::R& hi) const {
+    const typename V::Block4 c = V::block4(row + k / 8);
+    lo = V::dequant4_lo(t, c);
+    hi = V::dequant4_hi(t, c);
+  }
 };
+
+// affine_tile for 4-bit codes in groups of whole 32-code blocks: both halves
+// of a block from one load, each accumulator still taking codes k .. k + 15,
+// then k + 16 .. k + 31. A function of its own (not inlined), so that its
+// accumulators get registers to themselves.
+template <class V, int MR, int NR>
+__attribute__((noinline)) void affine_tile_blocks(const float* x, int64_t ldx, const AffineRows& w, int64_t n0,
+                                                  int64_t K, float* y, int64_t ldy) {
+  using R = typename V::R;
+  R acc[MR][NR];
+#pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 16
+    for (int n = 0; n < NR; ++n) acc[m][n] = V::zero();
+  const int64_t G = w.group_size;
+  const uint32_t* rows[NR];
+  int64_t params[NR];
+#pragma GCC unroll 16
+  for (int n = 0; n < NR; ++n) {
+    rows[n] = w.codes + (n0 + n) * w.code_ld;
+    params[n] = (n0 + n) * w.param_ld;
+  }
+  for (int64_t g = 0; g < K / G; ++g) {
+    GroupDequant<V, 4> dq[NR];
+#pragma GCC unroll 16
+    for (int n = 0; n < NR; ++n)
+      dq[n].set(affine_param<V>(w.scales, w.param_dtype, params[n] + g), affine_param<V>(w.biases, w.param_dtype, params[n] + g));
+    for (int64_t k = g * G; k < (g + 1) * G; k += 2 * kLanes) {
+      R xlo[MR], xhi[MR];
+#pragma GCC unroll 16
+      for (int m = 0; m < MR; ++m) {
+        xlo[m] = V::load(x + m * ldx + k);
+        xhi[m] = V::load(x + m * ldx + k + kLanes);
+      }
+#pragma GCC unroll 16
+      for (int n = 0; n < NR; ++n) {
+        // As dot_tile: the next tile's rows into L2, one per cache line.
+        if (k % 128 == 0) __builtin_prefetch(rows[n] + NR * w.code_ld + k / 8, 0, 2);
+        R lo, hi;
+        dq[n].pair(rows[n], k, lo, hi);
+#pragma GCC unroll 16
+        for (int m = 0; m < MR; ++m) acc[m][n] = V::fma(xlo[m], lo, acc[m][n]);
+#pragma GCC unroll 16
+        for (int m = 0; m < MR; ++m) acc[m][n] = V::fma(xhi[m], hi, acc[m][n]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 16
+    for (int n = 0; n < NR; ++n) y[m * ldy + n] = V::reduce(acc[m][n]);
+}
 
 // One MR x NR tile: rows [0, MR) of x against weight rows [n0, n0 + NR).
 template <class V, int B, int MR, int NR>
 inline void affine_tile(const float* x, int64_t ldx, const AffineRows& w, int64_t n0, int64_t K, float* y,
                         int64_t ldy) {
+  if constexpr (B == 4) {
+    if (w.group_size % 32 == 0) return affine_tile_blocks<V, MR, NR>(x, ldx, w, n0, K, y, ldy);
+  }
   using R = typename V::R;
   R acc[MR][NR];
 #pragma GCC unroll 16
@@ -356,7 +430,7 @@ inline void affine_tile(const float* x, int64_t ldx, const AffineRows& w, int64_
     GroupDequant<V, B> dq[NR];
 #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n)
-      dq[n].set(affine_param(w.scales, w.param_dtype, params[n] + g), affine_param(w.biases, w.param_dtype, params[n] + g));
+      dq[n].set(affine_param<V>(w.scales, w.param_dtype, params[n] + g), affine_param<V>(w.biases, w.param_dtype, params[n] + g));
     for (int64_t k = g * G; k < (g + 1) * G; k += kLanes) {
       R xv[MR];
 #pragma GCC unroll 16
@@ -366,7 +440,7 @@ inline void affine_tile(const float* x, int64_t ldx, const AffineRows& w, int64_
         // As dot_tile: the next tile's rows into L2, one per cache line.
         if constexpr (B != 0)
           if (k * B % 512 == 0) __builtin_prefetch(rows[n] + NR * w.code_ld + k * B / 32, 0, 2);
-        const R wv = dq[n].at(rows[n], k, w.bits);
+        const R wv = dq[n].at(rows[n], k, w.bits, K);
 #pragma GCC unroll 16
         for (int m = 0; m < MR; ++m) acc[m][n] = V::fma(xv[m], wv, acc[m][n]);
       }
@@ -445,8 +519,19 @@ void dequantize_affine_typed(const AffineRows& w, int64_t rows, int64_t K, float
     const uint32_t* codes = w.codes + r * w.code_ld;
     for (int64_t g = 0; g < K / G; ++g) {
       GroupDequant<V, B> dq;
-      dq.set(affine_param(w.scales, w.param_dtype, r * w.param_ld + g), affine_param(w.biases, w.param_dtype, r * w.param_ld + g));
-      for (int64_t k = g * G; k < (g + 1) * G; k += kLanes) V::store(out + r * ldo + k, dq.at(codes, k, w.bits));
+      dq.set(affine_param<V>(w.scales, w.param_dtype, r * w.param_ld + g), affine_param<V>(w.biases, w.param_dtype, r * w.param_ld + g));
+      if constexpr (B == 4) {
+        if (G % 32 == 0) {
+          for (int64_t k = g * G; k < (g + 1) * G; k += 2 * kLanes) {
+            typename V::R lo, hi;
+            dq.pair(codes, k, lo, hi);
+            V::store(out + r * ldo + k, lo);
+            V::store(out + r * ldo + k + kLanes, hi);
+          }
+          continue;
+        }
+      }
+      for (int64_t k = g * G; k < (g + 1) * G; k += kLanes) V::store(out + r * ldo + k, dq.at(codes, k, w.bits, K));
     }
   }
 }

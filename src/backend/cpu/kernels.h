@@ -31,6 +31,8 @@ struct WeightRows {
 // row r's codes start at word r * code_ld of `codes`, its scales and biases
 // at entry r * param_ld of `scales` and `biases` (param_dtype F32, BF16 or
 // F16). bits 2, 3, 4, 5, 6 or 8; group_size a multiple of 16 dividing K.
+// 4-bit codes are in the backend's Halves32 order (backend/weight.h), the
+// others in stream order.
 struct AffineRows {
   const uint32_t* codes = nullptr;
   int64_t code_ld = 0;

@@ -42,6 +42,7 @@ struct VAvx2 {
     std::memcpy(buf, p, sizeof(uint16_t) * n);
     return load_bf16(buf);
   }
+  static float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
   static R load_f16(const uint16_t* p) {
     return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
             _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};
@@ -67,6 +68,17 @@ struct VAvx2 {
   };
   static Table4 table4(const R& s, const R& b) { return {s, b}; }
   static R dequant4(const Table4& t, const uint32_t* p) { return add(mul(codes4(p), t.s), t.b); }
+  // A Halves32 block: byte i holds code i | code i + 16 << 4.
+  struct Block4 {
+    __m128i v;
+  };
+  static Block4 block4(const uint32_t* p) { return {_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))}; }
+  static R dequant4_lo(const Table4& t, const Block4& c) {
+    return add(mul(widen_codes(_mm_and_si128(c.v, _mm_set1_epi8(0x0f))), t.s), t.b);
+  }
+  static R dequant4_hi(const Table4& t, const Block4& c) {
+    return add(mul(widen_codes(_mm_and_si128(_mm_srli_epi16(c.v, 4), _mm_set1_epi8(0x0f))), t.s), t.b);
+  }
   static void store(float* p, const R& a) {
     _mm256_storeu_ps(p, a.lo);
     _mm256_storeu_ps(p + 8, a.hi);

@@ -44,17 +44,11 @@ struct VAvx512 {
     return {widen_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
   }
   static R load_bf16_partial(const uint16_t* p, int n) { return {widen_bf16(_mm256_maskz_loadu_epi16(first(n), p))}; }
+  static float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
   static R load_f16(const uint16_t* p) {
     return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
   }
   static R load_f16_partial(const uint16_t* p, int n) { return {_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(first(n), p))}; }
-  static R codes4(const uint32_t* p) {
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-    const __m128i m = _mm_set1_epi8(0x0f);
-    // Code 2i is byte i's low nibble, code 2i + 1 its high one.
-    const __m128i c = _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
-    return {_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(c))};
-  }
   static R codes8(const uint32_t* p) {
     return {_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))))};
   }
@@ -74,6 +68,17 @@ struct VAvx512 {
     // Byte 2i: byte i (code 2i in its low nibble); byte 2i + 1: byte i >> 4 (code 2i + 1).
     const __m128i c = _mm_unpacklo_epi8(b, _mm_srli_epi16(b, 4));
     return {_mm512_permutexvar_ps(_mm512_cvtepu8_epi32(c), t.v)};
+  }
+  // A Halves32 block widened: lane i holds byte i (code i | code i + 16 << 4).
+  struct Block4 {
+    __m512i v;
+  };
+  static Block4 block4(const uint32_t* p) {
+    return {_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))};
+  }
+  static R dequant4_lo(const Table4& t, const Block4& c) { return {_mm512_permutexvar_ps(c.v, t.v)}; }
+  static R dequant4_hi(const Table4& t, const Block4& c) {
+    return {_mm512_permutexvar_ps(_mm512_srli_epi32(c.v, 4), t.v)};
   }
   static void store(float* p, R a) { _mm512_storeu_ps(p, a.v); }
   static void store_partial(float* p, R a, int n) { _mm512_mask_storeu_ps(p, first(n), a.v); }

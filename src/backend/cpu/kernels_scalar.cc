@@ -38,6 +38,7 @@ struct VScalar {
   static R load_bf16_partial(const uint16_t* p, int n) {
     return map([&](int i) { return i < n ? bf16_to_f32(p[i]) : 0.0f; });
   }
+  static float half_to_float(uint16_t h) { return f16_to_f32(h); }
   static R load_f16(const uint16_t* p) { return map([&](int i) { return f16_to_f32(p[i]); }); }
   static R load_f16_partial(const uint16_t* p, int n) {
     return map([&](int i) { return i < n ? f16_to_f32(p[i]) : 0.0f; });
@@ -50,6 +51,17 @@ struct VScalar {
   };
   static Table4 table4(const R& s, const R& b) { return {s, b}; }
   static R dequant4(const Table4& t, const uint32_t* p) { return add(mul(codes4(p), t.s), t.b); }
+  // A Halves32 block: byte i holds code i | code i + 16 << 4.
+  struct Block4 {
+    const uint8_t* bytes;
+  };
+  static Block4 block4(const uint32_t* p) { return {reinterpret_cast<const uint8_t*>(p)}; }
+  static R dequant4_lo(const Table4& t, const Block4& c) {
+    return add(mul(map([&](int i) { return float(c.bytes[i] & 15u); }), t.s), t.b);
+  }
+  static R dequant4_hi(const Table4& t, const Block4& c) {
+    return add(mul(map([&](int i) { return float(c.bytes[i] >> 4); }), t.s), t.b);
+  }
   static void store(float* p, const R& a) { std::memcpy(p, a.v, sizeof a.v); }
   static void store_partial(float* p, const R& a, int n) { std::memcpy(p, a.v, sizeof(float) * n); }
 

@@ -831,6 +831,8 @@ class CudaBackend final : public Backend {
   Weight expand_affine(const Weight& w) {
     ROWLM_REQUIRE(w.values.on_host() && w.scales.on_host() && w.biases.on_host(),
                   "prepare_weight: " + w.describe() + ": an affine weight must come from the host");
+    ROWLM_REQUIRE(w.code_order == CodeOrder::Stream,
+                  "prepare_weight: " + w.describe() + ": codes in another backend's order (prepare the source)");
     const quant::AffineSpec spec{w.bits, w.group_size};
     quant::check_spec(spec);
     const int64_t words = w.cols * w.bits / 32, groups = w.cols / w.group_size;

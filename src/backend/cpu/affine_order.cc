@@ -1,0 +1,28 @@
+#include "backend/cpu/affine_order.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace rowlm::cpu {
+
+Tensor halves32_from_stream(const Tensor& codes, int64_t rows, int64_t cols) {
+  ROWLM_CHECK(cols % 16 == 0 && codes.dtype() == DType::U32 && codes.numel() == rows * cols / 8,
+              "halves32_from_stream: codes must be u32 [rows, cols / 8] with cols a multiple of 16");
+  Tensor out(DType::U32, codes.shape());
+  const int64_t row_bytes = cols / 2, blocks = cols / 32;
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto* in = static_cast<const uint8_t*>(codes.raw()) + r * row_bytes;
+    auto* o = static_cast<uint8_t*>(out.raw()) + r * row_bytes;
+    // Stream order: code c is byte c / 2's low nibble when c is even, its
+    // high nibble when odd.
+    auto code = [&](int64_t c) { return uint8_t((in[c / 2] >> (4 * (c % 2))) & 15u); };
+    for (int64_t b = 0; b < blocks; ++b)
+      for (int i = 0; i < 16; ++i) o[b * 16 + i] = uint8_t(code(b * 32 + i) | code(b * 32 + 16 + i) << 4);
+    // An odd multiple of 16: the last 16 codes keep the stream's bytes.
+    std::memcpy(o + blocks * 16, in + blocks * 16, std::size_t(row_bytes - blocks * 16));
+  }
+  return out;
+}
+
+}  // namespace rowlm::cpu

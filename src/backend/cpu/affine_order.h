@@ -1,0 +1,19 @@
+#pragma once
+// The CPU backend's order of 4-bit affine codes (backend/weight.h,
+// CodeOrder::Halves32), made from the stream order by prepare_weight: the
+// decode kernel then widens 32 codes from one 16-byte load and picks each
+// code's dequantized value with one table lookup per 16 (the stream order
+// needs a byte interleave per 16 codes first), with the same values in the
+// same order, so results are unchanged.
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace rowlm::cpu {
+
+// `codes`: u32 [rows, cols / 8] of 4-bit codes in stream order, cols a
+// multiple of 16. Returns a new tensor of the same shape in Halves32 order.
+Tensor halves32_from_stream(const Tensor& codes, int64_t rows, int64_t cols);
+
+}  // namespace rowlm::cpu
