@@ -285,7 +285,7 @@ double bf16_dot_chains(int64_t iters, float* sink) {
 // half_to_float, not a call: a call in the tile loops would make every
 // vector register live across it (accumulators, tables) go to the stack.
 template <class V>
-inline float affine_param(const void* p, DType t, int64_t i) {
+__attribute__((always_inline)) inline float affine_param(const void* p, DType t, int64_t i) {
   if (t == DType::F32) return static_cast<const float*>(p)[i];
   const uint16_t h = static_cast<const uint16_t*>(p)[i];
   if (t == DType::F16) return V::half_to_float(h);
