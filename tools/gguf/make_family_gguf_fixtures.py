@@ -74,26 +74,6 @@ FAMILIES = {
                   True, {}),
 }
 
-# Runs the bundle's converter in a fresh interpreter, told the pre-tokenizer's name.
-CONVERT = r"""
-import importlib.util, os, sys, types
-llama = os.environ["LLAMA_CPP"]
-sys.path.insert(0, os.path.join(llama, "gguf-py"))
-sys.path.insert(0, llama)
-if importlib.util.find_spec("sentencepiece") is None:
-    stub = types.ModuleType("sentencepiece")
-    class SentencePieceProcessor:
-        def __init__(self, *a, **k):
-            raise RuntimeError("sentencepiece stand-in called")
-    stub.SentencePieceProcessor = SentencePieceProcessor
-    sys.modules["sentencepiece"] = stub
-import conversion.base
-conversion.base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "gpt-2"
-import convert_hf_to_gguf
-sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[1:]
-convert_hf_to_gguf.main()
-"""
-
 
 def byte_level_char(b):
     """The character byte-level BPE writes for byte b (GPT-2's bytes_to_unicode)."""
@@ -212,9 +192,9 @@ def main():
                 derived_weights(src, work, layers, bf16)
             tok = write_tokenizer(work, family)
             path = os.path.join(out, "model.gguf")
-            env = dict(os.environ, LLAMA_CPP=llama)
-            subprocess.run([sys.executable, "-c", CONVERT, work, "--outtype", outtype, "--outfile", path],
-                           check=True, env=env)
+            # The bundle's converter in a fresh interpreter, told the pre-tokenizer's name.
+            subprocess.run([sys.executable, os.path.join(HERE, "bundle_convert.py"), llama, "--pre", "gpt-2", "--",
+                            work, "--outtype", outtype, "--outfile", path], check=True)
             if keys:
                 add_keys(path, keys)
             ids_a = source_ref["ids_a"]

@@ -63,26 +63,6 @@ build() {
   echo "compare_gpu.sh: built $llama/build/bin/{llama-bench,llama-batched-bench} and $root/build-cuda/rowlm" >&2
 }
 
-# The converter in a fresh interpreter; sentencepiece, which Gemma 4's
-# tokenizer.json path does not use, may be absent (a stand-in that refuses).
-convert() {
-  LLAMA_CPP="$llama" "$python" - "$@" <<'PY'
-import importlib.util, os, sys, types
-llama = os.environ["LLAMA_CPP"]
-sys.path.insert(0, os.path.join(llama, "gguf-py"))
-sys.path.insert(0, llama)
-if importlib.util.find_spec("sentencepiece") is None:
-    stub = types.ModuleType("sentencepiece")
-    class SentencePieceProcessor:
-        def __init__(self, *a, **k):
-            raise RuntimeError("sentencepiece stand-in called")
-    stub.SentencePieceProcessor = SentencePieceProcessor
-    sys.modules["sentencepiece"] = stub
-import convert_hf_to_gguf
-sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[1:]
-convert_hf_to_gguf.main()
-PY
-}
 
 models() {
   local s="$1" n dir gguf
@@ -92,7 +72,8 @@ models() {
   [ -f "$gguf" ] && { echo "compare_gpu.sh: $gguf exists" >&2; return; }
   "$python" "$root/tools/measure/make_random_checkpoint.py" --shape "$s" --layers "$n" --out "$dir" \
     --tokenizer "$llama/tokenizer/gemma3" >/dev/null
-  convert "$dir" --outtype bf16 --outfile "$gguf.part" >/dev/null 2>"$work/$s-convert.log" ||
+  "$python" "$root/tools/gguf/bundle_convert.py" "$llama" -- "$dir" --outtype bf16 --outfile "$gguf.part" \
+    >/dev/null 2>"$work/$s-convert.log" ||
     { tail -20 "$work/$s-convert.log" >&2; exit 1; }
   mv "$gguf.part" "$gguf"
   rm -rf "$dir"
