@@ -353,6 +353,42 @@ struct GroupDequant<V, 4> {
   }
 };
 
+// What the affine tiles share: each weight row's codes and parameter
+// offset, zeroed accumulators, a group's dequantization state per row, and
+// the reduced results.
+template <int NR>
+struct AffineTileRows {
+  const uint32_t* rows[NR];
+  int64_t params[NR];
+  AffineTileRows(const AffineRows& w, int64_t n0) {
+#pragma GCC unroll 16
+    for (int n = 0; n < NR; ++n) {
+      rows[n] = w.codes + (n0 + n) * w.code_ld;
+      params[n] = (n0 + n) * w.param_ld;
+    }
+  }
+  template <class V, class Dq>
+  void set_group(Dq* dq, const AffineRows& w, int64_t g) const {
+#pragma GCC unroll 16
+    for (int n = 0; n < NR; ++n)
+      dq[n].set(affine_param<V>(w.scales, w.param_dtype, params[n] + g), affine_param<V>(w.biases, w.param_dtype, params[n] + g));
+  }
+};
+template <class V, int MR, int NR>
+inline void zero_tile(typename V::R (&acc)[MR][NR]) {
+#pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 16
+    for (int n = 0; n < NR; ++n) acc[m][n] = V::zero();
+}
+template <class V, int MR, int NR>
+inline void store_tile(const typename V::R (&acc)[MR][NR], float* y, int64_t ldy) {
+#pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 16
+    for (int n = 0; n < NR; ++n) y[m * ldy + n] = V::reduce(acc[m][n]);
+}
+
 // affine_tile for 4-bit codes in groups of whole 32-code blocks: both halves
 // of a block from one load, each accumulator still taking codes k .. k + 15,
 // then k + 16 .. k + 31. A function of its own (not inlined), so that its
@@ -362,23 +398,12 @@ __attribute__((noinline)) void affine_tile_blocks(const float* x, int64_t ldx, c
                                                   int64_t K, float* y, int64_t ldy) {
   using R = typename V::R;
   R acc[MR][NR];
-#pragma GCC unroll 16
-  for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) acc[m][n] = V::zero();
+  const AffineTileRows<NR> t(w, n0);
+  zero_tile<V, MR, NR>(acc);
   const int64_t G = w.group_size;
-  const uint32_t* rows[NR];
-  int64_t params[NR];
-#pragma GCC unroll 16
-  for (int n = 0; n < NR; ++n) {
-    rows[n] = w.codes + (n0 + n) * w.code_ld;
-    params[n] = (n0 + n) * w.param_ld;
-  }
   for (int64_t g = 0; g < K / G; ++g) {
     GroupDequant<V, 4> dq[NR];
-#pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n)
-      dq[n].set(affine_param<V>(w.scales, w.param_dtype, params[n] + g), affine_param<V>(w.biases, w.param_dtype, params[n] + g));
+    t.template set_group<V>(dq, w, g);
     for (int64_t k = g * G; k < (g + 1) * G; k += 2 * kLanes) {
       R xlo[MR], xhi[MR];
 #pragma GCC unroll 16
@@ -389,9 +414,9 @@ __attribute__((noinline)) void affine_tile_blocks(const float* x, int64_t ldx, c
 #pragma GCC unroll 16
       for (int n = 0; n < NR; ++n) {
         // As dot_tile: the next tile's rows into L2, one per cache line.
-        if (k % 128 == 0) __builtin_prefetch(rows[n] + NR * w.code_ld + k / 8, 0, 2);
+        if (k % 128 == 0) __builtin_prefetch(t.rows[n] + NR * w.code_ld + k / 8, 0, 2);
         R lo, hi;
-        dq[n].pair(rows[n], k, lo, hi);
+        dq[n].pair(t.rows[n], k, lo, hi);
 #pragma GCC unroll 16
         for (int m = 0; m < MR; ++m) acc[m][n] = V::fma(xlo[m], lo, acc[m][n]);
 #pragma GCC unroll 16
@@ -399,10 +424,7 @@ __attribute__((noinline)) void affine_tile_blocks(const float* x, int64_t ldx, c
       }
     }
   }
-#pragma GCC unroll 16
-  for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) y[m * ldy + n] = V::reduce(acc[m][n]);
+  store_tile<V, MR, NR>(acc, y, ldy);
 }
 
 // One MR x NR tile: rows [0, MR) of x against weight rows [n0, n0 + NR).
@@ -414,23 +436,12 @@ inline void affine_tile(const float* x, int64_t ldx, const AffineRows& w, int64_
   }
   using R = typename V::R;
   R acc[MR][NR];
-#pragma GCC unroll 16
-  for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) acc[m][n] = V::zero();
+  const AffineTileRows<NR> t(w, n0);
+  zero_tile<V, MR, NR>(acc);
   const int64_t G = w.group_size;
-  const uint32_t* rows[NR];
-  int64_t params[NR];
-#pragma GCC unroll 16
-  for (int n = 0; n < NR; ++n) {
-    rows[n] = w.codes + (n0 + n) * w.code_ld;
-    params[n] = (n0 + n) * w.param_ld;
-  }
   for (int64_t g = 0; g < K / G; ++g) {
     GroupDequant<V, B> dq[NR];
-#pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n)
-      dq[n].set(affine_param<V>(w.scales, w.param_dtype, params[n] + g), affine_param<V>(w.biases, w.param_dtype, params[n] + g));
+    t.template set_group<V>(dq, w, g);
     for (int64_t k = g * G; k < (g + 1) * G; k += kLanes) {
       R xv[MR];
 #pragma GCC unroll 16
@@ -439,17 +450,14 @@ inline void affine_tile(const float* x, int64_t ldx, const AffineRows& w, int64_
       for (int n = 0; n < NR; ++n) {
         // As dot_tile: the next tile's rows into L2, one per cache line.
         if constexpr (B != 0)
-          if (k * B % 512 == 0) __builtin_prefetch(rows[n] + NR * w.code_ld + k * B / 32, 0, 2);
-        const R wv = dq[n].at(rows[n], k, w.bits, K);
+          if (k * B % 512 == 0) __builtin_prefetch(t.rows[n] + NR * w.code_ld + k * B / 32, 0, 2);
+        const R wv = dq[n].at(t.rows[n], k, w.bits, K);
 #pragma GCC unroll 16
         for (int m = 0; m < MR; ++m) acc[m][n] = V::fma(xv[m], wv, acc[m][n]);
       }
     }
   }
-#pragma GCC unroll 16
-  for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) y[m * ldy + n] = V::reduce(acc[m][n]);
+  store_tile<V, MR, NR>(acc, y, ldy);
 }
 
 // The tile for m <= kM rows of x and n <= kN weight rows.
