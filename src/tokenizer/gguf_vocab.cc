@@ -126,12 +126,10 @@ std::string gguf_tokenizer_json(const GgufVocab& v, const std::string& source) {
   const bool merges_from_score = sentencepiece_bpe && v.merges.empty();
   if (merges_from_score && v.scores.empty())
     fail("merges", "is missing, and so is 'tokenizer.ggml.scores': a SentencePiece vocabulary needs one of them");
-  // Gemma's pipeline adds no space before the text; Llama 2's (llama.cpp's
-  // default for a vocabulary without merges) does, and is not built here.
-  if (merges_from_score && v.add_space_prefix.value_or(true))
-    fail("add_space_prefix", std::string(v.add_space_prefix ? "is true" : "is absent (true by default)") +
-                                 ": SentencePiece vocabularies that prefix the text with a space (Llama 2's) are "
-                                 "not supported; Gemma's (add_space_prefix false) are");
+  // A "llama" vocabulary prefixes the text with a space unless it says not
+  // to (llama.cpp's default): Llama 2's and Mistral's pipeline. Gemma's
+  // ("gemma4", or "llama" with add_space_prefix false) does not.
+  const bool space_prefix = v.model == "llama" && v.add_space_prefix.value_or(true);
 
   json doc = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}};
   json added = json::array();
@@ -142,7 +140,10 @@ std::string gguf_tokenizer_json(const GgufVocab& v, const std::string& source) {
     if (t < 1 || t > 6) fail("token_type", "[" + std::to_string(id) + "] = " + std::to_string(t) + " is not a token type");
     const std::string& text = v.tokens[id];
     if (t == int64_t(GgufTokenType::Unused)) continue;
-    const bool control = t == int64_t(GgufTokenType::Control), user = t == int64_t(GgufTokenType::UserDefined);
+    // UNKNOWN is special text too (llama.cpp matches it as CONTROL; the
+    // tokenizer.json files list <unk> among the special added tokens).
+    const bool control = t == int64_t(GgufTokenType::Control) || t == int64_t(GgufTokenType::Unknown),
+               user = t == int64_t(GgufTokenType::UserDefined);
     if (control || user)
       added.push_back({{"id", id}, {"content", text}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
                        {"normalized", false}, {"special", control}});
@@ -175,14 +176,23 @@ std::string gguf_tokenizer_json(const GgufVocab& v, const std::string& source) {
     }
     doc["decoder"] = byte_level(true);
   } else {
-    doc["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xe2\x96\x81"}};
-    doc["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "MergedWithPrevious"},
-                            {"invert", false}};
-    doc["decoder"] = {{"type", "Sequence"},
-                      {"decoders",
-                       {{{"type", "Replace"}, {"pattern", {{"String", "\xe2\x96\x81"}}}, {"content", " "}},
-                        {{"type", "ByteFallback"}},
-                        {{"type", "Fuse"}}}}};
+    const json spaces = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xe2\x96\x81"}};
+    json decoders = {{{"type", "Replace"}, {"pattern", {{"String", "\xe2\x96\x81"}}}, {"content", " "}},
+                     {{"type", "ByteFallback"}},
+                     {{"type", "Fuse"}}};
+    if (space_prefix) {
+      // Llama 2's: "▁" before the text, spaces as "▁", no split; decoding
+      // drops the prefix's space.
+      doc["normalizer"] = {{"type", "Sequence"},
+                           {"normalizers", {{{"type", "Prepend"}, {"prepend", "\xe2\x96\x81"}}, spaces}}};
+      doc["pre_tokenizer"] = nullptr;
+      decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+    } else {
+      doc["normalizer"] = spaces;
+      doc["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "MergedWithPrevious"},
+                              {"invert", false}};
+    }
+    doc["decoder"] = {{"type", "Sequence"}, {"decoders", std::move(decoders)}};
     model["byte_fallback"] = true;
     model["fuse_unk"] = true;
     if (v.unk) model["unk_token"] = v.tokens[std::size_t(*v.unk)];

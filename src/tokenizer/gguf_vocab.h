@@ -9,16 +9,19 @@
 //   model "gpt2" (byte-level BPE): pre "qwen2" (Qwen 2/3: NFC, Qwen's split,
 //     byte-level), "llama-bpe" (Llama 3's split, merges ignored for whole
 //     words), "gpt-2" / "default" (GPT-2's byte-level split);
-//   model "gemma4" or "llama" (SentencePiece-style BPE: spaces as "▁",
-//     split after each, byte fallback, <unk>; Gemma's pipeline). Without
-//     merges (llama.cpp writes tokenizer.model's pieces and scores), the
-//     merges are derived from the scores as Hugging Face's converter derives
-//     the tokenizer.json's; that needs add_space_prefix false (Gemma 3):
-//     Llama 2's pipeline, which prefixes a space, is refused by name.
+//   model "gemma4", or "llama" with add_space_prefix false (SentencePiece-
+//     style BPE: spaces as "▁", split after each, byte fallback, <unk>;
+//     Gemma's pipeline); model "llama" otherwise (add_space_prefix true or,
+//     as llama.cpp reads it, absent: Llama 2's and Mistral's pipeline, "▁"
+//     before the text, no split, the decoded text's first space dropped).
+//     Without merges (llama.cpp writes tokenizer.model's pieces and
+//     scores), the merges are derived from the scores as Hugging Face's
+//     converter derives the tokenizer.json's.
 //
-// Token types (llama.cpp's llama_token_type): NORMAL, BYTE and UNKNOWN go
-// to the BPE vocabulary, CONTROL becomes a special added token, USER_DEFINED
-// a non-special one, UNUSED (ids the converter padded) is left out. With
+// Token types (llama.cpp's llama_token_type): NORMAL and BYTE go to the
+// BPE vocabulary, CONTROL and UNKNOWN become special added tokens (which
+// SentencePiece vocabularies also keep in the BPE vocabulary), USER_DEFINED
+// non-special ones, UNUSED (ids the converter padded) is left out. With
 // add_bos_token the post-processor prepends the bos token.
 //
 // Errors (unknown model or pre, missing merges, ids out of range) name

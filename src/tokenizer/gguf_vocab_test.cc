@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -48,7 +50,9 @@ GgufVocab reduce(const json& tj, const std::string& model, const std::string& pr
     const std::string& text = it->second;
     v.tokens.push_back(text);
     GgufTokenType t = GgufTokenType::Normal;
-    if (auto a = added.find(id); a != added.end())
+    if (tj["model"].value("unk_token", json()) == text)
+      t = GgufTokenType::Unknown;  // as llama.cpp's converter marks <unk>
+    else if (auto a = added.find(id); a != added.end())
       t = (*a->second)["special"].get<bool>() || looks_special(text) ? GgufTokenType::Control : GgufTokenType::UserDefined;
     else if (model != "gpt2" && text.size() == 6 && text.starts_with("<0x") && text.ends_with(">"))
       t = GgufTokenType::Byte;
@@ -74,7 +78,23 @@ void keep_scores_not_merges(GgufVocab& v) {
   v.add_space_prefix = false;
 }
 
-enum class Merges { Kept, FromScores };
+// The same with scores that rank each piece where the tokenizer.json's
+// first merge making it stands (Llama 2's tokenizer.model ranks, e.g.,
+// "▁▁" last, which its ids do not say); the space prefix as llama.cpp
+// leaves it for Llama 2 (absent: true).
+void keep_ranked_scores_not_merges(GgufVocab& v) {
+  std::map<std::string, std::size_t> first;
+  for (std::size_t i = 0; i < v.merges.size(); ++i) {
+    const std::size_t sp = v.merges[i].find(' ');
+    first.emplace(v.merges[i].substr(0, sp) + v.merges[i].substr(sp + 1), i);
+  }
+  v.scores.assign(v.tokens.size(), 0.0);
+  for (std::size_t id = 0; id < v.tokens.size(); ++id)
+    if (auto it = first.find(v.tokens[id]); it != first.end()) v.scores[id] = -double(it->second);
+  v.merges.clear();
+}
+
+enum class Merges { Kept, FromScores, FromRankedScores };
 
 void check(const std::string& name, const std::string& model, const std::string& pre,
            std::optional<std::string> bos_token, Merges merges = Merges::Kept) {
@@ -85,6 +105,7 @@ void check(const std::string& name, const std::string& model, const std::string&
   if (!dir) GTEST_SKIP() << why;
   const json tj = json::parse(tt::read_text(*dir / "tokenizer.json"));
   GgufVocab v = reduce(tj, model, pre);
+  if (merges == Merges::FromRankedScores) keep_ranked_scores_not_merges(v);
   if (merges == Merges::FromScores) {
     keep_scores_not_merges(v);
     // The derived merges are the tokenizer.json's, in its order.
@@ -107,13 +128,16 @@ void check(const std::string& name, const std::string& model, const std::string&
     const auto want = cases[i]["ids"].get<std::vector<int32_t>>();
     const bool ok = tok.encode(input, true) == want &&
                     tok.encode(input, false) == cases[i]["plain"].get<std::vector<int32_t>>() &&
-                    tok.decode(want, false) == cases[i]["decoded"].get<std::string>();
+                    tok.decode(want, false) == cases[i]["decoded"].get<std::string>() &&
+                    tok.decode(want, true) == cases[i]["skipped"].get<std::string>();
     if (!ok) {
       ++failures;
       ADD_FAILURE() << name << " case " << i << " " << json(input).dump() << "\n  ids:       "
                     << json(tok.encode(input, true)).dump() << "\n  reference: " << cases[i]["ids"].dump()
                     << "\n  decoded:   " << json(tok.decode(want, false)).dump()
-                    << "\n  reference: " << cases[i]["decoded"].dump();
+                    << "\n  reference: " << cases[i]["decoded"].dump()
+                    << "\n  skipped:   " << json(tok.decode(want, true)).dump()
+                    << "\n  reference: " << cases[i]["skipped"].dump();
     }
   }
 }
@@ -123,6 +147,10 @@ TEST(GgufVocab, Llama3) { check("llama3", "gpt2", "llama-bpe", std::nullopt); }
 TEST(GgufVocab, Gemma3AsGemma4) { check("gemma3", "gemma4", "", "<bos>"); }
 // Gemma 3 GGUFs as llama.cpp converts them: model "llama", scores, no merges.
 TEST(GgufVocab, Gemma3FromScores) { check("gemma3", "llama", "", "<bos>", Merges::FromScores); }
+// Llama 2 (and Mistral) GGUFs: model "llama" prefixing a space, with merges
+// (from a tokenizer.json) or with tokenizer.model's scores.
+TEST(GgufVocab, Llama2) { check("llama2", "llama", "", "<s>"); }
+TEST(GgufVocab, Llama2FromScores) { check("llama2", "llama", "", "<s>", Merges::FromRankedScores); }
 
 TEST(GgufVocab, ErrorsNameTheKey) {
   auto error_of = [](const GgufVocab& v) {
@@ -149,12 +177,6 @@ TEST(GgufVocab, ErrorsNameTheKey) {
   v.scores = {0.0};
   EXPECT_NE(error_of(v).find("'tokenizer.ggml.scores' has 1 entries for 2 tokens"), std::string::npos);
   v.scores = {0.0, -1.0};
-  EXPECT_NE(error_of(v).find("'tokenizer.ggml.add_space_prefix' is absent (true by default): SentencePiece "
-                             "vocabularies that prefix the text with a space (Llama 2's) are not supported"),
-            std::string::npos);
-  v.add_space_prefix = true;
-  EXPECT_NE(error_of(v).find("'tokenizer.ggml.add_space_prefix' is true"), std::string::npos);
-  v.add_space_prefix = false;
   EXPECT_EQ(error_of(v), "no error");
   v.tokens[1] = std::string(std::size_t(1) << 16, 'x');  // 2^32 bytes to hash
   EXPECT_NE(error_of(v).find("'tokenizer.ggml.tokens' holds pieces too long to derive merges from (at token 1)"),

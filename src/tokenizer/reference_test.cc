@@ -55,6 +55,7 @@ void check_fixture(const std::string& name) {
 TEST(TokenizerReference, Gemma3) { check_fixture("gemma3"); }
 TEST(TokenizerReference, Llama3) { check_fixture("llama3"); }
 TEST(TokenizerReference, Qwen3) { check_fixture("qwen3"); }
+TEST(TokenizerReference, Llama2) { check_fixture("llama2"); }
 TEST(TokenizerReference, Gemma3MetaspaceFirst) { check_fixture("gemma3_metaspace_first"); }
 TEST(TokenizerReference, Gemma3MetaspaceAlways) { check_fixture("gemma3_metaspace_always"); }
 TEST(TokenizerReference, Gemma3Normalizers) { check_fixture("gemma3_normalizers"); }

@@ -1,4 +1,4 @@
-// Tokenizer configurations the fixtures cover: three real tokenizer.json
+// Tokenizer configurations the fixtures cover: four real tokenizer.json
 // files as shipped, and variants of them whose pipeline parts are replaced
 // (through the same "overrides" rowlm's loader accepts) so that every
 // supported normalizer, pre-tokenizer, post-processor, decoder and
@@ -17,6 +17,7 @@ module.exports = [
   { name: 'gemma3', base: 'gemma3', overrides: null },
   { name: 'llama3', base: 'llama3', overrides: null },
   { name: 'qwen3', base: 'qwen3', overrides: null },
+  { name: 'llama2', base: 'llama2', overrides: null },
   {
     name: 'gemma3_metaspace_first', base: 'gemma3',
     overrides: () => ({
