@@ -116,14 +116,10 @@ void bind_all(Source& b, const Config& c, DecoderWeights& w) {
 
 DecoderWeights load_weights(const std::string& model_dir, const Config& c) {
   ROWLM_CHECK(int(c.layers.size()) == c.num_layers, "config is not resolved (use load_config)");
-  const Checkpoint ck = Checkpoint::open(model_dir);
-  const std::string prefix = detect_text_prefix(ck);
-  check_checkpoint_matches_config(ck, prefix, c);
-  DecoderWeights w;
-  w.storage = ck.storage();
-  decoder::CheckpointSource b(ck, prefix, w, c.quantization);
-  bind_all(b, c, w);
-  return w;
+  return decoder::load_checkpoint_weights(
+      model_dir, c.quantization,
+      [&](const Checkpoint& ck, const std::string& prefix) { check_checkpoint_matches_config(ck, prefix, c); },
+      [&](decoder::CheckpointSource& b, DecoderWeights& w) { bind_all(b, c, w); });
 }
 
 DecoderWeights load_gguf_weights(const gguf::File& file, const Config& c) {

@@ -426,14 +426,10 @@ std::string summary(const Config& c) {
 }  // namespace
 
 decoder::DecoderWeights load_weights(const std::string& model_dir, const Config& c) {
-  const Checkpoint ck = Checkpoint::open(model_dir);
-  const std::string prefix = detect_text_prefix(ck);
-  decoder::check_layer_count(ck, prefix, c.num_layers);
-  decoder::DecoderWeights w;
-  w.storage = ck.storage();
-  decoder::CheckpointSource b(ck, prefix, w, c.quantization);
-  bind_all(b, c, w);
-  return w;
+  return decoder::load_checkpoint_weights(
+      model_dir, c.quantization,
+      [&](const Checkpoint& ck, const std::string& prefix) { decoder::check_layer_count(ck, prefix, c.num_layers); },
+      [&](decoder::CheckpointSource& b, decoder::DecoderWeights& w) { bind_all(b, c, w); });
 }
 
 decoder::DecoderWeights load_gguf_weights(const gguf::File& file, const Config& c) {

@@ -113,4 +113,20 @@ Weight quantize_matrix(const Tensor& t, const quant::AffineSpec& spec, DType par
 // silently ignore them).
 void check_layer_count(const Checkpoint& checkpoint, const std::string& prefix, int num_layers);
 
+// A family's weights from a checkpoint directory: the text decoder's prefix
+// found, the checkpoint checked against the config (`check(checkpoint,
+// prefix)`), every tensor bound by `bind(source, weights)`.
+template <class Check, class Bind>
+DecoderWeights load_checkpoint_weights(const std::string& model_dir, const QuantizationConfig& quantization,
+                                       const Check& check, const Bind& bind) {
+  const Checkpoint ck = Checkpoint::open(model_dir);
+  const std::string prefix = detect_text_prefix(ck);
+  check(ck, prefix);
+  DecoderWeights w;
+  w.storage = ck.storage();
+  CheckpointSource b(ck, prefix, w, quantization);
+  bind(b, w);
+  return w;
+}
+
 }  // namespace rowlm::decoder
