@@ -31,7 +31,28 @@ else
   echo "compute-sanitizer not found: memcheck skipped" >&2
 fi
 echo "== 3. engine on the GPU" >&2
-ROWLM_TEST_DEVICE=cuda build-cuda/src/engine/engine_tests
+# A crash is diagnosed here, in the same call: the test it stopped in runs
+# again under a debugger (a backtrace) and under memcheck; the later stages
+# still run, and the suite fails at the end.
+status=0
+engine_log=$(mktemp)
+if ! ROWLM_TEST_DEVICE=cuda build-cuda/src/engine/engine_tests 2>&1 | tee "$engine_log"; then
+  status=1
+  crashed=$(awk '/^\[ RUN      \]/ { t = $4 } /^\[ +(OK|FAILED) +\]/ { t = "" } END { print t }' "$engine_log")
+  if [ -n "$crashed" ]; then
+    echo "== the engine tests stopped inside $crashed: its backtrace, then memcheck" >&2
+    debugger=$(command -v gdb || command -v cuda-gdb || ls /usr/local/cuda/bin/cuda-gdb 2>/dev/null || true)
+    if [ -n "$debugger" ]; then
+      ROWLM_TEST_DEVICE=cuda "$debugger" -batch -ex run -ex bt --args build-cuda/src/engine/engine_tests \
+        --gtest_filter="$crashed" 2>&1 | tail -80 || true
+    fi
+    if command -v compute-sanitizer >/dev/null; then
+      ROWLM_TEST_DEVICE=cuda compute-sanitizer --tool memcheck build-cuda/src/engine/engine_tests \
+        --gtest_filter="$crashed" 2>&1 | tail -80 || true
+    fi
+  fi
+fi
+rm -f "$engine_log"
 echo "== 4. the rowlm command (auto picks the GPU)" >&2
 build-cuda/rowlm generate models/rowlm-tiny "In the beginning" --max-tokens 8 2>&1 >/dev/null | grep "running on cuda"
 build-cuda/src/cli/cli_tests
@@ -54,5 +75,9 @@ if command -v node >/dev/null && [ -d tests/server/node_modules/openai ]; then
      ROWLM_MODEL="$PWD/../../models/rowlm-tiny" node --test --test-concurrency=1 ./*.test.mjs)
 else
   echo "Node or the SDKs (tests/server/node_modules, installed by tests/server/run.sh) are missing: the SDK tests were not run" >&2
+fi
+if [ "$status" -ne 0 ]; then
+  echo "== GPU suite FAILED: the engine tests (stage 3) did not pass" >&2
+  exit 1
 fi
 echo "== GPU suite passed" >&2
