@@ -15,10 +15,16 @@ Tensor halves32_from_stream(const Tensor& codes, int64_t rows, int64_t cols) {
     const auto* in = static_cast<const uint8_t*>(codes.raw()) + r * row_bytes;
     auto* o = static_cast<uint8_t*>(out.raw()) + r * row_bytes;
     // Stream order: code c is byte c / 2's low nibble when c is even, its
-    // high nibble when odd.
-    auto code = [&](int64_t c) { return uint8_t((in[c / 2] >> (4 * (c % 2))) & 15u); };
-    for (int64_t b = 0; b < blocks; ++b)
-      for (int i = 0; i < 16; ++i) o[b * 16 + i] = uint8_t(code(b * 32 + i) | code(b * 32 + 16 + i) << 4);
+    // high nibble when odd; so codes i and i + 16 of a block are the same
+    // nibble of bytes i / 2 and 8 + i / 2.
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* s = in + b * 16;
+      uint8_t* d = o + b * 16;
+      for (int j = 0; j < 8; ++j) {
+        d[2 * j] = uint8_t((s[j] & 0x0f) | (s[8 + j] & 0x0f) << 4);
+        d[2 * j + 1] = uint8_t((s[j] >> 4) | (s[8 + j] & 0xf0));
+      }
+    }
     // An odd multiple of 16: the last 16 codes keep the stream's bytes.
     std::memcpy(o + blocks * 16, in + blocks * 16, std::size_t(row_bytes - blocks * 16));
   }
