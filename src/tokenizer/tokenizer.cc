@@ -188,7 +188,9 @@ std::vector<tok::AddedToken> read_added_tokens(const Json& list, const std::stri
     if (!j.is_object()) throw Error(w + " must be an object");
     tok::AddedToken t;
     const auto id = tok::field<int64_t>(j, "id", w);
-    if (id < 0 || id > INT32_MAX) throw Error(w + ": id " + std::to_string(id) + " is out of range");
+    if (id < 0 || id > tok::Vocab::kMaxId)
+      throw Error(w + ": id " + std::to_string(id) + " is out of range (0 to " + std::to_string(tok::Vocab::kMaxId) +
+                  ")");
     t.id = int32_t(id);
     t.content = tok::field<std::string>(j, "content", w);
     t.single_word = tok::field_or<bool>(j, "single_word", false, w);

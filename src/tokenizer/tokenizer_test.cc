@@ -111,6 +111,16 @@ TEST(Tokenizer, BrokenFilesGiveClearErrors) {
   doc = small_doc();
   doc["model"]["vocab"]["dup"] = 1;
   EXPECT_NE(error_of(doc).find("id 1 is given to both"), std::string::npos) << error_of(doc);
+  // Ids are memory in a dense table: a far one is an error, not 2.4 GB (a fuzzer's find).
+  doc = small_doc();
+  doc["model"]["vocab"]["far"] = 300000000;
+  EXPECT_NE(error_of(doc).find("'far' has the id 300000000, past the largest rowlm accepts (16777215)"),
+            std::string::npos)
+      << error_of(doc);
+  doc = small_doc();
+  doc["added_tokens"] = json::array({{{"id", 300000000}, {"content", "<far>"}}});
+  EXPECT_NE(error_of(doc).find("added_tokens[0]: id 300000000 is out of range (0 to 16777215)"), std::string::npos)
+      << error_of(doc);
   doc = small_doc();
   doc["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(["}}}, {"behavior", "Isolated"}};
   EXPECT_NE(error_of(doc).find("does not compile"), std::string::npos) << error_of(doc);

@@ -28,6 +28,9 @@ uint64_t Vocab::hash(std::string_view s) {
 
 void Vocab::add(std::string_view piece, int32_t id) {
   if (id < 0) throw Error("vocab: token '" + std::string(piece) + "' has a negative id " + std::to_string(id));
+  if (id > kMaxId)
+    throw Error("vocab: token '" + std::string(piece) + "' has the id " + std::to_string(id) +
+                ", past the largest rowlm accepts (" + std::to_string(kMaxId) + ")");
   if (std::size_t(id) >= entries_.size()) entries_.resize(std::size_t(id) + 1);
   if (entries_[std::size_t(id)].length != kNoPiece) {
     if (this->piece(id) == piece) return;

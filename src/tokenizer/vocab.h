@@ -13,9 +13,13 @@ namespace rowlm::tok {
 
 class Vocab {
  public:
-  // Adds a piece with its id. Throws rowlm::Error if the id is negative or
-  // already taken by another piece. If one piece gets two ids, find()
-  // returns the larger.
+  // Ids are at most this: the table is dense, so an id is memory (a
+  // hostile file's id of 300,000,000 asked for 2.4 GB); the largest real
+  // vocabularies are below a million.
+  static constexpr int32_t kMaxId = (int32_t(1) << 24) - 1;
+  // Adds a piece with its id. Throws rowlm::Error if the id is negative,
+  // above kMaxId or already taken by another piece. If one piece gets two
+  // ids, find() returns the larger.
   void add(std::string_view piece, int32_t id);
   // Builds the reverse index; call once after the last add().
   void finish();
