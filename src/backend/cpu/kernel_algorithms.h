@@ -10,8 +10,8 @@
 // AVX-512 copy for baseline code. For the same reason this header calls no
 // std:: templates that could be emitted out of line.
 //
-// V provides: R (16 floats), half_to_float (one f16 widened, inline), codes8 (16 consecutive 8-bit codes from 4 words,
-// as floats), Table4 with table4(s, b) and, each giving 16 4-bit codes
+// V provides: R (16 floats), half_to_float (one f16 widened, inline), codes8
+// (16 consecutive 8-bit codes from 4 words, as floats), Table4 with table4(s, b) and, each giving 16 4-bit codes
 // dequantized as add(mul(code, s), b) (a lookup table on AVX-512, the
 // arithmetic elsewhere): dequant4(table, words) for 16 codes in stream
 // order, and Block4 with block4(words) (a 32-code block in Halves32 order,
@@ -340,14 +340,15 @@ template <class V>
 struct GroupDequant<V, 4> {
   typename V::Table4 t;
   void set(float scale, float bias) { t = V::table4(V::set1(scale), V::set1(bias)); }
+  static const uint32_t* block_of(const uint32_t* row, int64_t k) { return row + k / 32 * 4; }
   typename V::R at(const uint32_t* row, int64_t k, int, int64_t K) const {
     if (k >= K / 32 * 32) return V::dequant4(t, row + k / 8);
-    const typename V::Block4 c = V::block4(row + k / 32 * 4);
+    const typename V::Block4 c = V::block4(block_of(row, k));
     return k % 32 == 0 ? V::dequant4_lo(t, c) : V::dequant4_hi(t, c);
   }
   // Codes k .. k + 31 of a whole block (k a multiple of 32) from one load.
   void pair(const uint32_t* row, int64_t k, typename V::R& lo, typename V::R& hi) const {
-    const typename V::Block4 c = V::block4(row + k / 8);
+    const typename V::Block4 c = V::block4(block_of(row, k));
     lo = V::dequant4_lo(t, c);
     hi = V::dequant4_hi(t, c);
   }
