@@ -36,17 +36,21 @@ using cuda::check;
 using cuda::DeviceGuard;
 using cuda::LaunchQueue;
 
-// Device memory owned by the returned pointer (freed on `device`).
-std::shared_ptr<void> device_alloc(int device, std::size_t bytes, const char* what) {
+// Device memory owned by the returned pointer (freed on `device`). Its
+// free is counted in `released`: the launch queue's graphs may hold it
+// (launch_queue.h).
+std::shared_ptr<void> device_alloc(int device, std::size_t bytes, const char* what,
+                                   const LaunchQueue::ReleaseCounter& released) {
   void* p = nullptr;
   if (bytes > 0) check(cudaMalloc(&p, bytes), what);
-  return std::shared_ptr<void>(p, [device](void* q) {
+  return std::shared_ptr<void>(p, [device, released](void* q) {
     if (q == nullptr) return;
     int previous = 0;
     cudaGetDevice(&previous);
     cudaSetDevice(device);
     cudaFree(q);
     cudaSetDevice(previous);
+    released->fetch_add(1, std::memory_order_release);
   });
 }
 
@@ -87,7 +91,7 @@ class CudaRopeTable final : public RopeTable {
     positions = capacity;
     DeviceGuard guard(device_);
     if (capacity > capacity_) {
-      auto grown = device_alloc(device_, std::size_t(capacity * 2 * half) * sizeof(float), "RoPE table");
+      auto grown = device_alloc(device_, std::size_t(capacity * 2 * half) * sizeof(float), "RoPE table", queue_.released());
       if (reserved_ > 0)
         check(cudaMemcpyAsync(grown.get(), table_.get(), std::size_t(reserved_ * 2 * half) * sizeof(float),
                               cudaMemcpyDeviceToDevice, stream_),
@@ -137,13 +141,13 @@ class CudaKvArena final : public KvArena {
     DeviceGuard guard(device_);
     std::vector<std::shared_ptr<void>> added;
     while (int64_t(chunks_.size() + added.size()) * chunk_blocks_ < count)
-      added.push_back(device_alloc(device_, std::size_t(chunk_blocks_) * layout_.block_bytes, "KV arena"));
+      added.push_back(device_alloc(device_, std::size_t(chunk_blocks_) * layout_.block_bytes, "KV arena", queue_.released()));
     if (!added.empty()) {
       // Held launches read the old chunk table, which is replaced below.
       queue_.submit();
       std::vector<uint8_t*> addresses = addresses_;
       for (auto& c : added) addresses.push_back(static_cast<uint8_t*>(c.get()));
-      auto table = device_alloc(device_, addresses.size() * sizeof(uint8_t*), "KV arena table");
+      auto table = device_alloc(device_, addresses.size() * sizeof(uint8_t*), "KV arena table", queue_.released());
       check(cudaMemcpyAsync(table.get(), addresses.data(), addresses.size() * sizeof(uint8_t*),
                             cudaMemcpyHostToDevice, stream_),
             "KV arena table");
@@ -200,6 +204,7 @@ class CudaKvArena final : public KvArena {
 // the stream; full chunks are kept until then and coalesced into one.
 class PinnedStaging {
  public:
+  explicit PinnedStaging(LaunchQueue::ReleaseCounter released) : released_(std::move(released)) {}
   std::byte* stage(const void* src, std::size_t size_in) {
     const std::size_t bytes = (size_in + 63) / 64 * 64;
     if (chunks_.empty() || chunks_.back().size - used_ < bytes) {
@@ -228,10 +233,16 @@ class PinnedStaging {
     std::shared_ptr<void> data;
     std::size_t size = 0;
   };
-  static Chunk allocate(std::size_t size) {
+  // Freed like device memory: counted, since recorded copies read it.
+  Chunk allocate(std::size_t size) const {
     void* p = nullptr;
     check(cudaHostAlloc(&p, size, cudaHostAllocDefault), "pinned staging");
-    return {std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); }), size};
+    return {std::shared_ptr<void>(p,
+                                  [released = released_](void* q) {
+                                    cudaFreeHost(q);
+                                    released->fetch_add(1, std::memory_order_release);
+                                  }),
+            size};
   }
   std::size_t capacity() const {
     std::size_t n = 0;
@@ -243,6 +254,7 @@ class PinnedStaging {
     for (std::size_t i = 0; i + 1 < chunks_.size(); ++i) n += chunks_[i].size;
     return n;
   }
+  LaunchQueue::ReleaseCounter released_;
   std::vector<Chunk> chunks_;
   std::size_t used_ = 0, high_water_ = 0;
 };
@@ -257,15 +269,17 @@ class CudaBackend final : public Backend {
         owned_stream_(new_stream(device)),
         stream_(owned_stream_.get()),
         queue_(device, stream_),
-        workspace_(Device::cuda(device), [device](std::size_t bytes) {
-          auto p = device_alloc(device, bytes, "workspace");
-          return Workspace::Chunk{static_cast<std::byte*>(p.get()), p};
-        }) {
+        workspace_(Device::cuda(device),
+                   [device, released = queue_.released()](std::size_t bytes) {
+                     auto p = device_alloc(device, bytes, "workspace", released);
+                     return Workspace::Chunk{static_cast<std::byte*>(p.get()), p};
+                   }),
+        staging_(queue_.released()) {
     DeviceGuard guard(device_);
     check(cudaGetDeviceProperties(&props_, device_), "cudaGetDeviceProperties");
-    sink_ = device_alloc(device_, 64, "sink");
+    sink_ = device_alloc(device_, 64, "sink", queue_.released());
     // The GEMM's split-K arrival counters: zero now, and every launch leaves them zero.
-    gemm_arrivals_ = device_alloc(device_, std::size_t(cuda::kGemmArrivals) * sizeof(int), "GEMM arrivals");
+    gemm_arrivals_ = device_alloc(device_, std::size_t(cuda::kGemmArrivals) * sizeof(int), "GEMM arrivals", queue_.released());
     check(cudaMemset(gemm_arrivals_.get(), 0, std::size_t(cuda::kGemmArrivals) * sizeof(int)), "GEMM arrivals");
     // The kernels' index errors land in mapped host memory, read after a sync.
     void* flag = nullptr;
@@ -306,7 +320,7 @@ class CudaBackend final : public Backend {
   double measure_read_bandwidth(std::size_t bytes, int repeats) override {
     DeviceGuard guard(device_);
     bytes = std::max<std::size_t>(bytes, std::size_t(1) << 26) / 16 * 16;
-    auto buffer = device_alloc(device_, bytes, "bandwidth probe");
+    auto buffer = device_alloc(device_, bytes, "bandwidth probe", queue_.released());
     check(cudaMemsetAsync(buffer.get(), 0, bytes, stream_), "bandwidth probe");
     double best = 0;
     for (int r = 0; r < std::max(1, repeats) + 1; ++r) {
@@ -370,7 +384,7 @@ class CudaBackend final : public Backend {
   Tensor upload(const Tensor& host) override {
     ROWLM_REQUIRE(host.on_host(), "upload: the source must be a host tensor, got " + describe(host));
     DeviceGuard guard(device_);
-    auto p = device_alloc(device_, host.nbytes(), "upload");
+    auto p = device_alloc(device_, host.nbytes(), "upload", queue_.released());
     if (host.nbytes()) check(cudaMemcpy(p.get(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice), "upload");
     return Tensor::view(host.dtype(), host.shape(), p.get(), p, device());
   }
@@ -841,7 +855,7 @@ class CudaBackend final : public Backend {
                       w.scales.dtype() == w.biases.dtype(),
                   "prepare_weight: " + w.describe() + ": codes, scales or biases do not match its shape");
     DeviceGuard guard(device_);
-    auto dense = device_alloc(device_, std::size_t(w.rows * w.cols) * sizeof(float), "affine weight");
+    auto dense = device_alloc(device_, std::size_t(w.rows * w.cols) * sizeof(float), "affine weight", queue_.released());
     const std::size_t param_bytes = dtype_size(w.scales.dtype());
     // A few MiB at a time: a 262,144-row embedding is 2.7 GB in f32.
     const int64_t chunk_rows = std::max<int64_t>(1, (int64_t(8) << 20) / std::max<int64_t>(1, w.cols * 4));

@@ -60,12 +60,27 @@ void LaunchQueue::submit() {
   stats_.launches += int64_t(commands_.size());
   const uint64_t hash = hash_words(keys_);
   try {
+    forget_graphs_if_memory_was_freed();
     if (!run_graph(hash)) run_eagerly();
   } catch (...) {
     clear();
     throw;
   }
   clear();
+}
+
+void LaunchQueue::forget_graphs_if_memory_was_freed() {
+  const uint64_t released = released_->load(std::memory_order_acquire);
+  if (released == released_seen_) return;
+  released_seen_ = released;
+  if (graphs_.empty() && seen_once_.empty()) return;
+  // A graph still running finishes first (its memory is the caller's to keep
+  // until then, as for any launch on the stream).
+  check(cudaStreamSynchronize(stream_), "graph release");
+  for (auto& [hash, graph] : graphs_) cudaGraphExecDestroy(graph.exec);
+  graphs_.clear();
+  seen_once_.clear();
+  ++stats_.forgotten;
 }
 
 void LaunchQueue::run_eagerly() {

@@ -20,6 +20,15 @@
 // that differs (a pointer, a size, a scalar) makes a different sequence.
 // So replays change neither results nor batch invariance.
 //
+// Freed memory: equal addresses are not enough. A graph's copy and memset
+// nodes hold what the driver resolved about their memory when the graph was
+// made; once that memory is freed, replaying them, even after an allocation
+// at the same address, reads freed driver state (a segfault inside
+// cudaGraphLaunch, seen on a q8 swap schedule after the pinned staging was
+// coalesced). So every allocation a launch may reference is freed through
+// released(): the next submit() then destroys every graph and forgets every
+// sequence seen, and capture starts over from the memory that now exists.
+//
 // Errors: an argument error or a failed launch is reported (rowlm::Error
 // naming the operation) by launch() outside a window and by submit()
 // inside one; after an error the rest of the sequence is dropped.
@@ -30,7 +39,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <type_traits>
 #include <unordered_map>
@@ -80,12 +91,18 @@ class LaunchQueue {
   void drop_and_close();
   bool deferring() const { return depth_ > 0; }
 
+  // Counts frees of memory that launches may reference: the deleter of every
+  // such allocation increments it (from any thread; it may outlive the queue).
+  using ReleaseCounter = std::shared_ptr<std::atomic<uint64_t>>;
+  const ReleaseCounter& released() const { return released_; }
+
   // How recorded sequences were issued (for tests and benchmarks).
   struct Stats {
     int64_t sequences = 0;  // non-empty submits
     int64_t captured = 0;   // of which captured into a new graph
     int64_t replayed = 0;   // of which replayed from a graph
     int64_t launches = 0;   // launches recorded in all of them
+    int64_t forgotten = 0;  // times every graph was dropped after a free
   };
   const Stats& stats() const { return stats_; }
 
@@ -141,6 +158,7 @@ class LaunchQueue {
 
   void run_eagerly();
   bool run_graph(uint64_t hash);
+  void forget_graphs_if_memory_was_freed();
   void clear();
 
   int device_;
@@ -152,6 +170,8 @@ class LaunchQueue {
   std::unordered_map<uint64_t, Graph> graphs_;        // by the hash of their keys
   std::unordered_map<uint64_t, uint32_t> seen_once_;  // hashes submitted once, not yet captured
   uint64_t clock_ = 0;
+  ReleaseCounter released_ = std::make_shared<std::atomic<uint64_t>>(0);
+  uint64_t released_seen_ = 0;  // released_'s value when the graphs were last checked
   Stats stats_;
 };
 

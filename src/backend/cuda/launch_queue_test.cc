@@ -1,0 +1,83 @@
+// The launch queue's graph cache against its contract (launch_queue.h): a
+// sequence runs eagerly once, is captured on its second submit and replayed
+// from then on, and once memory a launch may reference is freed, no graph
+// made before is replayed again: capture starts over. The copies' results
+// are checked on every path, so a replay that copied nothing would fail.
+
+#include "backend/cuda/launch_queue.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+
+namespace rowlm {
+namespace {
+
+struct DeviceFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+struct StreamDestroy {
+  void operator()(CUstream_st* s) const { cudaStreamDestroy(s); }
+};
+
+TEST(LaunchQueue, AFreeDropsEveryGraphAndCaptureStartsOver) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device or driver on this machine: GPU tests skipped";
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  cudaStream_t raw_stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&raw_stream, cudaStreamNonBlocking), cudaSuccess);
+  std::unique_ptr<CUstream_st, StreamDestroy> stream(raw_stream);
+  constexpr int kN = 1024;
+  void* a = nullptr;
+  void* b = nullptr;
+  ASSERT_EQ(cudaMalloc(&a, kN * sizeof(int)), cudaSuccess);
+  std::unique_ptr<void, DeviceFree> a_owner(a);
+  ASSERT_EQ(cudaMalloc(&b, kN * sizeof(int)), cudaSuccess);
+  std::unique_ptr<void, DeviceFree> b_owner(b);
+
+  cuda::LaunchQueue queue(0, stream.get());
+  // One step: a memset of a's bytes to `value`, a copy of a to b; then b
+  // must hold that everywhere. The value is an argument: steps of one value
+  // repeat one sequence.
+  auto step = [&](int value) {
+    queue.open();
+    queue.launch("memset", &cudaMemsetAsync, a, value, std::size_t(kN) * sizeof(int));
+    queue.launch("copy", &cudaMemcpyAsync, b, static_cast<const void*>(a), std::size_t(kN) * sizeof(int),
+                 cudaMemcpyDeviceToDevice);
+    queue.submit_and_close();
+    std::vector<int> host(kN);
+    ASSERT_EQ(cudaMemcpyAsync(host.data(), b, kN * sizeof(int), cudaMemcpyDeviceToHost, stream.get()), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream.get()), cudaSuccess);
+    const int expected = value * 0x01010101;  // memset writes the byte into each of an int's four
+    for (int i = 0; i < kN; ++i) ASSERT_EQ(host[std::size_t(i)], expected) << "value " << value << ", int " << i;
+  };
+  auto same_step = [&] { step(6); };
+
+  same_step();
+  EXPECT_EQ(queue.stats().captured, 0) << "a sequence seen once runs eagerly";
+  same_step();
+  EXPECT_EQ(queue.stats().captured, 1) << "its second submit captures it";
+  same_step();
+  EXPECT_EQ(queue.stats().replayed, 1) << "and the third replays it";
+
+  queue.released()->fetch_add(1);  // what the deleter of a referenced allocation does
+  same_step();
+  EXPECT_EQ(queue.stats().forgotten, 1);
+  EXPECT_EQ(queue.stats().replayed, 1) << "no graph made before the free may replay";
+  EXPECT_EQ(queue.stats().captured, 1) << "the sequence was forgotten too: it runs eagerly first";
+  same_step();
+  EXPECT_EQ(queue.stats().captured, 2);
+  same_step();
+  EXPECT_EQ(queue.stats().replayed, 2);
+
+  // Other values still give other sequences, which never replay a graph.
+  step(1);
+  step(2);
+  EXPECT_EQ(queue.stats().replayed, 2);
+  EXPECT_EQ(queue.stats().forgotten, 1) << "no free since: the graphs stay";
+}
+
+}  // namespace
+}  // namespace rowlm
