@@ -18,6 +18,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_owner_test_util.h"
 #include "core/dtype.h"
 
 namespace rowlm {
@@ -29,10 +30,7 @@ uint32_t float_bits(float f) {
   return u;
 }
 
-struct DeviceFree {
-  void operator()(void* p) const { cudaFree(p); }
-};
-using DevicePtr = std::unique_ptr<void, DeviceFree>;
+using cuda_test::DevicePtr;
 
 DevicePtr device_copy(const void* host, std::size_t bytes) {
   void* p = nullptr;

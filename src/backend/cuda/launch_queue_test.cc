@@ -12,30 +12,27 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_owner_test_util.h"
 
 namespace rowlm {
 namespace {
 
-struct DeviceFree {
-  void operator()(void* p) const { cudaFree(p); }
-};
-struct StreamDestroy {
-  void operator()(CUstream_st* s) const { cudaStreamDestroy(s); }
-};
+using cuda_test::DevicePtr;
+using cuda_test::StreamPtr;
 
 TEST(LaunchQueue, AFreeDropsEveryGraphAndCaptureStartsOver) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device or driver on this machine: GPU tests skipped";
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   cudaStream_t raw_stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&raw_stream, cudaStreamNonBlocking), cudaSuccess);
-  std::unique_ptr<CUstream_st, StreamDestroy> stream(raw_stream);
+  StreamPtr stream(raw_stream);
   constexpr int kN = 1024;
   void* a = nullptr;
   void* b = nullptr;
   ASSERT_EQ(cudaMalloc(&a, kN * sizeof(int)), cudaSuccess);
-  std::unique_ptr<void, DeviceFree> a_owner(a);
+  DevicePtr a_owner(a);
   ASSERT_EQ(cudaMalloc(&b, kN * sizeof(int)), cudaSuccess);
-  std::unique_ptr<void, DeviceFree> b_owner(b);
+  DevicePtr b_owner(b);
 
   cuda::LaunchQueue queue(0, stream.get());
   // One step: a memset of a's bytes to `value`, a copy of a to b; then b
