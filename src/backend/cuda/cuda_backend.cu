@@ -280,7 +280,11 @@ class CudaBackend final : public Backend {
     sink_ = device_alloc(device_, 64, "sink", queue_.released());
     // The GEMM's split-K arrival counters: zero now, and every launch leaves them zero.
     gemm_arrivals_ = device_alloc(device_, std::size_t(cuda::kGemmArrivals) * sizeof(int), "GEMM arrivals", queue_.released());
-    check(cudaMemset(gemm_arrivals_.get(), 0, std::size_t(cuda::kGemmArrivals) * sizeof(int)), "GEMM arrivals");
+    // On the backend's stream: it is non-blocking, so nothing on the legacy
+    // default stream (where cudaMemset and cudaMemcpy go) is ordered before
+    // its kernels. The probe kernel's synchronisation below covers this.
+    check(cudaMemsetAsync(gemm_arrivals_.get(), 0, std::size_t(cuda::kGemmArrivals) * sizeof(int), stream_),
+          "GEMM arrivals");
     // The kernels' index errors land in mapped host memory, read after a sync.
     void* flag = nullptr;
     check(cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped), "error flag");
@@ -385,7 +389,14 @@ class CudaBackend final : public Backend {
     ROWLM_REQUIRE(host.on_host(), "upload: the source must be a host tensor, got " + describe(host));
     DeviceGuard guard(device_);
     auto p = device_alloc(device_, host.nbytes(), "upload", queue_.released());
-    if (host.nbytes()) check(cudaMemcpy(p.get(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice), "upload");
+    // On the backend's stream, then waited for: cudaMemcpy from pageable
+    // memory may return before its DMA lands, and on the legacy stream it is
+    // not ordered before this stream's kernels (a batch-invariance test saw
+    // a matmul's output overwritten by the zeros uploaded into it).
+    if (host.nbytes()) {
+      check(cudaMemcpyAsync(p.get(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice, stream_), "upload");
+      check(cudaStreamSynchronize(stream_), "upload");
+    }
     return Tensor::view(host.dtype(), host.shape(), p.get(), p, device());
   }
   void copy_from_host(const void* src, Tensor& dst) override {
@@ -867,9 +878,11 @@ class CudaBackend final : public Backend {
                           static_cast<const std::byte*>(w.scales.raw()) + r * groups * param_bytes,
                           static_cast<const std::byte*>(w.biases.raw()) + r * groups * param_bytes,
                           w.scales.dtype(), spec, {host.data() + (r - r0) * w.cols, std::size_t(w.cols)});
-      check(cudaMemcpy(static_cast<float*>(dense.get()) + r0 * w.cols, host.data(), std::size_t(n * w.cols) * 4,
-                       cudaMemcpyHostToDevice),
+      // On the backend's stream (see upload), waited for before `host` is refilled.
+      check(cudaMemcpyAsync(static_cast<float*>(dense.get()) + r0 * w.cols, host.data(), std::size_t(n * w.cols) * 4,
+                            cudaMemcpyHostToDevice, stream_),
             "affine weight upload");
+      check(cudaStreamSynchronize(stream_), "affine weight upload");
     }
     return Weight::dense(Tensor::view(DType::F32, {w.rows, w.cols}, dense.get(), dense, device()));
   }
