@@ -91,6 +91,21 @@ class Backend {
   };
   virtual LaunchStats launch_stats() const { return {}; }
 
+  // --- Profiling ----------------------------------------------------------
+  // While on, a backend that can (the CUDA backend) times each operation on
+  // its device and sums the time per operation name; profile() lists the
+  // sums since profiling was turned on or cleared. Results are unchanged;
+  // the speed is not (the CUDA backend issues every launch on its own to
+  // time it). A backend that cannot time returns an empty profile.
+  struct OpProfile {
+    std::string op;
+    int64_t launches = 0;
+    double seconds = 0;  // device time
+  };
+  virtual void set_profiling(bool on) { (void)on; }
+  virtual std::vector<OpProfile> profile() const { return {}; }
+  virtual void clear_profile() {}
+
   // --- Memory -------------------------------------------------------------
   // Bytes of the device's memory free now (the host's MemAvailable for the
   // CPU; 0 if unknown): what default KV budgets are sized from.

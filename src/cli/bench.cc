@@ -212,6 +212,32 @@ int concurrency_bench(const Args& args, const std::string& concurrency, const st
   return 0;
 }
 
+// Runs `run` `repeats` times with the backend's profiling on and returns the
+// device time per run of each kind of operation, largest first, beside the
+// wall time per run (the gap is what the host adds while profiled).
+template <class Run>
+nlohmann::json profiled(Backend& backend, int repeats, Run&& run) {
+  backend.clear_profile();
+  backend.set_profiling(true);
+  const auto t0 = Clock::now();
+  for (int i = 0; i < repeats; ++i) run();
+  const double wall = seconds_since(t0) / repeats;
+  backend.set_profiling(false);
+  std::vector<Backend::OpProfile> ops = backend.profile();
+  backend.clear_profile();
+  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+  double device = 0;
+  for (const auto& op : ops) device += op.seconds;
+  device /= repeats;
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& op : ops)
+    list.push_back({{"op", op.op},
+                    {"launches", double(op.launches) / repeats},
+                    {"seconds", op.seconds / repeats},
+                    {"fraction", device > 0 ? op.seconds / repeats / device : 0.0}});
+  return {{"wall_seconds", wall}, {"device_seconds", device}, {"ops", list}};
+}
+
 }  // namespace
 
 int run_bench(const std::vector<std::string>& argv) {
@@ -227,6 +253,8 @@ int run_bench(const std::vector<std::string>& argv) {
       .option("quantize", "BITS/GROUP",
               "quantize the random matrices as MLX does (e.g. 4/64: mlx-community q4), bf16 scales and biases")
       .flag("no-ceilings", "skip the bandwidth and FMA measurements")
+      .flag("profile", "after the timed runs, time each kind of device operation in a prefill and in a decode step "
+                       "of each batch size (GPU backends; launches go one by one while profiled)")
       .option("concurrency", "C,C,...",
               "instead: run C requests at once through the engine, for each C (continuous batching)")
       .option("model", "MODEL_DIR", "with --concurrency: a real model instead of random weights")
@@ -292,6 +320,7 @@ int run_bench(const std::vector<std::string>& argv) {
   uint32_t rng = 12345;
   auto next_token = [&] { rng = rng * 1664525u + 1013904223u; return int32_t(rng % 262144u); };
   const kv::CacheOptions copt = cache_options_for(args, *model);
+  const bool profile = args.flag_set("profile");
 
   // Prefill: one row, the whole prompt in one step; best of two.
   {
@@ -313,6 +342,15 @@ int run_bench(const std::vector<std::string>& argv) {
     out["prefill"] = {{"tokens", prefill}, {"seconds", best}, {"tokens_per_s", prefill / best},
                       {"linear_gflop_s", flops / best / 1e9}};
     if (peak > 0) out["prefill"][bf16_dot ? "fraction_of_bf16_dot_peak" : "fraction_of_fma_peak"] = flops / best / 1e9 / peak;
+    if (profile)
+      out["prefill"]["profile"] = profiled(*backend, 1, [&] {
+        kv::KvCache cache(copt, *backend);
+        const kv::RowId row = cache.create_row();
+        ForwardBatch b;
+        for (int64_t i = 0; i < prefill; ++i) b.add(row, i, next_token(), i + 1 == prefill);
+        Tensor logits;
+        model->forward(b, cache, logits);
+      });
   }
 
   // Decode: B rows with `context` tokens each, then timed steps of B tokens.
@@ -320,13 +358,21 @@ int run_bench(const std::vector<std::string>& argv) {
   for (int32_t B : batches) {
     kv::KvCache cache(copt, *backend);
     std::vector<kv::RowId> rows;
+    Tensor logits;
+    // The rows' contexts go in forwards of at most kWarmTokens tokens (whole
+    // rows), as the engine's chunked prefill would: one forward's activations
+    // live until it ends, and 256 rows of 128 tokens in one would ask the
+    // workspace for tens of GB (E2B on the H200 ran out of memory).
+    constexpr int64_t kWarmTokens = 4096;
     ForwardBatch warm;
     for (int32_t r = 0; r < B; ++r) {
       rows.push_back(cache.create_row());
       for (int64_t i = 0; i < context; ++i) warm.add(rows.back(), i, next_token(), i + 1 == context);
+      if (r + 1 == B || int64_t(warm.tokens.size()) + context > kWarmTokens) {
+        model->forward(warm, cache, logits);
+        warm = ForwardBatch();
+      }
     }
-    Tensor logits;
-    model->forward(warm, cache, logits);
     // The steps run in rounds, each just after its own bandwidth reading: on
     // a shared machine the bandwidth moves from second to second, so a step
     // is judged against the ceiling of its moment; the median round counts.
@@ -370,6 +416,12 @@ int run_bench(const std::vector<std::string>& argv) {
       d["fraction_of_bandwidth"] = fractions[fractions.size() / 2];
       d["rounds"] = paired;
     }
+    if (profile)
+      d["profile"] = profiled(*backend, 2, [&] {
+        ForwardBatch b;
+        for (kv::RowId r : rows) b.add(r, cache.length(r), next_token(), true);
+        model->forward(b, cache, logits);
+      });
     out["decode"].push_back(d);
   }
   std::cout << out.dump(1) << "\n";

@@ -371,6 +371,19 @@ class CudaBackend final : public Backend {
     return {s.sequences, s.captured, s.replayed, s.launches};
   }
 
+  // --- Profiling (launch_queue.h)
+
+  void set_profiling(bool on) override {
+    DeviceGuard guard(device_);
+    queue_.set_profiling(on);
+  }
+  std::vector<OpProfile> profile() const override {
+    std::vector<OpProfile> out;
+    for (const auto& [op, t] : queue_.profile()) out.push_back({op, t.launches, t.seconds});
+    return out;
+  }
+  void clear_profile() override { queue_.clear_profile(); }
+
   // --- Memory
 
   std::size_t available_memory() const override {
@@ -411,7 +424,9 @@ class CudaBackend final : public Backend {
     ROWLM_REQUIRE(src.device() == device(), "copy_to_host: src must be on " + device().name() + ", got " + describe(src));
     DeviceGuard guard(device_);
     queue_.submit();  // what is held comes first
-    if (src.nbytes()) check(cudaMemcpyAsync(dst, src.raw(), src.nbytes(), cudaMemcpyDeviceToHost, stream_), "copy_to_host");
+    queue_.timed("copy_to_host", [&] {
+      if (src.nbytes()) check(cudaMemcpyAsync(dst, src.raw(), src.nbytes(), cudaMemcpyDeviceToHost, stream_), "copy_to_host");
+    });
     synchronize("copy_to_host");
   }
 

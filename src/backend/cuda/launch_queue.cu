@@ -29,6 +29,7 @@ LaunchQueue::~LaunchQueue() {
   DeviceGuard guard(device_);
   cudaStreamSynchronize(stream_);
   for (auto& [hash, graph] : graphs_) cudaGraphExecDestroy(graph.exec);
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
 }
 
 void LaunchQueue::open() { ++depth_; }
@@ -61,7 +62,11 @@ void LaunchQueue::submit() {
   const uint64_t hash = hash_words(keys_);
   try {
     forget_graphs_if_memory_was_freed();
-    if (!run_graph(hash)) run_eagerly();
+    if (profiling_) {
+      run_profiled();
+    } else if (!run_graph(hash)) {
+      run_eagerly();
+    }
   } catch (...) {
     clear();
     throw;
@@ -85,6 +90,45 @@ void LaunchQueue::forget_graphs_if_memory_was_freed() {
 
 void LaunchQueue::run_eagerly() {
   for (const Command& c : commands_) check(c.invoke(bytes_.data() + c.offset, stream_), c.what);
+}
+
+void LaunchQueue::set_profiling(bool on) {
+  if (on == profiling_) return;
+  DeviceGuard guard(device_);
+  check(cudaStreamSynchronize(stream_), "profiling");  // what ran before is not counted
+  profiling_ = on;
+}
+
+void LaunchQueue::record_event(std::size_t i) {
+  while (events_.size() <= i) {
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreate(&e), "profiling event");
+    events_.push_back(e);
+  }
+  check(cudaEventRecord(events_[i], stream_), "profiling event");
+}
+
+void LaunchQueue::add_times(const std::vector<const char*>& whats, std::size_t pairs) {
+  check(cudaEventSynchronize(events_[2 * pairs - 1]), "profiling");
+  for (std::size_t j = 0; j < pairs; ++j) {
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, events_[2 * j], events_[2 * j + 1]), "profiling");
+    OpTime& t = profile_[whats[j]];
+    ++t.launches;
+    t.seconds += double(ms) / 1e3;
+  }
+}
+
+void LaunchQueue::run_profiled() {
+  std::vector<const char*> whats;
+  whats.reserve(commands_.size());
+  for (const Command& c : commands_) {
+    record_event(2 * whats.size());
+    check(c.invoke(bytes_.data() + c.offset, stream_), c.what);
+    record_event(2 * whats.size() + 1);
+    whats.push_back(c.what);
+  }
+  add_times(whats, whats.size());
 }
 
 // Replays the graph of this sequence, or captures one if the sequence was

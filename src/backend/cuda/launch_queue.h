@@ -33,6 +33,12 @@
 // naming the operation) by launch() outside a window and by submit()
 // inside one; after an error the rest of the sequence is dropped.
 //
+// Profiling: with set_profiling(true) every launch runs eagerly between two
+// events and its GPU time is added to its name's total (profile()). No graph
+// is replayed then (a graph's nodes cannot be timed one by one), so a
+// profiled step pays the host's launch cost; what it measures is the GPU
+// time of each kind of launch, which a replay does not change.
+//
 // Threads: one caller at a time (the backend's).
 
 #include <cuda_runtime.h>
@@ -42,7 +48,9 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <map>
 #include <new>
+#include <string>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
@@ -67,7 +75,7 @@ class LaunchQueue {
     static_assert(std::is_trivially_copyable_v<Call> && alignof(Call) <= kAlign,
                   "launch arguments must be trivially copyable values");
     if (depth_ == 0) {
-      check(result_of(call, stream_), what);
+      timed(what, [&] { check(result_of(call, stream_), what); });
       return;
     }
     const std::size_t key_start = keys_.size();
@@ -105,6 +113,29 @@ class LaunchQueue {
     int64_t forgotten = 0;  // times every graph was dropped after a free
   };
   const Stats& stats() const { return stats_; }
+
+  // GPU time per launch name while profiling (see above).
+  struct OpTime {
+    int64_t launches = 0;
+    double seconds = 0;
+  };
+  void set_profiling(bool on);
+  bool profiling() const { return profiling_; }
+  const std::map<std::string, OpTime>& profile() const { return profile_; }
+  void clear_profile() { profile_.clear(); }
+  // Runs f (work it puts on the stream, e.g. a copy) and, while profiling,
+  // adds its GPU time to `what`'s total; waits for it then.
+  template <class F>
+  void timed(const char* what, F&& f) {
+    if (!profiling_) {
+      f();
+      return;
+    }
+    record_event(0);
+    f();
+    record_event(1);
+    add_times({what}, 1);
+  }
 
  private:
   static constexpr std::size_t kAlign = 16;
@@ -157,6 +188,11 @@ class LaunchQueue {
   }
 
   void run_eagerly();
+  void run_profiled();
+  // Event i of the reused pool, recorded now on the stream.
+  void record_event(std::size_t i);
+  // Waits for the events and adds event 2j → 2j+1 to whats[j]'s total.
+  void add_times(const std::vector<const char*>& whats, std::size_t pairs);
   bool run_graph(uint64_t hash);
   void forget_graphs_if_memory_was_freed();
   void clear();
@@ -173,6 +209,9 @@ class LaunchQueue {
   ReleaseCounter released_ = std::make_shared<std::atomic<uint64_t>>(0);
   uint64_t released_seen_ = 0;  // released_'s value when the graphs were last checked
   Stats stats_;
+  bool profiling_ = false;
+  std::vector<cudaEvent_t> events_;
+  std::map<std::string, OpTime> profile_;
 };
 
 }  // namespace rowlm::cuda

@@ -76,5 +76,58 @@ TEST(LaunchQueue, AFreeDropsEveryGraphAndCaptureStartsOver) {
   EXPECT_EQ(queue.stats().forgotten, 1) << "no free since: the graphs stay";
 }
 
+// While profiling, every launch runs on its own (no graph is made or
+// replayed, however often a sequence repeats), the results are the same, and
+// each launch's GPU time is counted under its name, outside windows too.
+TEST(LaunchQueue, ProfilingTimesEveryLaunchByNameAndNeverUsesAGraph) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device or driver on this machine: GPU tests skipped";
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  cudaStream_t raw_stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&raw_stream, cudaStreamNonBlocking), cudaSuccess);
+  StreamPtr stream(raw_stream);
+  constexpr std::size_t kBytes = std::size_t(64) << 20;  // big enough that a memset takes measurable time
+  void* a = nullptr;
+  ASSERT_EQ(cudaMalloc(&a, kBytes), cudaSuccess);
+  DevicePtr a_owner(a);
+  void* b = nullptr;
+  ASSERT_EQ(cudaMalloc(&b, kBytes), cudaSuccess);
+  DevicePtr b_owner(b);
+
+  cuda::LaunchQueue queue(0, stream.get());
+  queue.set_profiling(true);
+  constexpr int kSteps = 4;
+  for (int i = 0; i < kSteps; ++i) {
+    queue.open();
+    queue.launch("memset", &cudaMemsetAsync, a, 3, kBytes);
+    queue.launch("copy", &cudaMemcpyAsync, b, static_cast<const void*>(a), kBytes, cudaMemcpyDeviceToDevice);
+    queue.submit_and_close();
+  }
+  queue.launch("direct memset", &cudaMemsetAsync, a, 5, kBytes);  // outside a window
+  EXPECT_EQ(queue.stats().captured, 0);
+  EXPECT_EQ(queue.stats().replayed, 0);
+  const auto& profile = queue.profile();
+  ASSERT_EQ(profile.size(), 3u);
+  EXPECT_EQ(profile.at("memset").launches, kSteps);
+  EXPECT_EQ(profile.at("copy").launches, kSteps);
+  EXPECT_EQ(profile.at("direct memset").launches, 1);
+  for (const auto& [name, t] : profile) EXPECT_GT(t.seconds, 0.0) << name;
+
+  std::vector<unsigned char> host(kBytes);
+  ASSERT_EQ(cudaMemcpyAsync(host.data(), b, kBytes, cudaMemcpyDeviceToHost, stream.get()), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream.get()), cudaSuccess);
+  for (std::size_t i = 0; i < kBytes; i += 4097) ASSERT_EQ(host[i], 3) << "byte " << i;
+
+  // Off again: the sequence is captured on its second submit, as ever.
+  queue.set_profiling(false);
+  queue.clear_profile();
+  for (int i = 0; i < 2; ++i) {
+    queue.open();
+    queue.launch("memset", &cudaMemsetAsync, a, 3, kBytes);
+    queue.submit_and_close();
+  }
+  EXPECT_EQ(queue.stats().captured, 1);
+  EXPECT_TRUE(queue.profile().empty());
+}
+
 }  // namespace
 }  // namespace rowlm
