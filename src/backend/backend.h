@@ -119,6 +119,14 @@ class Backend {
   virtual void copy_from_host(const void* src, Tensor& dst) = 0;
   // src (a tensor on this device) into src.nbytes() bytes of host memory.
   virtual void copy_to_host(const Tensor& src, void* dst) = 0;
+  // A host tensor (uninitialized) for what copy_to_host reads back each step,
+  // such as logits: a GPU backend returns page-locked memory, which the copy
+  // fills at the bus's speed (a fresh pageable buffer is faulted in page by
+  // page and staged by the driver: E2B's batch-256 step on an H200 took 229
+  // ms with its 268 MB of logits copied so, 37 ms into pinned memory), and
+  // reuses a buffer once every Tensor holding it is gone. The CPU backend returns plain memory.
+  // Threads: the tensor may be dropped on any thread.
+  virtual Tensor host_output(DType dtype, Shape shape) { return Tensor::uninitialized(dtype, std::move(shape)); }
   // Makes a checkpoint matrix (a host view) usable by matmul and embed:
   // validates it and, as the backend needs, uploads or repacks it. The
   // result is what the model keeps; the source may then be dropped.

@@ -230,8 +230,10 @@ void DecoderModel::forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor
   validate(batch, cache);
   const int64_t T = int64_t(batch.tokens.size()), H = cfg_.hidden_size, V = cfg_.vocab_size;
   const int64_t n_logits = int64_t(batch.logit_rows.size());
-  logits = Tensor::uninitialized(DType::F32, {n_logits, V});
-  if (hidden) *hidden = Tensor::uninitialized(DType::F32, {n_logits, H});
+  // Read back from the device each step: the backend's readback memory
+  // (pinned on a GPU), not a fresh pageable buffer.
+  logits = be_.host_output(DType::F32, {n_logits, V});
+  if (hidden) *hidden = be_.host_output(DType::F32, {n_logits, H});
   if (T == 0) return;
 
   std::vector<kv::RowId> rows;
@@ -318,7 +320,7 @@ void DecoderModel::forward_states(Tensor& h, std::span<const kv::AttentionQuery>
   if (h.dim(0) != T || h.dim(1) != cfg_.hidden_size)
     throw Error("kv reader: input states are [" + std::to_string(h.dim(0)) + ", " + std::to_string(h.dim(1)) +
                 "], expected [" + std::to_string(T) + ", " + std::to_string(cfg_.hidden_size) + "]");
-  if (logits) *logits = Tensor::uninitialized(DType::F32, {T, int64_t(cfg_.vocab_size)});
+  if (logits) *logits = be_.host_output(DType::F32, {T, int64_t(cfg_.vocab_size)});
   if (T == 0) return;
   Step step;
   step.T = T;

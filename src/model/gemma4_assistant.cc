@@ -185,8 +185,8 @@ void AssistantImpl::step(std::span<const int32_t> tokens, const Tensor& states,
   ROWLM_CHECK(int64_t(queries.size()) == n && states.dim(0) == n && states.dim(1) == Hb, "assistant step: shapes");
   Workspace& ws = be_.workspace();
   ws.reset();
-  logits = Tensor::uninitialized(DType::F32, {n, int64_t(config_.vocab_size)});
-  next_states = Tensor::uninitialized(DType::F32, {n, Hb});
+  logits = be_.host_output(DType::F32, {n, int64_t(config_.vocab_size)});
+  next_states = be_.host_output(DType::F32, {n, Hb});
   if (n == 0) return;
   // [target_embed(t) ; s] per row, in the order transformers concatenates.
   Tensor embedded = ws.tensor(DType::F32, {n, Hb});

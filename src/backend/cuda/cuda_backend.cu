@@ -15,6 +15,7 @@
 #include "backend/cuda/gemm_bf16.h"
 #include "backend/cuda/kv_kernels.h"
 #include "backend/cuda/launch_queue.h"
+#include "backend/cuda/pinned_output_pool.h"
 #include "backend/kv_block_layout.h"
 #include "backend/kv_checks.h"
 #include "backend/moe_routing.h"
@@ -35,6 +36,7 @@ using cuda::Storage;
 using cuda::check;
 using cuda::DeviceGuard;
 using cuda::LaunchQueue;
+using cuda::PinnedOutputPool;
 
 // Device memory owned by the returned pointer (freed on `device`). Its
 // free is counted in `released`: the launch queue's graphs may hold it
@@ -428,6 +430,12 @@ class CudaBackend final : public Backend {
       if (src.nbytes()) check(cudaMemcpyAsync(dst, src.raw(), src.nbytes(), cudaMemcpyDeviceToHost, stream_), "copy_to_host");
     });
     synchronize("copy_to_host");
+  }
+  Tensor host_output(DType dtype, Shape shape) override {
+    const std::size_t bytes = std::size_t(shape_numel(shape)) * dtype_size(dtype);
+    std::shared_ptr<void> buffer = outputs_->take(bytes);
+    void* data = buffer.get();
+    return Tensor::view(dtype, std::move(shape), data, std::move(buffer), Device::host());
   }
 
   Weight prepare_weight(const Weight& w) override {
@@ -978,6 +986,7 @@ class CudaBackend final : public Backend {
   LaunchQueue queue_;
   Workspace workspace_;
   PinnedStaging staging_;
+  std::shared_ptr<PinnedOutputPool> outputs_ = PinnedOutputPool::create();
   std::shared_ptr<void> sink_;
   std::shared_ptr<void> gemm_arrivals_;
   std::shared_ptr<int> error_host_;
