@@ -20,19 +20,30 @@ namespace {
 using cuda_test::DevicePtr;
 using cuda_test::StreamPtr;
 
-TEST(LaunchQueue, AFreeDropsEveryGraphAndCaptureStartsOver) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device or driver on this machine: GPU tests skipped";
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-  cudaStream_t raw_stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&raw_stream, cudaStreamNonBlocking), cudaSuccess);
-  StreamPtr stream(raw_stream);
+// A non-blocking stream on device 0 and device memory freed at the end.
+class LaunchQueueTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device or driver on this machine: GPU tests skipped";
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    cudaStream_t raw = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&raw, cudaStreamNonBlocking), cudaSuccess);
+    stream.reset(raw);
+  }
+  void* device_memory(std::size_t bytes) {
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess);
+    owned.emplace_back(p);
+    return p;
+  }
+  StreamPtr stream;
+  std::vector<DevicePtr> owned;
+};
+
+TEST_F(LaunchQueueTest, AFreeDropsEveryGraphAndCaptureStartsOver) {
   constexpr int kN = 1024;
-  void* a = nullptr;
-  void* b = nullptr;
-  ASSERT_EQ(cudaMalloc(&a, kN * sizeof(int)), cudaSuccess);
-  DevicePtr a_owner(a);
-  ASSERT_EQ(cudaMalloc(&b, kN * sizeof(int)), cudaSuccess);
-  DevicePtr b_owner(b);
+  void* a = device_memory(kN * sizeof(int));
+  void* b = device_memory(kN * sizeof(int));
 
   cuda::LaunchQueue queue(0, stream.get());
   // One step: a memset of a's bytes to `value`, a copy of a to b; then b
@@ -79,19 +90,10 @@ TEST(LaunchQueue, AFreeDropsEveryGraphAndCaptureStartsOver) {
 // While profiling, every launch runs on its own (no graph is made or
 // replayed, however often a sequence repeats), the results are the same, and
 // each launch's GPU time is counted under its name, outside windows too.
-TEST(LaunchQueue, ProfilingTimesEveryLaunchByNameAndNeverUsesAGraph) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device or driver on this machine: GPU tests skipped";
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-  cudaStream_t raw_stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&raw_stream, cudaStreamNonBlocking), cudaSuccess);
-  StreamPtr stream(raw_stream);
+TEST_F(LaunchQueueTest, ProfilingTimesEveryLaunchByNameAndNeverUsesAGraph) {
   constexpr std::size_t kBytes = std::size_t(64) << 20;  // big enough that a memset takes measurable time
-  void* a = nullptr;
-  ASSERT_EQ(cudaMalloc(&a, kBytes), cudaSuccess);
-  DevicePtr a_owner(a);
-  void* b = nullptr;
-  ASSERT_EQ(cudaMalloc(&b, kBytes), cudaSuccess);
-  DevicePtr b_owner(b);
+  void* a = device_memory(kBytes);
+  void* b = device_memory(kBytes);
 
   cuda::LaunchQueue queue(0, stream.get());
   queue.set_profiling(true);
