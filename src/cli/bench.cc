@@ -324,8 +324,8 @@ int run_bench(const std::vector<std::string>& argv) {
 
   // Prefill: one row, the whole prompt in one step; best of two.
   {
-    double best = 1e30;
-    for (int rep = 0; rep < 2; ++rep) {
+    // One prefill in a fresh cache; the seconds of its forward.
+    auto prefill_once = [&] {
       kv::KvCache cache(copt, *backend);
       const kv::RowId row = cache.create_row();
       ForwardBatch b;
@@ -333,8 +333,10 @@ int run_bench(const std::vector<std::string>& argv) {
       Tensor logits;
       const auto t0 = Clock::now();
       model->forward(b, cache, logits);
-      best = std::min(best, seconds_since(t0));
-    }
+      return seconds_since(t0);
+    };
+    double best = 1e30;
+    for (int rep = 0; rep < 2; ++rep) best = std::min(best, prefill_once());
     // Linear-layer flops: 2 per weight per token (the head only for the last token).
     const double head = double(cfg.vocab_size) * cfg.hidden_size;
     const double linear = streamed_all.elements - head;
@@ -342,15 +344,7 @@ int run_bench(const std::vector<std::string>& argv) {
     out["prefill"] = {{"tokens", prefill}, {"seconds", best}, {"tokens_per_s", prefill / best},
                       {"linear_gflop_s", flops / best / 1e9}};
     if (peak > 0) out["prefill"][bf16_dot ? "fraction_of_bf16_dot_peak" : "fraction_of_fma_peak"] = flops / best / 1e9 / peak;
-    if (profile)
-      out["prefill"]["profile"] = profiled(*backend, 1, [&] {
-        kv::KvCache cache(copt, *backend);
-        const kv::RowId row = cache.create_row();
-        ForwardBatch b;
-        for (int64_t i = 0; i < prefill; ++i) b.add(row, i, next_token(), i + 1 == prefill);
-        Tensor logits;
-        model->forward(b, cache, logits);
-      });
+    if (profile) out["prefill"]["profile"] = profiled(*backend, 1, prefill_once);
   }
 
   // Decode: B rows with `context` tokens each, then timed steps of B tokens.
@@ -376,6 +370,14 @@ int run_bench(const std::vector<std::string>& argv) {
     // The steps run in rounds, each just after its own bandwidth reading: on
     // a shared machine the bandwidth moves from second to second, so a step
     // is judged against the ceiling of its moment; the median round counts.
+    // One decode step of every row; the seconds of its forward.
+    auto decode_step = [&] {
+      ForwardBatch b;
+      for (kv::RowId r : rows) b.add(r, cache.length(r), next_token(), true);
+      const auto t0 = Clock::now();
+      model->forward(b, cache, logits);
+      return seconds_since(t0);
+    };
     const int64_t rounds = bandwidth > 0 ? std::min<int64_t>(3, steps) : 1;
     const Backend::LaunchStats launches_before = backend->launch_stats();
     double best = 1e30;
@@ -386,11 +388,7 @@ int run_bench(const std::vector<std::string>& argv) {
       const double ceiling = bandwidth > 0 ? backend->measure_read_bandwidth(std::size_t(512) << 20, 1) : 0;
       double round_best = 1e30;
       for (int64_t s = round; s < steps; s += rounds) {
-        ForwardBatch b;
-        for (kv::RowId r : rows) b.add(r, cache.length(r), next_token(), true);
-        const auto t0 = Clock::now();
-        model->forward(b, cache, logits);
-        step_times.push_back(seconds_since(t0));
+        step_times.push_back(decode_step());
         round_best = std::min(round_best, step_times.back());
       }
       best = std::min(best, round_best);
@@ -416,12 +414,7 @@ int run_bench(const std::vector<std::string>& argv) {
       d["fraction_of_bandwidth"] = fractions[fractions.size() / 2];
       d["rounds"] = paired;
     }
-    if (profile)
-      d["profile"] = profiled(*backend, 2, [&] {
-        ForwardBatch b;
-        for (kv::RowId r : rows) b.add(r, cache.length(r), next_token(), true);
-        model->forward(b, cache, logits);
-      });
+    if (profile) d["profile"] = profiled(*backend, 2, decode_step);
     out["decode"].push_back(d);
   }
   std::cout << out.dump(1) << "\n";
