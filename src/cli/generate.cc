@@ -60,8 +60,11 @@ int run_generate(const std::vector<std::string>& argv) {
     messages.push_back({"user", req.prompt});
     req.prompt = format.render(messages, true);
     req.add_special_tokens = false;  // the format writes <bos> itself
-    for (const std::string& stop : format.stop_tokens())
-      if (auto id = engine->tokenizer().token_to_id(stop)) req.sampling.stop_token_ids.push_back(*id);
+    // The format's end-of-turn tokens are the chat's end of sequence, which
+    // --ignore-eos passes.
+    if (!req.ignore_eos)
+      for (const std::string& stop : format.stop_tokens())
+        if (auto id = engine->tokenizer().token_to_id(stop)) req.sampling.stop_token_ids.push_back(*id);
   }
 
   auto handle = engine->submit(req);

@@ -73,8 +73,11 @@ PreparedGeneration prepare_generation(const GenerationRequest& r, const ServedMo
     }
     prompt_fields.push_back("messages");
     // The format's end-of-turn tokens end a reply even where config.json's
-    // end-of-sequence ids do not list them.
-    std::vector<std::string> stops = m.chat_format->stop_tokens();
+    // end-of-sequence ids do not list them: they are the chat's end of
+    // sequence, so ignore_eos passes them too (a benchmark's fixed-length
+    // reply). A structural stop (after a tool call) stays.
+    std::vector<std::string> stops;
+    if (!r.ignore_eos) stops = m.chat_format->stop_tokens();
     stops.insert(stops.end(), chat.stop_tokens.begin(), chat.stop_tokens.end());
     for (const std::string& s : stops)
       if (auto id = m.tokenizer->token_to_id(s); id && *id < m.vocab_size) sampling.stop_token_ids.push_back(*id);

@@ -208,6 +208,21 @@ TEST_F(ServerTest, ChatCompletionWholeAndStreamed) {
             engine_.tokenizer().encode(engine_.reply, false).size());
 }
 
+// ignore_eos passes the chat format's end-of-turn token, as it passes
+// config.json's end-of-sequence ids; a stop the client names still ends.
+TEST_F(ServerTest, IgnoreEosPassesTheEndOfTurnToken) {
+  start();
+  Json body = chat();
+  body["ignore_eos"] = true;
+  body["stop_token_ids"] = {7};
+  auto r = post("/v1/chat/completions", body);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Request sent = engine_.last_request();
+  EXPECT_TRUE(sent.ignore_eos);
+  EXPECT_EQ(sent.sampling.stop_token_ids, std::vector<int32_t>{7});
+}
+
 TEST_F(ServerTest, SeveralChoicesStreamSideBySide) {
   engine_.token_interval = 1ms;
   start();
