@@ -7,10 +7,13 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "backend/cpu/kernels.h"
 #include "core/error.h"
+#include "core/isa.h"
 
 namespace rowlm::sampling {
 
@@ -18,38 +21,48 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// Eight independent running maxima, so the loop is not one long dependency
-// chain (a 262k-entry row is scanned several times per token).
-float max_value(std::span<const float> v) {
-  float lane[8];
-  std::fill(lane, lane + 8, kNegInf);
-  std::size_t i = 0;
-  for (; i + 8 <= v.size(); i += 8)
-    for (int j = 0; j < 8; ++j) lane[j] = v[i + j] > lane[j] ? v[i + j] : lane[j];
-  float m = kNegInf;
-  for (; i < v.size(); ++i) m = v[i] > m ? v[i] : m;
-  for (float x : lane) m = x > m ? x : m;
-  return m;
+
+// The row's scan by the kernels, in kMassBlock blocks (`blocks`), combined.
+cpu::RowScan scan(std::span<const float> v, std::vector<cpu::RowScan>& blocks) {
+  blocks.resize((v.size() + kMassBlock - 1) / kMassBlock);
+  row_kernels().scan_blocks(v.data(), int64_t(v.size()), int64_t(kMassBlock), blocks.data());
+  cpu::RowScan all{-std::numeric_limits<float>::infinity(), false, false};
+  for (const cpu::RowScan& b : blocks) {
+    all.max = all.max < b.max ? b.max : all.max;
+    all.bad = all.bad || b.bad;
+    all.any_finite = all.any_finite || b.any_finite;
+  }
+  return all;
+}
+cpu::RowScan scan(std::span<const float> v) {
+  std::vector<cpu::RowScan> blocks;
+  return scan(v, blocks);
 }
 
-void check_row(std::span<const float> logits) {
-  ROWLM_CHECK(!logits.empty(), "empty logits row");
-  // One branch-free pass on the bits (vectorizes); the slow search for the
-  // culprit runs only on failure. -inf is allowed: it marks removed tokens.
-  constexpr uint32_t kInfBits = 0x7f800000u;
-  bool bad = false, any_finite = false;
-  for (float x : logits) {
-    const uint32_t magnitude = std::bit_cast<uint32_t>(x) & 0x7fffffffu;
-    bad |= (magnitude > kInfBits) | (std::bit_cast<uint32_t>(x) == kInfBits);  // NaN, +inf
-    any_finite |= magnitude < kInfBits;
+float max_value(std::span<const float> v) { return scan(v).max; }
+
+// The first index holding `max` (the row's largest value, from `blocks`);
+// 0 when no entry equals it (a row of NaN).
+int32_t first_index_of_max(std::span<const float> v, const std::vector<cpu::RowScan>& blocks, float max) {
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    if (!(blocks[b].max == max)) continue;
+    const std::size_t end = std::min(v.size(), (b + 1) * kMassBlock);
+    for (std::size_t i = b * kMassBlock; i < end; ++i)
+      if (v[i] == max) return int32_t(i);
   }
-  if (bad) {
+  return 0;
+}
+
+void check_scanned(std::span<const float> logits, const cpu::RowScan& all) {
+  // The slow search for the culprit runs only on failure. -inf is allowed:
+  // it marks removed tokens.
+  if (all.bad) {
     for (std::size_t i = 0; i < logits.size(); ++i)
       if (std::isnan(logits[i]) || (logits[i] > 0 && std::isinf(logits[i])))
         throw Error("logits row holds " + std::string(std::isnan(logits[i]) ? "NaN" : "+inf") +
                     " at token " + std::to_string(i));
   }
-  if (!any_finite) throw Error("logits row has no finite value");
+  if (!all.any_finite) throw Error("logits row has no finite value");
 }
 
 // (value desc, index asc): the order in which filters consider tokens.
@@ -59,8 +72,7 @@ struct MoreLikely {
 };
 
 void remove_below(std::span<float> logits, float threshold) {
-  for (float& x : logits)
-    if (x < threshold) x = kNegInf;
+  row_kernels().remove_below(logits.data(), int64_t(logits.size()), threshold);
 }
 
 }  // namespace
@@ -95,20 +107,20 @@ void apply_presence_frequency(std::span<float> logits, const TokenHistory& histo
 
 void apply_temperature(std::span<float> logits, float temperature) {
   ROWLM_CHECK(temperature > 0, "apply_temperature needs a positive temperature");
-  const float m = max_value(logits);
-  for (float& x : logits) x = (x - m) / temperature;
+  row_kernels().shift_divide(logits.data(), int64_t(logits.size()), max_value(logits), temperature);
 }
 
 void keep_top_k(std::span<float> logits, int32_t k) {
   if (k <= 0 || std::size_t(k) >= logits.size()) return;
   // The k-th largest value: a min-heap of the k largest seen, which most
   // entries of a long row fail to enter after one comparison.
+  // The kernels' vector search finds the next entry that enters.
   std::vector<float> heap(logits.begin(), logits.begin() + k);
   std::make_heap(heap.begin(), heap.end(), std::greater<float>());
-  for (std::size_t i = std::size_t(k); i < logits.size(); ++i) {
-    if (logits[i] <= heap.front()) continue;
+  const int64_t n = int64_t(logits.size());
+  for (int64_t i = k; (i += row_kernels().first_above(logits.data() + i, n - i, heap.front())) < n; ++i) {
     std::pop_heap(heap.begin(), heap.end(), std::greater<float>());
-    heap.back() = logits[i];
+    heap.back() = logits[std::size_t(i)];
     std::push_heap(heap.begin(), heap.end(), std::greater<float>());
   }
   remove_below(logits, heap.front());
@@ -126,42 +138,51 @@ uint32_t sortable_key(float x) {
 
 void keep_top_p(std::span<float> logits, float p) {
   if (p >= 1.0f) return;
-  const float m = max_value(logits);
+  std::vector<float> mass(logits.size());
+  std::vector<double> block_mass;
+  const RowMasses z = exp_masses(logits, mass, block_mass);
+  const double total = z.total;
   std::vector<int32_t> ids;  // the candidates for the boundary, sorted below
   double above = 0;          // mass of the tokens known to be more likely than all of ids
-  double total = 0;
   if (logits.size() < kBucketedTopPMinSize) {
-    for (std::size_t i = 0; i < logits.size(); ++i) {
-      if (logits[i] == kNegInf) continue;
-      ids.push_back(int32_t(i));
-      total += std::exp(logits[i] - m);
-    }
+    for (std::size_t i = 0; i < logits.size(); ++i)
+      if (logits[i] != kNegInf) ids.push_back(int32_t(i));
   } else {
-    // One pass buckets every token's mass by the top 16 bits of its value's
-    // sortable key (128 buckets per octave); walking the buckets from the
-    // most likely finds the one holding the boundary, and only that bucket's
-    // tokens are sorted. O(vocab), where sorting the row would not be.
+    // Tokens at or below `floor` hold less than 1 − p of the mass together
+    // (fewer than n of them, each below e^(floor − max), with a factor e to
+    // spare for the rounding of the masses and their sums), so the boundary
+    // lies above it and they are removed with everything below the boundary;
+    // only the tokens above it are looked at (found by the kernels' vector
+    // search; a few hundred of a 262k row on a language model's logits).
+    const int64_t n = int64_t(logits.size());
+    const float floor = p <= 0.999f ? float(double(z.max) + std::log((1.0 - double(p)) * total / double(n)) - 1.0)
+                                    : -std::numeric_limits<float>::infinity();
+    auto for_each_above_floor = [&](auto&& f) {
+      for (int64_t i = 0; (i += row_kernels().first_above(logits.data() + i, n - i, floor)) < n; ++i) f(i);
+    };
+    // One pass buckets each of those tokens' mass by the top 16 bits of its
+    // value's sortable key (128 buckets per octave); walking the buckets from
+    // the most likely finds the one holding the boundary, and only that
+    // bucket's tokens are sorted. O(vocab), where sorting the row would not be.
     constexpr int kShift = 16;
     std::vector<double> bucket_mass(std::size_t(1) << (32 - kShift), 0.0);
     uint32_t lo = ~0u, hi = 0;
-    for (float x : logits) {
-      if (x == kNegInf) continue;
-      const uint32_t b = sortable_key(x) >> kShift;
-      const double w = std::exp(x - m);
-      bucket_mass[b] += w;
-      total += w;
+    for_each_above_floor([&](int64_t i) {
+      const uint32_t b = sortable_key(logits[std::size_t(i)]) >> kShift;
+      bucket_mass[b] += mass[std::size_t(i)];
       lo = std::min(lo, b), hi = std::max(hi, b);
-    }
+    });
     const double target = double(p) * total;
     uint32_t boundary = hi;
     for (; boundary > lo && above + bucket_mass[boundary] < target; --boundary) above += bucket_mass[boundary];
-    for (std::size_t i = 0; i < logits.size(); ++i)
-      if (logits[i] != kNegInf && sortable_key(logits[i]) >> kShift == boundary) ids.push_back(int32_t(i));
+    for_each_above_floor([&](int64_t i) {
+      if (sortable_key(logits[std::size_t(i)]) >> kShift == boundary) ids.push_back(int32_t(i));
+    });
   }
   const double target = double(p) * total;
   std::sort(ids.begin(), ids.end(), MoreLikely{logits});
   for (int32_t i : ids) {
-    above += std::exp(logits[i] - m);
+    above += mass[std::size_t(i)];
     if (above >= target) return remove_below(logits, logits[i]);
   }
   // Rounding left the target just out of reach: keep everything.
@@ -169,19 +190,27 @@ void keep_top_p(std::span<float> logits, float p) {
 
 void keep_min_p(std::span<float> logits, float min_p) {
   if (min_p <= 0.0f) return;
-  // p_i >= min_p * p_max  <=>  l_i - l_max >= log(min_p): no exponentials.
-  const double m = max_value(logits), log_min_p = std::log(double(min_p));
-  for (float& x : logits)
-    if (double(x) - m < log_min_p) x = kNegInf;
+  // p_i >= min_p * p_max  <=>  l_i >= l_max + log(min_p): no exponentials.
+  // The bound in double, then the smallest float at or above it: a float is
+  // below that float exactly when it is below the bound.
+  const double bound = double(max_value(logits)) + std::log(double(min_p));
+  float t = float(bound);
+  if (double(t) < bound) t = std::nextafter(t, std::numeric_limits<float>::infinity());
+  remove_below(logits, t);
 }
 
 void process_logits(std::span<float> logits, const SamplingParams& params, const TokenHistory& history) {
-  check_row(logits);
+  ROWLM_CHECK(!logits.empty(), "empty logits row");
+  const cpu::RowScan first = scan(logits);
+  check_scanned(logits, first);
   apply_logit_bias(logits, params);
   apply_repetition_penalty(logits, history, params.repetition_penalty);
   apply_presence_frequency(logits, history, params.presence_penalty, params.frequency_penalty);
   if (params.greedy()) return;
-  apply_temperature(logits, params.temperature);
+  // The check's max is still the row's where no bias or penalty changed it.
+  ROWLM_CHECK(params.temperature > 0, "apply_temperature needs a positive temperature");
+  const float m = penalties_leave_row_unchanged(params) ? first.max : max_value(logits);
+  row_kernels().shift_divide(logits.data(), int64_t(logits.size()), m, params.temperature);
   keep_top_k(logits, params.top_k);
   keep_top_p(logits, params.top_p);
   keep_min_p(logits, params.min_p);
@@ -189,90 +218,54 @@ void process_logits(std::span<float> logits, const SamplingParams& params, const
 
 int32_t argmax(std::span<const float> values) {
   ROWLM_CHECK(!values.empty(), "argmax of an empty row");
-  const float m = max_value(values);
-  for (std::size_t i = 0; i < values.size(); ++i)
-    if (values[i] == m) return int32_t(i);
-  return 0;  // every value is NaN; rows are checked before they get here
+  std::vector<cpu::RowScan> blocks;
+  const float m = scan(values, blocks).max;
+  return first_index_of_max(values, blocks, m);  // 0 if every value is NaN; rows are checked before
+}
+
+bool penalties_leave_row_unchanged(const SamplingParams& params) {
+  return params.logit_bias.empty() && params.repetition_penalty == 1.0f && params.presence_penalty == 0.0f &&
+         params.frequency_penalty == 0.0f;
 }
 
 bool greedy_leaves_row_unchanged(const SamplingParams& params) {
-  return params.greedy() && params.logit_bias.empty() && params.repetition_penalty == 1.0f &&
-         params.presence_penalty == 0.0f && params.frequency_penalty == 0.0f;
+  return params.greedy() && penalties_leave_row_unchanged(params);
 }
 
 int32_t checked_argmax(std::span<const float> logits) {
   ROWLM_CHECK(!logits.empty(), "empty logits row");
-  // One read of the row instead of a copy, a check and two argmax passes.
-  // Vector lanes (GCC/Clang vector extensions; SSE2 on any x86-64, the
-  // compiler's lowering elsewhere) each keep their largest value and its
-  // first index, and the bits check_row tests; strict > keeps the first
-  // index, so the lanes' merge below gives the lowest index among equals.
-  using F4 = float __attribute__((vector_size(16)));
-  using I4 = int32_t __attribute__((vector_size(16)));
-  constexpr int kWidth = 4, kVectors = 4, kStep = kWidth * kVectors;
-  constexpr int32_t kInfBits = 0x7f800000;
-  F4 best[kVectors];
-  I4 at[kVectors], index[kVectors], bad[kVectors], finite[kVectors];
-  for (int v = 0; v < kVectors; ++v) {
-    best[v] = F4{} + kNegInf;
-    bad[v] = finite[v] = I4{};
-    for (int l = 0; l < kWidth; ++l) index[v][l] = v * kWidth + l;
-    at[v] = index[v];
-  }
-  const float* p = logits.data();
-  const std::size_t n = logits.size();
-  std::size_t i = 0;
-  for (; i + kStep <= n; i += kStep) {
-    for (int v = 0; v < kVectors; ++v) {
-      F4 x;
-      std::memcpy(&x, p + i + std::size_t(v * kWidth), sizeof x);
-      const I4 bits = reinterpret_cast<I4>(x), magnitude = bits & 0x7fffffff;
-      bad[v] |= (magnitude > kInfBits) | (bits == kInfBits);  // NaN, +inf
-      finite[v] |= magnitude < kInfBits;
-      const I4 larger = x > best[v];
-      best[v] = reinterpret_cast<F4>((reinterpret_cast<I4>(x) & larger) | (reinterpret_cast<I4>(best[v]) & ~larger));
-      at[v] = (index[v] & larger) | (at[v] & ~larger);
-      index[v] += kStep;
-    }
-  }
-  bool any_bad = false, any_finite = false;
-  float m = kNegInf;
-  int32_t token = 0;
-  for (int v = 0; v < kVectors; ++v)
-    for (int l = 0; l < kWidth; ++l) {
-      any_bad |= bad[v][l] != 0;
-      any_finite |= finite[v][l] != 0;
-      if (best[v][l] > m || (best[v][l] == m && at[v][l] < token)) m = best[v][l], token = at[v][l];
-    }
-  for (; i < n; ++i) {  // the tail: later indices, so only a larger value wins
-    const float x = p[i];
-    any_bad |= std::isnan(x) || x == std::numeric_limits<float>::infinity();
-    any_finite |= std::isfinite(x);
-    if (x > m) m = x, token = int32_t(i);
-  }
-  if (any_bad || !any_finite) check_row(logits);  // throws, naming the culprit
-  return token;
+  // One vector read of the row instead of a copy, a check and two argmax
+  // passes: the scan's block maxima say which block holds the first
+  // largest value, and only that block is searched.
+  std::vector<cpu::RowScan> blocks;
+  const cpu::RowScan all = scan(logits, blocks);
+  if (all.bad || !all.any_finite) check_scanned(logits, all);  // throws, naming the culprit
+  return first_index_of_max(logits, blocks, all.max);
+}
+
+const cpu::Kernels& row_kernels() { return cpu::kernels_for(cpu::isa_from_env()); }
+
+RowMasses exp_masses(std::span<const float> logits, std::span<float> mass, std::vector<double>& block_mass,
+                     std::optional<float> max) {
+  ROWLM_CHECK(mass.empty() || mass.size() == logits.size(), "exp_masses: output size differs from input size");
+  const cpu::Kernels& k = row_kernels();
+  const int64_t n = int64_t(logits.size());
+  const float m = max ? *max : max_value(logits);
+  ROWLM_CHECK(std::isfinite(m), "a logits row with no finite value");
+  const std::size_t blocks = (logits.size() + kMassBlock - 1) / kMassBlock;
+  std::vector<float> sums(blocks);
+  k.exp_blocks(logits.data(), n, m, int64_t(kMassBlock), mass.empty() ? nullptr : mass.data(), sums.data());
+  block_mass.assign(sums.begin(), sums.end());
+  double total = 0;
+  for (double b : block_mass) total += b;
+  return {m, total};
 }
 
 void softmax(std::span<const float> logits, std::span<float> probs) {
   ROWLM_CHECK(probs.size() == logits.size(), "softmax: output size differs from input size");
-  const float m = max_value(logits);
-  ROWLM_CHECK(std::isfinite(m), "softmax of a row with no finite value");
-  double lane[8] = {};  // independent partial sums: no serial add chain
-  std::size_t i = 0;
-  for (; i + 8 <= logits.size(); i += 8) {
-    for (int j = 0; j < 8; ++j) {
-      const float x = logits[i + j];
-      const float e = x == kNegInf ? 0.0f : std::exp(x - m);
-      probs[i + j] = e;
-      lane[j] += e;
-    }
-  }
-  double total = 0;
-  for (; i < logits.size(); ++i) total += probs[i] = logits[i] == kNegInf ? 0.0f : std::exp(logits[i] - m);
-  for (double x : lane) total += x;
-  const float inv = float(1.0 / total);
-  for (float& q : probs) q *= inv;
+  std::vector<double> block_mass;
+  const double total = exp_masses(logits, probs, block_mass).total;
+  row_kernels().scale(probs.data(), float(1.0 / total), int64_t(probs.size()));
 }
 
 }  // namespace rowlm::sampling

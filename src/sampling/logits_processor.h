@@ -21,9 +21,13 @@
 // the kept set never depends on token ids. Every filter keeps the most
 // likely token, so the set is never empty.
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <vector>
 
+#include "backend/cpu/kernels.h"
 #include "sampling/sampling_params.h"
 #include "sampling/token_history.h"
 
@@ -45,6 +49,9 @@ void process_logits(std::span<float> logits, const SamplingParams& params, const
 // Index of the largest value, the lowest index among equals.
 int32_t argmax(std::span<const float> values);
 
+// True when steps 1-3 leave every row as it is (no bias, no penalty).
+bool penalties_leave_row_unchanged(const SamplingParams& params);
+
 // True when process_logits would leave a greedy row as it is (no bias, no
 // penalty), so the argmax can be taken on the model's row without a copy.
 // Must name every step process_logits applies before greedy's return.
@@ -55,7 +62,31 @@ bool greedy_leaves_row_unchanged(const SamplingParams& params);
 // errors for NaN, +inf or no finite value.
 int32_t checked_argmax(std::span<const float> logits);
 
-// softmax over a processed row into probs (same length): -inf gives 0.
+// The unnormalized distribution of a processed row, which the sampler draws
+// from: mass[i] = exp(logits[i] − max) (0 for −inf, and where that is below
+// e^−87), from the CPU kernels' vector exp (bitwise the same on every ISA,
+// within a few ulp of the exact value); block_mass[b] the sum of block b's
+// kMassBlock entries (the last block may be short), each in the kernels'
+// canonical order; returns the row's max and the blocks' total, summed in
+// double. mass may be empty (the sums only). The row must hold a finite
+// value. `max`, where the caller knows it, saves a pass: a row process_logits
+// sampled has max 0 exactly (step 4 shifts it there, and every filter keeps
+// the most likely token).
+inline constexpr std::size_t kMassBlock = 1024;
+struct RowMasses {
+  float max;
+  double total;
+};
+RowMasses exp_masses(std::span<const float> logits, std::span<float> mass, std::vector<double>& block_mass,
+                     std::optional<float> max = std::nullopt);
+
+// The CPU kernels for this CPU's ISA (ROWLM_CPU_ISA forces one), which the
+// sampler's passes over a row run on: every ISA gives the same bits, so the
+// choice changes only the speed.
+const cpu::Kernels& row_kernels();
+
+// softmax over a processed row into probs (same length): -inf gives 0;
+// exp_masses' masses times float(1 / total).
 void softmax(std::span<const float> logits, std::span<float> probs);
 
 }  // namespace rowlm::sampling

@@ -138,6 +138,35 @@ TEST(LogitsProcessor, TopPOnAFlatVocabSizedRow) {
   }
 }
 
+// A 262k row shaped like a language model's (a few likely tokens over a
+// long normal tail), where top-p looks only at the tokens above a floor that
+// the tail's total mass bounds: the kept set still has the defining
+// property, for p far from and near 1.
+TEST(LogitsProcessor, TopPOnALanguageModelShapedVocabRow) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> tail(0.0f, 2.0f);
+  std::vector<float> l(262144);
+  for (float& x : l) x = tail(rng);
+  for (int i = 0; i < 12; ++i) l[rng() % l.size()] = 9.0f + float(i) * 0.5f;
+  const std::vector<double> prob = oracle_probs(l);
+  for (float p : {0.05f, 0.5f, 0.9f, 0.99f, 0.999f, 0.9995f}) {
+    std::vector<float> got = l;
+    keep_top_p(got, p);
+    const std::set<int> s = kept(got);
+    double kept_mass = 0, min_kept = 1;
+    for (int i : s) kept_mass += prob[i], min_kept = std::min(min_kept, prob[i]);
+    EXPECT_GE(kept_mass, double(p) - 1e-6) << "p " << p;
+    EXPECT_LT(kept_mass - min_kept, double(p)) << "p " << p;
+    for (std::size_t i = 0; i < l.size(); ++i) {
+      if (!s.count(int(i))) {
+        ASSERT_LT(prob[i], min_kept) << "p " << p << " token " << i;
+      } else {
+        ASSERT_EQ(got[i], l[i]);
+      }
+    }
+  }
+}
+
 TEST(LogitsProcessor, MinPKeepsTokensAtLeastMinPTimesTheMostLikely) {
   std::mt19937 rng(4);
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);

@@ -6,20 +6,16 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "sampling/logits_processor.h"
 
 namespace rowlm::sampling {
 
 RawLogprobs raw_logprobs(std::span<const float> logits, int32_t token, int32_t top_n) {
   ROWLM_CHECK(token >= 0 && std::size_t(token) < logits.size(), "raw_logprobs: token outside the row");
   ROWLM_CHECK(top_n >= 0, "raw_logprobs: negative top_n");
-  float m = -std::numeric_limits<float>::infinity();
-  for (float x : logits) m = x > m ? x : m;
-  ROWLM_CHECK(std::isfinite(m), "raw_logprobs: row with no finite value");
-  double lane[8] = {};  // independent partial sums
-  for (std::size_t i = 0; i < logits.size(); ++i) lane[i % 8] += std::exp(logits[i] - m);
-  double total = 0;
-  for (double x : lane) total += x;
-  const double log_z = double(m) + std::log(total);
+  std::vector<double> block_mass;
+  const RowMasses z = exp_masses(logits, {}, block_mass);
+  const double log_z = double(z.max) + std::log(z.total);
   auto logprob = [&](int32_t i) { return float(double(logits[i]) - log_z); };
 
   RawLogprobs out{logprob(token), {}};
@@ -32,15 +28,18 @@ RawLogprobs raw_logprobs(std::span<const float> logits, int32_t token, int32_t t
   };
   std::vector<int32_t> heap;
   heap.reserve(n);
-  for (std::size_t i = 0; i < logits.size(); ++i) {
-    if (heap.size() < n) {
-      heap.push_back(int32_t(i));
-      std::push_heap(heap.begin(), heap.end(), more_likely);
-    } else if (more_likely(int32_t(i), heap.front())) {
-      std::pop_heap(heap.begin(), heap.end(), more_likely);
-      heap.back() = int32_t(i);
-      std::push_heap(heap.begin(), heap.end(), more_likely);
-    }
+  for (std::size_t i = 0; i < n; ++i) {
+    heap.push_back(int32_t(i));
+    std::push_heap(heap.begin(), heap.end(), more_likely);
+  }
+  // A later entry is more likely than the front (an earlier index) only if
+  // its value is larger: the kernels' vector search finds the next one.
+  const int64_t size = int64_t(logits.size());
+  for (int64_t i = int64_t(n);
+       (i += row_kernels().first_above(logits.data() + i, size - i, logits[std::size_t(heap.front())])) < size; ++i) {
+    std::pop_heap(heap.begin(), heap.end(), more_likely);
+    heap.back() = int32_t(i);
+    std::push_heap(heap.begin(), heap.end(), more_likely);
   }
   std::sort_heap(heap.begin(), heap.end(), more_likely);
   out.top.reserve(n);

@@ -1,5 +1,6 @@
 #include "sampling/sampler.h"
 
+#include <algorithm>
 #include <random>
 #include <string>
 
@@ -24,41 +25,50 @@ void check_row_size(std::span<const float> logits, int64_t vocab_size) {
 
 }  // namespace
 
-int32_t draw_token(std::span<const float> probs, double u) {
-  ROWLM_CHECK(!probs.empty(), "draw_token from an empty distribution");
-  ROWLM_CHECK(u >= 0 && u < 1, "draw_token needs u in [0, 1)");
-  // Sum blocks first (independent adds), then walk only the block that
-  // holds the target: a row is 262k entries and a serial walk is slow.
-  constexpr std::size_t kBlock = 1024;
-  const std::size_t blocks = (probs.size() + kBlock - 1) / kBlock;
-  std::vector<double> block_mass(blocks, 0.0);
-  double total = 0;
-  for (std::size_t b = 0; b < blocks; ++b) {
-    double lane[8] = {};
-    const std::size_t end = std::min(probs.size(), (b + 1) * kBlock);
-    for (std::size_t i = b * kBlock; i < end; ++i) lane[i % 8] += probs[i];
-    for (double x : lane) block_mass[b] += x;
-    total += block_mass[b];
-  }
+namespace {
+
+// The inverse-CDF walk over masses grouped in kMassBlock-entry blocks whose
+// sums are block_mass: whole blocks are passed on their sums, and only the
+// block that holds the target is walked entry by entry (a row is 262k
+// entries and a serial walk is slow).
+int32_t walk_masses(std::span<const float> mass, std::span<const double> block_mass, double total, double u) {
   ROWLM_CHECK(total > 0, "draw_token from a distribution with no mass");
   const double target = u * total;
   double cumulative = 0;
-  for (std::size_t b = 0; b < blocks; ++b) {
+  for (std::size_t b = 0; b < block_mass.size(); ++b) {
     if (cumulative + block_mass[b] <= target) {
       cumulative += block_mass[b];
       continue;
     }
-    const std::size_t end = std::min(probs.size(), (b + 1) * kBlock);
-    for (std::size_t i = b * kBlock; i < end; ++i) {
-      if (probs[i] <= 0) continue;
-      cumulative += probs[i];
+    const std::size_t end = std::min(mass.size(), (b + 1) * kMassBlock);
+    for (std::size_t i = b * kMassBlock; i < end; ++i) {
+      if (mass[i] <= 0) continue;
+      cumulative += mass[i];
       if (cumulative > target) return int32_t(i);
     }
   }
   // Rounding kept the sum at or below u * total: take the last possible token.
-  for (std::size_t i = probs.size(); i-- > 0;)
-    if (probs[i] > 0) return int32_t(i);
+  for (std::size_t i = mass.size(); i-- > 0;)
+    if (mass[i] > 0) return int32_t(i);
   return 0;  // unreachable: total > 0
+}
+
+}  // namespace
+
+int32_t draw_token(std::span<const float> probs, double u) {
+  ROWLM_CHECK(!probs.empty(), "draw_token from an empty distribution");
+  ROWLM_CHECK(u >= 0 && u < 1, "draw_token needs u in [0, 1)");
+  const std::size_t blocks = (probs.size() + kMassBlock - 1) / kMassBlock;
+  std::vector<double> block_mass(blocks, 0.0);
+  double total = 0;
+  for (std::size_t b = 0; b < blocks; ++b) {
+    double lane[8] = {};  // independent adds
+    const std::size_t end = std::min(probs.size(), (b + 1) * kMassBlock);
+    for (std::size_t i = b * kMassBlock; i < end; ++i) lane[i % 8] += probs[i];
+    for (double x : lane) block_mass[b] += x;
+    total += block_mass[b];
+  }
+  return walk_masses(probs, block_mass, total, u);
 }
 
 Sampler::Sampler(SamplingParams params, int64_t vocab_size, std::span<const int32_t> prompt_ids)
@@ -104,9 +114,12 @@ SampledToken Sampler::sample(std::span<const float> logits, RandomStream stream)
   } else if (params_.greedy()) {
     token = argmax(processed(logits));
   } else {
+    // Drawn from the unnormalized masses: normalizing first would change no
+    // token's share, only cost a pass over the row.
+    const std::span<const float> row = processed(logits);
     probs_.resize(vocab_size_);
-    next_token_probs(logits, probs_);
-    token = draw_token(probs_, uniform01(seed_, uint64_t(step()), stream));
+    const double total = exp_masses(row, probs_, block_mass_, /*max=*/0.0f).total;
+    token = walk_masses(probs_, block_mass_, total, uniform01(seed_, uint64_t(step()), stream));
   }
   return chosen(logits, token);
 }

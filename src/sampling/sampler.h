@@ -93,6 +93,7 @@ class Sampler {
   TokenHistory history_;
   std::unique_ptr<TokenConstraint> constraint_;
   mutable std::vector<float> row_, probs_;
+  mutable std::vector<double> block_mass_;
 };
 
 }  // namespace rowlm::sampling

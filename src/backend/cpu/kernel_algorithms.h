@@ -21,7 +21,8 @@
 // load/store (+ _partial for n < 16 lanes, zero-filling loads), load_bf16,
 // load_f16 (+ _partial), add, sub, mul, div, fma(a, b, c) = a·b + c, abs,
 // min(a, b) = a < b ? a : b, round_even, ldexp(x, n) = x·2^n (n integral),
-// copysign, less, is_nan, select(mask, a, b), reduce (the canonical tree);
+// copysign, less, is_nan, select(mask, a, b), bits(mask) (lane i's flag in
+// bit i), reduce (the canonical tree);
 // and for the bf16-dot matmul P (32 bf16 values), load_pairs (+ _partial, n
 // elements < 32, zero-filled) and dot_pairs(acc, a, b) (see PairStep).
 
@@ -746,6 +747,94 @@ void add_scaled(float* y, float a, const float* x, int64_t n) {
     store_n<V>(y, i, n, V::add(load_n<V>(y, i, n), V::mul(load_n<V>(x, i, n), va)));
 }
 
+// ------------------------------------------------------------ sampler rows --
+
+// Lanes [rem, 16) of v replaced by `fill` (a row's last, partial vector).
+template <class V>
+inline typename V::R tail_fill(typename V::R v, int64_t rem, float fill) {
+  if (rem >= kLanes) return v;
+  alignas(64) static constexpr float kLaneIndex[kLanes] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  return V::select(V::less(V::load(kLaneIndex), V::set1(float(rem))), v, V::set1(fill));
+}
+
+// Four running maxima per block (a chain of compare-and-select per vector
+// would wait on itself), combined at the block's end; flags as vectors.
+template <class V>
+void scan_blocks(const float* x, int64_t n, int64_t block, RowScan* out) {
+  const float inf = __builtin_inff();
+  const auto vinf = V::set1(inf), one = V::set1(1.0f);
+  for (int64_t b0 = 0, bi = 0; b0 < n; b0 += block, ++bi) {
+    const int64_t b1 = b0 + block < n ? b0 + block : n;
+    typename V::R mx[4] = {V::set1(-inf), V::set1(-inf), V::set1(-inf), V::set1(-inf)};
+    auto bad = V::zero(), finite = V::zero();  // 1 in a lane that saw one
+    auto take = [&](typename V::R& m, typename V::R v) {
+      bad = V::select(V::less(v, vinf), bad, one);  // NaN or +inf
+      finite = V::select(V::less(V::abs(v), vinf), one, finite);
+      m = V::select(V::less(m, v), v, m);           // NaN never compares larger
+    };
+    int64_t i = b0;
+    for (; i + 4 * kLanes <= b1; i += 4 * kLanes)
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) take(mx[j], V::load(x + i + j * kLanes));
+    for (; i < b1; i += kLanes) take(mx[0], tail_fill<V>(load_n<V>(x, i, b1), b1 - i, -inf));  // -inf changes nothing
+    alignas(64) float m[4][kLanes], b[kLanes], f[kLanes];
+    for (int j = 0; j < 4; ++j) V::store(m[j], mx[j]);
+    V::store(b, bad);
+    V::store(f, finite);
+    RowScan r{-inf, false, false};
+    for (int j = 0; j < 4; ++j)
+      for (int l = 0; l < kLanes; ++l) r.max = r.max < m[j][l] ? m[j][l] : r.max;
+    for (int l = 0; l < kLanes; ++l) {
+      r.bad = r.bad || b[l] != 0.0f;
+      r.any_finite = r.any_finite || f[l] != 0.0f;
+    }
+    out[bi] = r;
+  }
+}
+
+template <class V>
+int64_t first_above(const float* x, int64_t n, float t) {
+  const auto vt = V::set1(t);
+  for (int64_t i = 0; i < n; i += kLanes) {
+    // Lanes past the end read 0 and are masked off.
+    uint32_t above = V::bits(V::less(vt, load_n<V>(x, i, n)));
+    if (n - i < kLanes) above &= (1u << (n - i)) - 1u;
+    if (above) return i + __builtin_ctz(above);
+  }
+  return n;
+}
+
+template <class V>
+void shift_divide(float* x, int64_t n, float shift, float divisor) {
+  const auto s = V::set1(shift), d = V::set1(divisor);
+  for (int64_t i = 0; i < n; i += kLanes) store_n<V>(x, i, n, V::div(V::sub(load_n<V>(x, i, n), s), d));
+}
+
+template <class V>
+void remove_below(float* x, int64_t n, float t) {
+  const auto vt = V::set1(t), neg_inf = V::set1(-__builtin_inff());
+  for (int64_t i = 0; i < n; i += kLanes) {
+    const auto v = load_n<V>(x, i, n);
+    store_n<V>(x, i, n, V::select(V::less(v, vt), neg_inf, v));
+  }
+}
+
+template <class V>
+void exp_blocks(const float* x, int64_t n, float shift, int64_t block, float* out, float* block_sums) {
+  const auto s = V::set1(shift), floor = V::set1(-87.0f), zero = V::zero();
+  for (int64_t b0 = 0, bi = 0; b0 < n; b0 += block, ++bi) {
+    const int64_t b1 = b0 + block < n ? b0 + block : n;
+    auto acc = V::zero();
+    for (int64_t i = b0; i < b1; i += kLanes) {
+      const auto y = tail_fill<V>(V::sub(load_n<V>(x, i, b1), s), b1 - i, -__builtin_inff());
+      const auto e = V::select(V::less(y, floor), zero, exp_neg<V>(y));
+      if (out) store_n<V>(out, i, b1, e);
+      acc = V::add(acc, e);
+    }
+    block_sums[bi] = V::reduce(acc);
+  }
+}
+
 // The table every ISA file returns, filled from the algorithms above.
 template <class V>
 Kernels make_kernels(Isa isa, uint64_t (*stream_read)(const void*, std::size_t),
@@ -770,6 +859,11 @@ Kernels make_kernels(Isa isa, uint64_t (*stream_read)(const void*, std::size_t),
   k.softcap = &softcap<V>;
   k.add_scaled = &add_scaled<V>;
   k.tanh = &tanh_n<V>;
+  k.scan_blocks = &scan_blocks<V>;
+  k.first_above = &first_above<V>;
+  k.shift_divide = &shift_divide<V>;
+  k.remove_below = &remove_below<V>;
+  k.exp_blocks = &exp_blocks<V>;
   k.stream_read = stream_read;
   k.fma_chains = fma_chains;
   return k;

@@ -44,6 +44,15 @@ struct AffineRows {
   int group_size = 64;
 };
 
+// What scan_blocks finds in a block of a row: its largest value (NaN aside;
+// −inf for a block of NaN and −inf only), whether it holds NaN or +inf, and
+// whether any entry is finite.
+struct RowScan {
+  float max;
+  bool bad;
+  bool any_finite;
+};
+
 struct Kernels {
   Isa isa = Isa::Scalar;
   int mr = 1;  // rows of x per matmul tile
@@ -96,6 +105,25 @@ struct Kernels {
   void (*softcap)(float* y, float cap, int64_t n);             // y = cap · tanh(y / cap)
   void (*add_scaled)(float* y, float a, const float* x, int64_t n);  // y += (a · x), two roundings
   void (*tanh)(const float* x, int64_t n, float* out);         // the tanh the others use
+
+  // The sampler's passes over a logits row (sampling/logits_processor.cc),
+  // here for the vector loads and the exp every ISA computes bitwise alike.
+  //
+  // scan_blocks: out[b] for each block of `block` entries (a multiple of 16;
+  // the last may be short).
+  void (*scan_blocks)(const float* x, int64_t n, int64_t block, RowScan* out);
+  // The first i with x[i] > t, or n.
+  int64_t (*first_above)(const float* x, int64_t n, float t);
+  // x[i] = (x[i] − shift) / divisor (the two roundings).
+  void (*shift_divide)(float* x, int64_t n, float shift, float divisor);
+  // x[i] = −inf where x[i] < t.
+  void (*remove_below)(float* x, int64_t n, float t);
+  // exp_blocks: out[i] = exp(x[i] − shift) for x[i] <= shift, shift finite
+  // (exp_neg's value; 0 where x[i] − shift < −87, −inf included), and for
+  // each block of `block` entries (a multiple of 16; the last may be short)
+  // the sum of its values in the canonical order: 16 lanes (entry i in lane
+  // i mod 16), then the reduce tree. out may be null (the sums only).
+  void (*exp_blocks)(const float* x, int64_t n, float shift, int64_t block, float* out, float* block_sums);
 
   // The attention kernel (attention_kernel.inl) compiled for this ISA: the
   // whole CPU backend picks its instruction set once, through this table.

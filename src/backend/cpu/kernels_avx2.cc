@@ -122,6 +122,9 @@ struct VAvx2 {
   static R select(const Mask& m, const R& a, const R& b) {
     return {_mm256_blendv_ps(b.lo, a.lo, m.lo), _mm256_blendv_ps(b.hi, a.hi, m.hi)};
   }
+  static uint32_t bits(const Mask& m) {
+    return uint32_t(_mm256_movemask_ps(m.lo)) | uint32_t(_mm256_movemask_ps(m.hi)) << 8;
+  }
 
   static P load_pairs(const uint16_t* p) {
     return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)),

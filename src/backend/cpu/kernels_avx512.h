@@ -99,6 +99,7 @@ struct VAvx512 {
   static Mask less(R a, R b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ)}; }
   static Mask is_nan(R a) { return {_mm512_cmp_ps_mask(a.v, a.v, _CMP_UNORD_Q)}; }
   static R select(Mask m, R a, R b) { return {_mm512_mask_blend_ps(m.m, b.v, a.v)}; }
+  static uint32_t bits(Mask m) { return uint32_t(m.m); }
 
   static P load_pairs(const uint16_t* p) { return {_mm512_loadu_si512(p)}; }
   static P load_pairs_partial(const uint16_t* p, int n) {

@@ -94,6 +94,11 @@ struct VScalar {
     return m;
   }
   static R select(const Mask& m, const R& a, const R& b) { return map([&](int i) { return m.v[i] ? a.v[i] : b.v[i]; }); }
+  static uint32_t bits(const Mask& m) {
+    uint32_t b = 0;
+    for (int i = 0; i < kLanes; ++i) b |= uint32_t(m.v[i]) << i;
+    return b;
+  }
 
   static P load_pairs(const uint16_t* p) {
     P r;
