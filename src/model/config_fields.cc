@@ -35,6 +35,25 @@ std::string read_text(const std::string& path) {
   return text.str();
 }
 
+json parse_object(const std::string& json_text, const std::string& source) {
+  json top;
+  try {
+    top = json::parse(json_text);
+  } catch (const json::exception& e) {
+    throw Error(source + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!top.is_object()) throw Error(source + ": not a JSON object (got " + std::string(top.type_name()) + ")");
+  return top;
+}
+
+TextSection text_section(const json& top, const Fields& outer, bool wrapped, const std::string& model_type) {
+  if (!wrapped) return {&top, ""};
+  const auto it = top.find("text_config");
+  if (it == top.end()) outer.fail("text_config", "is required for model_type " + model_type);
+  if (!it->is_object()) outer.fail("text_config", "must be an object (got " + std::string(it->type_name()) + ")");
+  return {&*it, "text_config."};
+}
+
 json read_config(const std::string& model_dir) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(model_dir)) throw Error("model directory " + model_dir + " does not exist");

@@ -107,6 +107,19 @@ void check_product_fits(const Fields& f, const std::string& what, int64_t a, int
 // The whole file, or an Error naming it.
 std::string read_text(const std::string& path);
 
+// config.json's text parsed: a JSON object, or an Error naming `source`.
+json parse_object(const std::string& json_text, const std::string& source);
+
+// Where a family's text-model fields are: a multimodal checkpoint's
+// `text_config` object (wrapped, e.g. model_type gemma3 or gemma4; Fields
+// prefixed "text_config."), else the top level. An Error names the field
+// when a wrapped config has no text_config object.
+struct TextSection {
+  const json* object;
+  std::string prefix;
+};
+TextSection text_section(const json& top, const Fields& outer, bool wrapped, const std::string& model_type);
+
 // config.json of `model_dir` parsed, or an Error naming the file.
 json read_config(const std::string& model_dir);
 

@@ -45,31 +45,17 @@ rope::RopeSpec parse_rope(const Fields& f, const std::string& source, const char
 }  // namespace
 
 Config parse_config(const std::string& json_text, const std::string& source) {
-  json top;
-  try {
-    top = json::parse(json_text);
-  } catch (const json::exception& e) {
-    throw Error(source + ": not valid JSON (" + e.what() + ")");
-  }
-  if (!top.is_object()) throw Error(source + ": not a JSON object");
+  const json top = config::parse_object(json_text, source);
   const Fields outer(top, "", source);
   Config c;
   c.quantization = decoder::QuantizationConfig::parse(top, source);
   c.model_type = outer.string("model_type", "");
-  const json* text = &top;
-  std::string prefix;
-  if (c.model_type == "gemma3") {
-    const auto it = top.find("text_config");
-    if (it == top.end() || !it->is_object()) outer.fail("text_config", "must be an object for model_type gemma3");
-    text = &*it;
-    prefix = "text_config.";
-    const Fields nested(*text, prefix, source);
-    const std::string inner = nested.string("model_type", "gemma3_text");
-    if (inner != "gemma3_text") nested.fail("model_type", "'" + inner + "' is not a Gemma 3 text model (gemma3_text)");
-  } else if (c.model_type != "gemma3_text") {
+  if (c.model_type != "gemma3" && c.model_type != "gemma3_text")
     outer.fail("model_type", "'" + c.model_type + "' is not a Gemma 3 model (gemma3_text, gemma3)");
-  }
-  const Fields f(*text, prefix, source);
+  const config::TextSection text = config::text_section(top, outer, c.model_type == "gemma3", c.model_type);
+  const Fields f(*text.object, text.prefix, source);
+  if (const std::string inner = f.string("model_type", "gemma3_text"); inner != "gemma3_text")
+    f.fail("model_type", "'" + inner + "' is not a Gemma 3 text model (gemma3_text)");
 
   // Defaults are transformers 5.17's Gemma3TextConfig.
   c.vocab_size = f.integer("vocab_size", 262208);

@@ -138,13 +138,7 @@ std::vector<Geometry> resolve_geometry(const Fields& f, const Config& c, const s
 }  // namespace
 
 Config parse_config(const std::string& json_text, const std::string& source) {
-  json top;
-  try {
-    top = json::parse(json_text);
-  } catch (const json::exception& e) {
-    throw Error(source + ": not valid JSON (" + e.what() + ")");
-  }
-  if (!top.is_object()) throw Error(source + ": not a JSON object");
+  const json top = config::parse_object(json_text, source);
   const Fields outer(top, "", source);
 
   Config c;
@@ -153,22 +147,17 @@ Config parse_config(const std::string& json_text, const std::string& source) {
   c.model_type = outer.string("model_type", "");
   const bool unified = c.model_type == "gemma4_unified";
   const bool assistant = c.model_type == "gemma4_assistant";
-  const json* text_json = &top;
-  std::string prefix;
-  if (c.model_type == "gemma4" || unified || assistant) {
-    const auto it = top.find("text_config");
-    if (it == top.end()) outer.fail("text_config", "is required for model_type " + c.model_type);
-    if (!it->is_object()) outer.fail("text_config", "must be an object");
-    text_json = &*it;
-    prefix = "text_config.";
-    const Fields nested(*text_json, prefix, source);
+  const bool wrapped = c.model_type == "gemma4" || unified || assistant;
+  if (!wrapped && c.model_type != "gemma4_text")
+    outer.fail("model_type", "'" + c.model_type +
+                                 "' is not supported (expected gemma4_text, gemma4, gemma4_unified or gemma4_assistant)");
+  const config::TextSection text = config::text_section(top, outer, wrapped, c.model_type);
+  if (wrapped) {
+    const Fields nested(*text.object, text.prefix, source);
     const std::string inner = nested.string("model_type", unified ? "gemma4_unified_text" : "gemma4_text");
     if (inner != "gemma4_text" && inner != "gemma4_unified_text") {
       nested.fail("model_type", "'" + inner + "' is not a Gemma 4 text model");
     }
-  } else if (c.model_type != "gemma4_text") {
-    outer.fail("model_type", "'" + c.model_type +
-                                 "' is not supported (expected gemma4_text, gemma4, gemma4_unified or gemma4_assistant)");
   }
   if (assistant) {
     AssistantFields a;
@@ -183,7 +172,7 @@ Config parse_config(const std::string& json_text, const std::string& source) {
     }
     c.assistant = a;
   }
-  const Fields f(*text_json, prefix, source);
+  const Fields f(*text.object, text.prefix, source);
 
   // Defaults are transformers 5.17's Gemma4TextConfig / Gemma4UnifiedTextConfig.
   c.vocab_size = f.integer("vocab_size");

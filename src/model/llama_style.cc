@@ -205,13 +205,7 @@ void parse_experts(const Fields& f, Config& c) {
 }  // namespace
 
 Config parse_config(const std::string& json_text, const std::string& source) {
-  json top;
-  try {
-    top = json::parse(json_text);
-  } catch (const json::exception& e) {
-    throw Error(source + ": not valid JSON (" + e.what() + ")");
-  }
-  if (!top.is_object()) throw Error(source + ": not a JSON object");
+  const json top = config::parse_object(json_text, source);
   const Fields f(top, "", source);
   Config c;
   c.quantization = decoder::QuantizationConfig::parse(top, source);

@@ -115,13 +115,7 @@ QuantizeOverride parse_quantize_override(const std::string& text) {
 QuantizeReport quantize_checkpoint(const std::string& src, const std::string& dst, const QuantizeOptions& options) {
   quant::check_spec(options.spec);
   const std::string config_path = src + "/config.json";
-  json config;
-  try {
-    config = json::parse(config::read_text(config_path));
-  } catch (const json::exception& e) {
-    throw Error(config_path + ": not valid JSON (" + e.what() + ")");
-  }
-  if (!config.is_object()) throw Error(config_path + ": not a JSON object");
+  json config = config::parse_object(config::read_text(config_path), config_path);
   if (decoder::QuantizationConfig::parse(config, config_path).present())
     throw Error(src + " is already quantized (config.json has a quantization entry)");
   const Checkpoint ck = Checkpoint::open(src);
