@@ -833,9 +833,10 @@ class CudaBackend final : public Backend {
                   "attention: out must be f32 with q's shape and separate from q, got " + describe(out));
     if (T == 0) return;
     check_attention_batch(a, batch);
-    // Flatten the block tables; each query names its table's offset.
+    // The block tables flattened, each query naming its table's offset and
+    // its key range: one host-to-device copy, [tables | offsets | lo | hi].
     std::vector<int32_t> tables;
-    std::vector<int64_t> offsets_of_table, offsets, lo, hi;
+    std::vector<int64_t> offsets_of_table;
     for (const auto& table : batch.tables) {
       offsets_of_table.push_back(int64_t(tables.size()));
       tables.insert(tables.end(), table.begin(), table.end());
@@ -846,25 +847,51 @@ class CudaBackend final : public Backend {
     std::size_t padded = 16;
     while (padded < tables.size()) padded *= 2;
     tables.resize(padded, 0);
-    for (const KvKeyRange& r : batch.queries) {
-      offsets.push_back(r.hi >= r.lo ? offsets_of_table[std::size_t(r.table)] : 0);
-      lo.push_back(r.lo);
-      hi.push_back(r.hi);
+    std::vector<int64_t> ranges(std::size_t(3 * T));
+    int64_t most_splits = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const KvKeyRange& r = batch.queries[std::size_t(t)];
+      ranges[std::size_t(t)] = r.hi >= r.lo ? offsets_of_table[std::size_t(r.table)] : 0;
+      ranges[std::size_t(T + t)] = r.lo;
+      ranges[std::size_t(2 * T + t)] = r.hi;
+      if (r.hi >= r.lo) most_splits = std::max(most_splits, r.hi / cuda::kSplitPositions - r.lo / cuda::kSplitPositions + 1);
     }
+    std::vector<std::byte> packed(padded * sizeof(int32_t) + ranges.size() * sizeof(int64_t));
+    std::memcpy(packed.data(), tables.data(), padded * sizeof(int32_t));
+    std::memcpy(packed.data() + padded * sizeof(int32_t), ranges.data(), ranges.size() * sizeof(int64_t));
     DeviceGuard guard(device_);
-    const Tensor dt = device_copy(std::span<const int32_t>(tables)), doff = device_copy(std::span<const int64_t>(offsets));
-    const Tensor dlo = device_copy(std::span<const int64_t>(lo)), dhi = device_copy(std::span<const int64_t>(hi));
+    Tensor dpacked = workspace_.tensor(DType::U8, {int64_t(packed.size())});
+    copy_from_host(packed.data(), dpacked);
+    const auto* dranges = reinterpret_cast<const int64_t*>(dpacked.data<uint8_t>() + padded * sizeof(int32_t));
     cuda::AttentionArgs args;
     args.q = q.data<float>();
     args.out = out.data<float>();
-    args.tables = dt.data<int32_t>();
-    args.table_offset = doff.data<int64_t>();
-    args.lo = dlo.data<int64_t>();
-    args.hi = dhi.data<int64_t>();
+    args.tables = reinterpret_cast<const int32_t*>(dpacked.data<uint8_t>());
+    args.table_offset = dranges;
+    args.lo = dranges + T;
+    args.hi = dranges + 2 * T;
     args.T = T;
     args.heads = params.num_heads;
     args.scale = params.scale;
-    queue_.launch("attention", &cuda::attention, a.kernel_layout(), a.device_blocks(), args);
+    if (precision_ != MatmulPrecision::Bf16) {
+      // f32: the CPU's order, bit for bit.
+      queue_.launch("attention", &cuda::attention, a.kernel_layout(), a.device_blocks(), args);
+      return;
+    }
+    // The tensor-core precision: the keys in fixed splits (flash-decoding).
+    // A block per split while few queries run and the partials stay small
+    // (decode), else a block per query; the bits are the same either way.
+    int splits = 1;
+    while (splits < most_splits) splits *= 2;
+    const int64_t query_blocks =
+        T * spec.kv_heads * cuda::attention_split_head_groups(params.num_heads, spec.kv_heads);
+    const std::size_t scratch_floats = cuda::attention_split_scratch_floats(T, params.num_heads, spec.head_dim, splits);
+    const bool per_split = query_blocks < 4 * int64_t(props_.multiProcessorCount) &&
+                           scratch_floats * sizeof(float) <= (std::size_t(128) << 20);
+    Tensor scratch;
+    if (per_split) scratch = workspace_.tensor(DType::F32, {int64_t(scratch_floats)});
+    queue_.launch("attention", &cuda::attention_split, a.kernel_layout(), a.device_blocks(), args, splits,
+                  per_split ? scratch.data<float>() : static_cast<float*>(nullptr));
   }
 
  private:

@@ -338,6 +338,110 @@ TEST_F(CudaVsCpu, KvRecordsAndAttentionEqualTheCpuForEveryCodec) {
   }
 }
 
+// The tensor-core precision's attention (keys in fixed splits, kv_kernels.h):
+// a query's output is the same bits alone (a block per split and a merging
+// kernel), in a prefill of hundreds of queries (a block per query walking its
+// splits) and mixed with other rows' queries, for every codec, head size up
+// to 512, more query heads per KV head than one block takes, windows and
+// rows many splits long; and within float rounding of the CPU's attention.
+TEST_F(CudaVsCpu, SplitAttentionIsTheSameAloneAndBatchedAndNearTheCpu) {
+  auto split_gpu = make_cuda_backend(0, BackendOptions{});
+  ASSERT_EQ(split_gpu->matmul_precision(), MatmulPrecision::Bf16);
+  struct Case {
+    const char* codec;
+    int head_dim, window, block_size, heads, kv_heads, length;
+  };
+  const std::vector<Case> cases = {{"bf16", 256, 0, 16, 8, 1, 700},  {"bf16", 512, 0, 16, 8, 1, 600},
+                                   {"f32", 64, 0, 16, 4, 2, 300},    {"f16", 48, 100, 5, 2, 2, 290},
+                                   {"q8", 128, 0, 32, 20, 2, 333},   {"q4:32", 64, 129, 16, 16, 1, 560},
+                                   {"bf16", 80, 0, 16, 3, 3, 130}};
+  for (const Case& c : cases) {
+    const std::string what = std::string(c.codec) + " hd" + std::to_string(c.head_dim) + " w" +
+                             std::to_string(c.window) + " B" + std::to_string(c.block_size) + " heads" +
+                             std::to_string(c.heads) + "/" + std::to_string(c.kv_heads);
+    kv::CacheOptions opt;
+    kv::LayerSpec spec;
+    spec.kv_heads = c.kv_heads;
+    spec.head_dim = c.head_dim;
+    spec.window = c.window;
+    spec.codec = kv::parse_codec(c.codec);
+    opt.layers = {spec};
+    opt.block_size = c.block_size;
+    kv::KvCache on_cpu(opt, *cpu), on_gpu(opt, *split_gpu);
+    const int64_t width = int64_t(c.kv_heads) * c.head_dim, qwidth = int64_t(c.heads) * c.head_dim;
+    // Two rows: A of c.length positions, B shorter; written in one step.
+    const int32_t len_a = c.length, len_b = c.length / 3 + 1;
+    const kv::RowId ac = on_cpu.create_row(), bc = on_cpu.create_row();
+    const kv::RowId ag = on_gpu.create_row(), bg = on_gpu.create_row();
+    const std::vector<int32_t> counts = {len_a, len_b};
+    on_cpu.begin_step(std::vector<kv::RowId>{ac, bc}, counts);
+    on_gpu.begin_step(std::vector<kv::RowId>{ag, bg}, counts);
+    const Tensor k = random({len_a + len_b, width}, 2.0f), v = random({len_a + len_b, width}, 2.0f);
+    const std::vector<kv::TokenRun> runs_c = {{ac, 0, len_a}, {bc, 0, len_b}};
+    const std::vector<kv::TokenRun> runs_g = {{ag, 0, len_a}, {bg, 0, len_b}};
+    on_cpu.write(0, runs_c, k, v);
+    on_gpu.write(0, runs_g, split_gpu->upload(k), split_gpu->upload(v));
+    const AttentionParams p{c.heads, c.head_dim, c.window, 1.0f / std::sqrt(float(c.head_dim)), 0.0f};
+    const Tensor q_all = random({len_a, qwidth});
+    auto attend_gpu = [&](const std::vector<kv::AttentionQuery>& qs, const Tensor& q) {
+      Tensor out = split_gpu->upload(Tensor(DType::F32, {int64_t(qs.size()), qwidth}));
+      on_gpu.attend(0, qs, split_gpu->upload(q), p, out);
+      Tensor host(DType::F32, out.shape());
+      split_gpu->copy_to_host(out, host.raw());
+      return host;
+    };
+    auto row_of = [&](const Tensor& t, int64_t i) {
+      Tensor r(DType::F32, {1, qwidth});
+      std::memcpy(r.raw(), t.data<float>() + i * qwidth, std::size_t(qwidth) * sizeof(float));
+      return r;
+    };
+    // Row A's prefill: every position at once.
+    std::vector<kv::AttentionQuery> prefill_g, prefill_c;
+    for (int32_t i = 0; i < len_a; ++i) {
+      prefill_g.push_back({ag, i});
+      prefill_c.push_back({ac, i});
+    }
+    const Tensor all = attend_gpu(prefill_g, q_all);
+    Tensor want(DType::F32, {len_a, qwidth});
+    on_cpu.attend(0, prefill_c, q_all, p, want);
+    float err = 0, mag = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      err = std::max(err, std::fabs(all.data<float>()[i] - want.data<float>()[i]));
+      mag = std::max(mag, std::fabs(want.data<float>()[i]));
+    }
+    EXPECT_LE(err, 1e-5f * std::max(1.0f, mag)) << what << ": the split attention strays from the CPU's";
+    // Alone, one query per call, at split edges and elsewhere.
+    for (int32_t i : {0, 1, 63, 64, 65, 127, 128, 200, len_a - 2, len_a - 1}) {
+      if (i < 0 || i >= len_a) continue;
+      const Tensor one = attend_gpu({{ag, i}}, row_of(q_all, i));
+      expect_bitwise(one, row_of(all, i), what + " query " + std::to_string(i) + " alone");
+    }
+    // Mixed with row B's queries, in another order.
+    std::vector<kv::AttentionQuery> mixed;
+    std::vector<int32_t> from_a;
+    Tensor q_mixed(DType::F32, {9, qwidth});
+    const Tensor q_b = random({4, qwidth});
+    for (int j = 0; j < 9; ++j) {
+      float* dst = q_mixed.data<float>() + j * qwidth;
+      if (j % 2 == 0) {
+        const int32_t i = (len_a - 1 + 8 * len_a - 37 * j) % len_a;
+        from_a.push_back(i);
+        mixed.push_back({ag, i});
+        std::memcpy(dst, q_all.data<float>() + int64_t(i) * qwidth, std::size_t(qwidth) * sizeof(float));
+      } else {
+        mixed.push_back({bg, len_b - 1 - j});
+        std::memcpy(dst, q_b.data<float>() + (j / 2) * qwidth, std::size_t(qwidth) * sizeof(float));
+      }
+    }
+    const Tensor got = attend_gpu(mixed, q_mixed);
+    for (std::size_t j = 0; j < from_a.size(); ++j)
+      expect_bitwise(row_of(got, int64_t(2 * j)), row_of(all, from_a[j]),
+                     what + " query " + std::to_string(from_a[j]) + " among row B's");
+    on_cpu.end_step();
+    on_gpu.end_step();
+  }
+}
+
 // Whole forward passes on the transformers fixtures: the GPU's logits are
 // the CPU's, bit for bit (so within 1e-4 of transformers, as the CPU is),
 // prefill and decode, several rows per step.

@@ -50,11 +50,13 @@ __global__ void matmul_f32_kernel(const float* x, const void* w, Storage ws, flo
 }
 
 __global__ void round_to_bf16_kernel(const float* x, uint16_t* out, int64_t n) {
+  allow_dependents();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = f32_to_bf16(x[i]);
 }
 
 __global__ void add_bias_kernel(float* y, const float* bias, int64_t M, int64_t N) {
+  allow_dependents();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < M * N) y[i] = y[i] + bias[i % N];
 }
@@ -67,6 +69,7 @@ __device__ __forceinline__ bool index_ok(int64_t v, int64_t bound, int* error, i
 
 __global__ void embed_kernel(const int32_t* ids, int64_t T, const void* table, Storage ts, int64_t V, int64_t D,
                              float scale, float* out, int* error) {
+  allow_dependents();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * D) return;
   const int64_t t = i / D, d = i % D;
@@ -81,6 +84,7 @@ __global__ void embed_kernel(const int32_t* ids, int64_t T, const void* table, S
 // then y = (x · inv) · g.
 __global__ void rms_norm_kernel(const float* x, const void* w, Storage ws, int norm, float eps, float* y,
                                 int64_t rows, int64_t D) {
+  allow_dependents();
   const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;
   if (row >= rows) return;
   const int lane = threadIdx.x & 15;
@@ -136,6 +140,7 @@ constexpr int64_t kNormMaxStaged = 12 * 1024;  // floats: 48 KiB
 __global__ void __launch_bounds__(kNormThreads) rms_norm_staged_kernel(const float* x,  // y may be x
                                                                        const void* __restrict__ w, Storage ws,
                                                                        int norm, float eps, float* y, int64_t D) {
+  allow_dependents();
   extern __shared__ float row[];
   __shared__ float sum_of_squares;
   constexpr int kBatch = 8;  // loads issued together before their uses: one latency per batch, not per element
@@ -198,6 +203,7 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_staged_kernel(const flo
 
 __global__ void rope_kernel(float* x, const int32_t* positions, int64_t T, int64_t heads, int64_t half,
                             const float* cos_sin, int64_t reserved, int* error) {
+  allow_dependents();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * heads * half) return;
   const int64_t t = i / (heads * half), k = i % half;
@@ -211,6 +217,7 @@ __global__ void rope_kernel(float* x, const int32_t* positions, int64_t T, int64
 }
 
 __global__ void gated_kernel(const float* gate, const float* up, int act, float* out, int64_t n) {
+  allow_dependents();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float g = gate[i], u = up[i];
@@ -218,22 +225,26 @@ __global__ void gated_kernel(const float* gate, const float* up, int act, float*
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
+  allow_dependents();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = y[i] + x[i];
 }
 
 __global__ void scale_kernel(float* y, float s, int64_t n) {
+  allow_dependents();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = y[i] * s;
 }
 
 __global__ void softcap_kernel(float* y, float cap, int64_t n) {
+  allow_dependents();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = tanh_poly(y[i] / cap) * cap;
 }
 
 __global__ void gather_rows_kernel(const uint8_t* src, const int32_t* rows, int64_t n, int64_t row_bytes,
                                    int64_t bound, uint8_t* dst, int* error) {
+  allow_dependents();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n * row_bytes) return;
   const int64_t r = i / row_bytes, b = i % row_bytes;
@@ -246,6 +257,7 @@ __global__ void gather_rows_kernel(const uint8_t* src, const int32_t* rows, int6
 
 __global__ void scatter_add_kernel(float* dst, const int32_t* rows, const float* weights, const float* src, int64_t n,
                                    int64_t D, int64_t bound, int* error) {
+  allow_dependents();
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= D) return;
   for (int64_t i = 0; i < n; ++i) {

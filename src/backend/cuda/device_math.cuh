@@ -15,6 +15,25 @@
 
 namespace rowlm::cuda {
 
+// Programmatic dependent launch (Hopper and later; no-ops before). A kernel
+// launched with it (the GEMM) may start while the kernel before it runs:
+// what it reads that no earlier kernel writes (weights) it may load at once;
+// wait_for_producers() then waits until every earlier kernel has finished
+// and its writes are visible, before anything else is read or written.
+// allow_dependents() lets such a kernel launch now rather than when this one
+// ends; every kernel may call it at any point, since the dependent waits
+// anyway.
+__device__ __forceinline__ void wait_for_producers() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::);
+#endif
+}
+
 __device__ __forceinline__ float bits_to_float(uint32_t u) { return __uint_as_float(u); }
 __device__ __forceinline__ uint32_t float_to_bits(float f) { return __float_as_uint(f); }
 

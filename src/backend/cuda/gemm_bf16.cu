@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "backend/cuda/device_math.cuh"
+
 namespace rowlm::cuda {
 namespace {
 
@@ -108,15 +110,26 @@ __global__ void __launch_bounds__(C::kThreads)
 
   auto stage_a = [&](int s) { return smem + s * C::kStageElems; };
   auto stage_b = [&](int s) { return smem + s * C::kStageElems + C::BM * C::kStride; };
+  auto load_x = [&](int t) {
+    load_tile<C, C::BM, kAligned>(stage_a(t % C::STAGES), x, M, K, row0, k_begin + int64_t(t) * C::BK);
+  };
+  auto load_w = [&](int t) {
+    load_tile<C, C::BN, kAligned>(stage_b(t % C::STAGES), w, N, K, col0, k_begin + int64_t(t) * C::BK);
+  };
   auto load = [&](int t) {
-    const int s = t % C::STAGES;
-    const int64_t k0 = k_begin + int64_t(t) * C::BK;
-    load_tile<C, C::BM, kAligned>(stage_a(s), x, M, K, row0, k0);
-    load_tile<C, C::BN, kAligned>(stage_b(s), w, N, K, col0, k0);
+    load_x(t);
+    load_w(t);
   };
 
+  // The weights are written by no kernel: the first stages' are requested
+  // before waiting for the kernels that write x (device_math.cuh). The
+  // first commit group then holds them with stage 0's x, so the pipeline's
+  // waits below still cover every stage.
+  for (int t = 0; t < C::STAGES - 1; ++t)
+    if (t < tiles) load_w(t);
+  wait_for_producers();
   for (int t = 0; t < C::STAGES - 1; ++t) {
-    if (t < tiles) load(t);
+    if (t < tiles) load_x(t);
     cp_async_commit();
   }
   for (int t = 0; t < tiles; ++t) {
@@ -164,6 +177,7 @@ __global__ void __launch_bounds__(C::kThreads)
     }
   }
   cp_async_wait<0>();
+  allow_dependents();  // the next kernel may start loading its weights
 
   float* out = split ? partials + int64_t(blockIdx.z) * M * N : y;
 #pragma unroll
@@ -213,6 +227,15 @@ __global__ void sum_chunks_kernel(const float* __restrict__ partials, float* __r
 
 int64_t chunks_of(int64_t K) { return (K + kGemmChunk - 1) / kGemmChunk; }
 
+// Programmatic dependent launch needs compute capability 9.0 (the current
+// device's, asked each launch: the runtime caches it).
+bool programmatic_launch_supported() {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
+  return major >= 9;
+}
+
 template <class C>
 void launch(bool split, const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N, int64_t K,
             float* scratch, int* arrivals, cudaStream_t stream) {
@@ -226,7 +249,20 @@ void launch(bool split, const uint16_t* x, const uint16_t* w, float* y, int64_t 
   // Above 48 KiB of shared memory a kernel must opt in; a host-side
   // attribute, cheap, and idempotent.
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
-  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(x, w, y, split ? scratch : nullptr, arrivals, M, N, K);
+  // Launched as a programmatic dependent of the kernel before it where the
+  // GPU has that (Hopper on): its weight loads overlap that kernel's end.
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(C::kThreads);
+  config.dynamicSmemBytes = C::kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute pdl[1];
+  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = pdl;
+  config.numAttrs = programmatic_launch_supported() ? 1 : 0;
+  float* partials = split ? scratch : nullptr;
+  cudaLaunchKernelEx(&config, kernel, x, w, y, partials, arrivals, M, N, K);
   if (split && !C::kSumsInKernel) {
     const int64_t MN = M * N;
     sum_chunks_kernel<<<unsigned((MN + 255) / 256), 256, 0, stream>>>(scratch, y, MN, int(chunks));

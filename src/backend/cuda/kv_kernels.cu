@@ -1,6 +1,7 @@
 #include "backend/cuda/kv_kernels.h"
 
 #include "backend/cuda/device_math.cuh"
+#include "backend/cuda/kv_device.cuh"
 
 namespace rowlm::cuda {
 namespace {
@@ -8,14 +9,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxHeadDim = 512;
 
-// kv::Codec values.
-enum : int { kF32 = 0, kBF16 = 1, kF16 = 2, kQ8 = 3, kQ4 = 4 };
-
 int64_t blocks_for(int64_t threads) { return (threads + kThreads - 1) / kThreads; }
-
-__device__ __forceinline__ uint8_t* block_at(const KvBlocks& b, int64_t id) {
-  return b.chunks[id / b.chunk_blocks] + (id % b.chunk_blocks) * b.block_bytes;
-}
 
 // Where byte r of a slot's canonical record (kvcodec/codec.h) lives in its
 // block (backend/kv_block_layout.h: K feature-major per head, then scales
@@ -51,6 +45,7 @@ __device__ __forceinline__ int kv_write_units(const KvLayout& L) {
 
 __global__ void kv_write_kernel(KvLayout L, KvBlocks blocks, const int64_t* slots, int64_t T, const float* k,
                                 const float* v) {
+  allow_dependents();
   const int units = kv_write_units(L);
   const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (item >= T * L.kv_heads * 2 * units) return;
@@ -124,65 +119,10 @@ __global__ void kv_store_kernel(KvLayout L, KvBlocks blocks, const int64_t* slot
   block_at(blocks, slot / bs)[record_byte_offset(L, slot % bs, i % rec)] = records[i];
 }
 
-__device__ __forceinline__ float bf16_at(const uint8_t* p) { return bf16_to_f32(uint16_t(p[0] | (p[1] << 8))); }
-__device__ __forceinline__ float f16_at(const uint8_t* p) { return f16_to_f32(uint16_t(p[0] | (p[1] << 8))); }
-__device__ __forceinline__ float f32_at(const uint8_t* p) {
-  return bits_to_float(uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24));
-}
-
-// Feature d of the key in slot i of a K head section (feature-major).
-__device__ __forceinline__ float key_at(const KvLayout& L, const uint8_t* kh, int i, int d) {
-  const int64_t bs = L.block_size;
-  switch (L.codec) {
-    case kF32: return f32_at(kh + (int64_t(d) * bs + i) * 4);
-    case kBF16: return bf16_at(kh + (int64_t(d) * bs + i) * 2);
-    case kF16: return f16_at(kh + (int64_t(d) * bs + i) * 2);
-    default: {
-      const int g = d / L.group_size;
-      const float s = bf16_at(kh + L.k_scales_offset + (int64_t(g) * bs + i) * 2);
-      const float b = bf16_at(kh + L.k_biases_offset + (int64_t(g) * bs + i) * 2);
-      int code;
-      if (L.codec == kQ8) {
-        code = kh[int64_t(d) * bs + i];
-      } else {
-        const uint8_t pair = kh[int64_t(d / 2) * bs + i];
-        code = d % 2 == 0 ? (pair & 15) : (pair >> 4);
-      }
-      return s * float(code) + b;
-    }
-  }
-}
-
-// Feature d of a value record (the canonical head record).
-__device__ __forceinline__ float value_at(const KvLayout& L, const uint8_t* rec, int d) {
-  switch (L.codec) {
-    case kF32: return f32_at(rec + 4 * d);
-    case kBF16: return bf16_at(rec + 2 * d);
-    case kF16: return f16_at(rec + 2 * d);
-    default: {
-      const int g = d / L.group_size;
-      const float s = bf16_at(rec + L.value_bytes + 2 * g);
-      const float b = bf16_at(rec + L.value_bytes + 2 * (L.groups + g));
-      const int code = L.codec == kQ8 ? rec[d] : (d % 2 == 0 ? (rec[d / 2] & 15) : (rec[d / 2] >> 4));
-      return s * float(code) + b;
-    }
-  }
-}
-
-// Copies n bytes global → shared with every thread of the block: 16-byte
-// cp.async where both ends and n allow it (issued all at once, so a block
-// of keys costs one memory latency, not one per load), else byte by byte.
+// Copies n bytes global → shared with every thread of the block (kv_device.cuh).
 __device__ __forceinline__ void stage_bytes(uint8_t* dst, const uint8_t* src, int64_t n) {
-  if (((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) | uintptr_t(n)) & 15) == 0) {
-    for (int64_t i = threadIdx.x; i < n / 16; i += blockDim.x) {
-      const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst + 16 * i));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src + 16 * i));
-    }
-    asm volatile("cp.async.commit_group;\n" ::);
-    asm volatile("cp.async.wait_group 0;\n" ::);
-  } else {
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
-  }
+  issue_bytes(dst, src, n);
+  cp_async_wait_all();
 }
 
 __host__ __device__ __forceinline__ int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
@@ -201,6 +141,7 @@ constexpr int kSlotsPerPass = kAttentionThreads / 4;  // four threads score a sl
 // Shared memory: q (head_dim rounded to 4 floats), one float per slot, then
 // the K and V sections (attention_smem_bytes).
 __global__ void __launch_bounds__(kAttentionThreads) attention_kernel(KvLayout L, KvBlocks blocks, AttentionArgs a) {
+  allow_dependents();
   extern __shared__ __align__(16) float attention_smem[];
   const int hd = L.head_dim, hd4 = (hd + 3) / 4 * 4, bs = L.block_size;
   const int tid = int(threadIdx.x), lane = tid % 32;

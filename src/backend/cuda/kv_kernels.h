@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace rowlm::cuda {
@@ -59,5 +60,24 @@ struct AttentionArgs {
   float scale = 1.0f;
 };
 void attention(const KvLayout& layout, KvBlocks blocks, const AttentionArgs& args, cudaStream_t stream);
+
+// The same attention with the keys cut in splits of kSplitPositions
+// positions at fixed multiples (attention_split.cu): each split is scored and
+// softmaxed on its own, and the splits' (max, sum, output) are merged in
+// increasing order. Every query's bits depend only on its own q, keys and
+// range, whatever the batch and whichever mode runs: with `scratch` (at least
+// attention_split_scratch_floats(T, heads, head_dim, splits) floats; `splits`
+// at least every query's number of splits) one block per split and a second
+// kernel merging them, which fills the GPU when few queries run (decode);
+// with scratch == nullptr one block per query walking its splits in turn
+// (prefill). A different order from attention() above (the CPU's), for the
+// tensor-core precision, where no CPU equality is promised; q, out, the
+// tables and the ranges as there.
+inline constexpr int kSplitPositions = 64;
+inline constexpr int kSplitHeads = 8;  // query heads of one KV head per thread block
+int attention_split_head_groups(int heads, int kv_heads);
+std::size_t attention_split_scratch_floats(int64_t T, int heads, int head_dim, int splits);
+void attention_split(const KvLayout& layout, KvBlocks blocks, const AttentionArgs& args, int splits, float* scratch,
+                     cudaStream_t stream);
 
 }  // namespace rowlm::cuda

@@ -1,0 +1,374 @@
+// Paged attention with the keys cut in fixed splits (flash-decoding), for the
+// tensor-core precision: see attention_split in kv_kernels.h for the order.
+//
+// One thread block takes one (query token, KV head, group of up to
+// kSplitHeads query heads of that KV head) and one split of
+// kSplitPositions positions (split mode), or every split of the query in
+// turn (inline mode). A split's K and V head sections are staged in shared
+// memory by cp.async (all loads in flight at once; in chunks of whole KV
+// blocks when they exceed kStageBytes). Within a split:
+//   scores   thread (slot i, part j) sums q[d]·k[d] over d ≡ j (mod 4) in
+//            increasing d with fmaf; score = ((p0 + p1) + (p2 + p3)) · scale;
+//   softmax  one warp per head: the split's max, e = exp(score − max), and
+//            l = Σ e, lane j summing slots j, j + 32 in order, then the
+//            butterfly over lanes (xor 16, 8, 4, 2, 1);
+//   values   thread d sums e_i · v_i[d] over the split's slots in order (fmaf).
+// Then the split's (m, l, o) is merged into the query's running state in
+// split order (merge_split): in registers (inline mode), or by the combine
+// kernel reading the splits' partials (split mode). Both modes perform the
+// same operations on the same values, so the launcher may pick either from
+// the batch's size without changing a bit.
+
+#include <cstdint>
+
+#include "backend/cuda/device_math.cuh"
+#include "backend/cuda/kv_device.cuh"
+#include "backend/cuda/kv_kernels.h"
+
+namespace rowlm::cuda {
+namespace {
+
+constexpr int kSplitThreads = 256;
+constexpr int kSplitParts = kSplitThreads / kSplitPositions;  // threads scoring one slot
+constexpr int kSplitFeatures = 512 / kSplitThreads;           // value features per thread (head_dim ≤ 512)
+static_assert(kSplitParts == 4, "the score's sum is written for four parts");
+static_assert(kSplitPositions % 32 == 0 && kSplitHeads <= kSplitThreads / 32, "one warp per head, whole warps of slots");
+
+__device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
+
+// Feature d of the key in slot i of a K head section (feature-major), for a
+// codec known at compile time (the dense codecs by one aligned load).
+template <int kCodec>
+__device__ __forceinline__ float key_of(const KvLayout& L, const uint8_t* kh, int i, int d) {
+  const int64_t at = int64_t(d) * L.block_size + i;
+  if constexpr (kCodec == kF32) return reinterpret_cast<const float*>(kh)[at];
+  if constexpr (kCodec == kBF16) return bf16_to_f32(reinterpret_cast<const uint16_t*>(kh)[at]);
+  if constexpr (kCodec == kF16) return f16_to_f32(reinterpret_cast<const uint16_t*>(kh)[at]);
+  return key_at(L, kh, i, d);
+}
+
+template <int kCodec>
+__device__ __forceinline__ float value_of(const KvLayout& L, const uint8_t* rec, int d) {
+  if constexpr (kCodec == kF32) return reinterpret_cast<const float*>(rec)[d];
+  if constexpr (kCodec == kBF16) return bf16_to_f32(reinterpret_cast<const uint16_t*>(rec)[d]);
+  if constexpr (kCodec == kF16) return f16_to_f32(reinterpret_cast<const uint16_t*>(rec)[d]);
+  return value_at(L, rec, d);
+}
+
+// The query's running state (M, L, O) after one more split (m, l, o), in
+// split order. M = −inf: nothing merged yet. Written with explicit
+// roundings so that both modes compile to the same operations.
+__device__ __forceinline__ float merge_scale(float from, float to) {
+  return from == neg_inf() ? 0.0f : attention_exp(__fsub_rn(from, to));
+}
+
+struct SplitArgs {
+  float* part_o = nullptr;   // split mode: [T·heads][splits][head_dim]
+  float* part_ml = nullptr;  // split mode: [T·heads][splits][2] (m, l)
+  int splits = 1;            // grid.y in split mode: at least every query's split count
+  int head_groups = 1;       // blocks per (token, KV head)
+};
+
+__device__ __forceinline__ int64_t split_count(int64_t lo, int64_t hi) {
+  return hi < lo ? 0 : hi / kSplitPositions - lo / kSplitPositions + 1;
+}
+
+// Shared memory: q [kSplitHeads][head_dim], the score parts
+// [kSplitParts][kSplitHeads][P], e [kSplitHeads][P], m and l [kSplitHeads],
+// then the staged K/V sections (kStageBytes).
+constexpr int kStageBytes = 64 * 1024;
+struct SplitSmem {
+  float* q;
+  float* parts;
+  float* e;
+  float* m;
+  float* l;
+  uint8_t* stage;
+};
+__host__ __device__ __forceinline__ int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
+__host__ __device__ __forceinline__ int64_t split_floats(int hd) {
+  return int64_t(kSplitHeads) * hd + kSplitParts * kSplitHeads * kSplitPositions + kSplitHeads * kSplitPositions +
+         2 * kSplitHeads;
+}
+__device__ __forceinline__ SplitSmem carve(float* base, int hd) {
+  SplitSmem s;
+  s.q = base;
+  s.parts = s.q + kSplitHeads * hd;
+  s.e = s.parts + kSplitParts * kSplitHeads * kSplitPositions;
+  s.m = s.e + kSplitHeads * kSplitPositions;
+  s.l = s.m + kSplitHeads;
+  s.stage = reinterpret_cast<uint8_t*>(base) + round16(split_floats(hd) * int64_t(sizeof(float)));
+  return s;
+}
+std::size_t split_smem_bytes(int hd) { return std::size_t(round16(split_floats(hd) * int64_t(sizeof(float)))) + kStageBytes; }
+
+template <int kCodec, bool kInline>
+__global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout L, KvBlocks blocks, AttentionArgs a,
+                                                                   SplitArgs sa) {
+  allow_dependents();
+  extern __shared__ __align__(16) float split_smem[];
+  const int hd = L.head_dim, bs = L.block_size, tid = int(threadIdx.x);
+  const SplitSmem sm = carve(split_smem, hd);
+  const int G = a.heads / L.kv_heads;
+  int64_t x = blockIdx.x;
+  const int group = int(x % sa.head_groups);
+  x /= sa.head_groups;
+  const int kvh = int(x % L.kv_heads);
+  const int64_t t = x / L.kv_heads;
+  const int h0 = kvh * G + group * kSplitHeads;
+  const int nh = min(kSplitHeads, G - group * kSplitHeads);
+  const int64_t lo = a.lo[t], hi = a.hi[t];
+  const int64_t n_splits = split_count(lo, hi);
+  float* out = a.out + (t * a.heads + h0) * hd;
+  if (n_splits == 0) {
+    if (kInline)
+      for (int i = tid; i < nh * hd; i += kSplitThreads) out[i] = 0.0f;
+    return;  // split mode: the combine kernel writes the zeros
+  }
+  const int64_t s_begin = kInline ? 0 : blockIdx.y;
+  const int64_t s_end = kInline ? n_splits : s_begin + 1;
+  if (s_begin >= n_splits) return;
+  const int32_t* table = a.tables + a.table_offset[t];
+  const float* q = a.q + (t * a.heads + h0) * hd;
+  for (int i = tid; i < nh * hd; i += kSplitThreads) sm.q[i] = q[i];
+
+  // The running state (inline mode) of this thread's features, per head.
+  float run_o[kSplitHeads][kSplitFeatures], run_m[kSplitHeads], run_l[kSplitHeads];
+#pragma unroll
+  for (int h = 0; h < kSplitHeads; ++h) {
+    run_m[h] = neg_inf();
+    run_l[h] = 0.0f;
+#pragma unroll
+    for (int f = 0; f < kSplitFeatures; ++f) run_o[h][f] = 0.0f;
+  }
+  const int slot = tid % kSplitPositions, part = tid / kSplitPositions;
+  const int warp = tid / 32, lane = tid % 32;
+
+  for (int64_t s = s_begin; s < s_end; ++s) {
+    const int64_t base = (lo / kSplitPositions + s) * kSplitPositions;
+    const int64_t first = lo > base ? lo : base;
+    const int64_t last = hi < base + kSplitPositions - 1 ? hi : base + kSplitPositions - 1;
+    const int count = int(last - first + 1);
+    // The split's KV blocks, staged a chunk of whole blocks at a time: K
+    // and V together when both fit, else K chunks for the scores, then V
+    // chunks for the values.
+    const int64_t b_first = first / bs, b_last = last / bs;
+    const int n_blocks = int(b_last - b_first + 1);
+    const int64_t section = round16(L.k_head_bytes);  // a K or a V head section (the same size)
+    const int per_chunk = int(kStageBytes / section) > 0 ? int(kStageBytes / section) : 1;
+    const bool together = 2 * n_blocks <= per_chunk;
+    auto stage = [&](int64_t b0, int64_t b1, bool keys, uint8_t* dst) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const uint8_t* blk = block_at(blocks, table[b]);
+        const uint8_t* src = keys ? blk + int64_t(kvh) * L.k_head_bytes : blk + L.k_bytes + int64_t(kvh) * L.v_head_bytes;
+        issue_bytes(dst + (b - b0) * section, src, L.k_head_bytes);
+      }
+    };
+    // Scores, in parts.
+    float dot[kSplitHeads];
+#pragma unroll
+    for (int h = 0; h < kSplitHeads; ++h) dot[h] = 0.0f;
+    const int64_t p = first + slot;
+    const int64_t b_slot = p / bs;
+    const int i_slot = int(p % bs);
+    const int chunk_blocks = together ? n_blocks : per_chunk;
+    for (int64_t c0 = b_first; c0 <= b_last; c0 += chunk_blocks) {
+      const int64_t c1 = c0 + chunk_blocks <= b_last + 1 ? c0 + chunk_blocks : b_last + 1;
+      __syncthreads();  // q is written; the stage's last readers are done
+      stage(c0, c1, true, sm.stage);
+      if (together) stage(c0, c1, false, sm.stage + n_blocks * section);
+      cp_async_wait_all();
+      __syncthreads();
+      if (slot < count && b_slot >= c0 && b_slot < c1) {
+        const uint8_t* kh = sm.stage + (b_slot - c0) * section;
+        for (int d = part; d < hd; d += kSplitParts) {
+          const float k = key_of<kCodec>(L, kh, i_slot, d);
+#pragma unroll
+          for (int h = 0; h < kSplitHeads; ++h)
+            if (h < nh) dot[h] = fmaf(sm.q[h * hd + d], k, dot[h]);
+        }
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < kSplitHeads; ++h)
+      if (h < nh) sm.parts[(part * kSplitHeads + h) * kSplitPositions + slot] = dot[h];
+    __syncthreads();
+    // Softmax over the split, one warp per head.
+    if (warp < nh) {
+      const int h = warp;
+      constexpr int kPerLane = kSplitPositions / 32;
+      float sc[kPerLane];
+      float mx = neg_inf();
+#pragma unroll
+      for (int r = 0; r < kPerLane; ++r) {
+        const int i = lane + 32 * r;
+        const float* pp = sm.parts + h * kSplitPositions + i;
+        constexpr int kStride = kSplitHeads * kSplitPositions;
+        const float sum = __fadd_rn(__fadd_rn(pp[0], pp[kStride]), __fadd_rn(pp[2 * kStride], pp[3 * kStride]));
+        sc[r] = i < count ? __fmul_rn(sum, a.scale) : neg_inf();
+        mx = fmaxf(mx, sc[r]);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      float l = 0.0f;
+#pragma unroll
+      for (int r = 0; r < kPerLane; ++r) {
+        const int i = lane + 32 * r;
+        const float e = i < count ? attention_exp(__fsub_rn(sc[r], mx)) : 0.0f;
+        sm.e[h * kSplitPositions + i] = e;
+        l = __fadd_rn(l, e);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, o));
+      if (lane == 0) {
+        sm.m[h] = mx;
+        sm.l[h] = l;
+      }
+    }
+    // Values, over the split's positions in order.
+    float o[kSplitHeads][kSplitFeatures];
+#pragma unroll
+    for (int h = 0; h < kSplitHeads; ++h)
+#pragma unroll
+      for (int f = 0; f < kSplitFeatures; ++f) o[h][f] = 0.0f;
+    for (int64_t c0 = b_first; c0 <= b_last; c0 += chunk_blocks) {
+      const int64_t c1 = c0 + chunk_blocks <= b_last + 1 ? c0 + chunk_blocks : b_last + 1;
+      const uint8_t* vs = sm.stage + (together ? n_blocks * section : 0);
+      __syncthreads();  // e, m and l are written; (staging V) the keys' readers are done
+      if (!together) {
+        stage(c0, c1, false, sm.stage);
+        cp_async_wait_all();
+        __syncthreads();
+      }
+      const int64_t p0 = c0 * bs > first ? c0 * bs : first;
+      const int64_t p1 = c1 * bs - 1 < last ? c1 * bs - 1 : last;
+      for (int64_t pos = p0; pos <= p1; ++pos) {
+        const int i = int(pos - first);
+        const uint8_t* rec = vs + (pos / bs - c0) * section + (pos % bs) * L.head_bytes;
+#pragma unroll
+        for (int f = 0; f < kSplitFeatures; ++f) {
+          const int d = tid + f * kSplitThreads;
+          if (d >= hd) break;
+          const float v = value_of<kCodec>(L, rec, d);
+#pragma unroll
+          for (int h = 0; h < kSplitHeads; ++h)
+            if (h < nh) o[h][f] = fmaf(sm.e[h * kSplitPositions + i], v, o[h][f]);
+        }
+      }
+    }
+    if (kInline) {
+#pragma unroll
+      for (int h = 0; h < kSplitHeads; ++h) {
+        if (h >= nh) break;
+        const float m = sm.m[h], l = sm.l[h];
+        const float M = fmaxf(run_m[h], m);
+        const float alpha = merge_scale(run_m[h], M), beta = merge_scale(m, M);
+        run_l[h] = __fadd_rn(__fmul_rn(run_l[h], alpha), __fmul_rn(l, beta));
+#pragma unroll
+        for (int f = 0; f < kSplitFeatures; ++f)
+          run_o[h][f] = __fadd_rn(__fmul_rn(run_o[h][f], alpha), __fmul_rn(o[h][f], beta));
+        run_m[h] = M;
+      }
+    } else {
+      for (int h = 0; h < nh; ++h) {
+        const int64_t at = (t * a.heads + h0 + h) * sa.splits + s;
+#pragma unroll
+        for (int f = 0; f < kSplitFeatures; ++f) {
+          const int d = tid + f * kSplitThreads;
+          if (d < hd) sa.part_o[at * hd + d] = o[h][f];
+        }
+        if (tid == 0) {
+          sa.part_ml[2 * at] = sm.m[h];
+          sa.part_ml[2 * at + 1] = sm.l[h];
+        }
+      }
+    }
+  }
+  if (kInline) {
+#pragma unroll
+    for (int h = 0; h < kSplitHeads; ++h) {
+      if (h >= nh) break;
+#pragma unroll
+      for (int f = 0; f < kSplitFeatures; ++f) {
+        const int d = tid + f * kSplitThreads;
+        if (d < hd) out[h * hd + d] = __fdiv_rn(run_o[h][f], run_l[h]);
+      }
+    }
+  }
+}
+
+// Split mode's second step: one block per (token, head), the splits' partials
+// merged in split order exactly as inline mode merges them.
+__global__ void __launch_bounds__(kSplitThreads) attention_combine_kernel(KvLayout L, AttentionArgs a, SplitArgs sa) {
+  allow_dependents();
+  const int hd = L.head_dim, tid = int(threadIdx.x);
+  const int64_t th = blockIdx.x, t = th / a.heads;
+  const int64_t n_splits = split_count(a.lo[t], a.hi[t]);
+  float* out = a.out + th * hd;
+#pragma unroll
+  for (int f = 0; f < kSplitFeatures; ++f) {
+    const int d = tid + f * kSplitThreads;
+    if (d >= hd) break;
+    float M = neg_inf(), Lsum = 0.0f, O = 0.0f;
+    for (int64_t s = 0; s < n_splits; ++s) {
+      const int64_t at = th * sa.splits + s;
+      const float m = sa.part_ml[2 * at], l = sa.part_ml[2 * at + 1], o = sa.part_o[at * hd + d];
+      const float Mn = fmaxf(M, m);
+      const float alpha = merge_scale(M, Mn), beta = merge_scale(m, Mn);
+      Lsum = __fadd_rn(__fmul_rn(Lsum, alpha), __fmul_rn(l, beta));
+      O = __fadd_rn(__fmul_rn(O, alpha), __fmul_rn(o, beta));
+      M = Mn;
+    }
+    out[d] = n_splits == 0 ? 0.0f : __fdiv_rn(O, Lsum);
+  }
+}
+
+template <int kCodec>
+void launch_split(const KvLayout& L, KvBlocks blocks, const AttentionArgs& args, const SplitArgs& sa, bool inline_mode,
+                  cudaStream_t stream) {
+  const std::size_t smem = split_smem_bytes(L.head_dim);
+  const dim3 grid(unsigned(args.T * L.kv_heads * sa.head_groups), inline_mode ? 1u : unsigned(sa.splits));
+  if (inline_mode) {
+    auto kernel = attention_split_kernel<kCodec, true>;
+    if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    kernel<<<grid, kSplitThreads, smem, stream>>>(L, blocks, args, sa);
+  } else {
+    auto kernel = attention_split_kernel<kCodec, false>;
+    if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    kernel<<<grid, kSplitThreads, smem, stream>>>(L, blocks, args, sa);
+    attention_combine_kernel<<<unsigned(args.T * args.heads), kSplitThreads, 0, stream>>>(L, args, sa);
+  }
+}
+
+}  // namespace
+
+int attention_split_head_groups(int heads, int kv_heads) {
+  const int G = heads / kv_heads;
+  return (G + kSplitHeads - 1) / kSplitHeads;
+}
+
+std::size_t attention_split_scratch_floats(int64_t T, int heads, int head_dim, int splits) {
+  return std::size_t(T) * std::size_t(heads) * std::size_t(splits) * std::size_t(head_dim + 2);
+}
+
+void attention_split(const KvLayout& layout, KvBlocks blocks, const AttentionArgs& args, int splits, float* scratch,
+                     cudaStream_t stream) {
+  if (args.T == 0) return;
+  SplitArgs sa;
+  sa.head_groups = attention_split_head_groups(args.heads, layout.kv_heads);
+  sa.splits = splits;
+  const bool inline_mode = scratch == nullptr;
+  if (!inline_mode) {
+    sa.part_o = scratch;
+    sa.part_ml = scratch + std::size_t(args.T) * args.heads * splits * layout.head_dim;
+  }
+  switch (layout.codec) {
+    case kF32: launch_split<kF32>(layout, blocks, args, sa, inline_mode, stream); break;
+    case kBF16: launch_split<kBF16>(layout, blocks, args, sa, inline_mode, stream); break;
+    case kF16: launch_split<kF16>(layout, blocks, args, sa, inline_mode, stream); break;
+    case kQ8: launch_split<kQ8>(layout, blocks, args, sa, inline_mode, stream); break;
+    default: launch_split<kQ4>(layout, blocks, args, sa, inline_mode, stream); break;
+  }
+}
+
+}  // namespace rowlm::cuda
