@@ -142,6 +142,12 @@ class Backend {
   // from x. Under MatmulPrecision::Bf16, x is first rounded to bf16 where w
   // is bf16.
   virtual void matmul(const Tensor& x, const Weight& w, Tensor& y) = 0;
+  // matmul(x, *w[i], *y[i]) for each i (w and y of one size): the same bits,
+  // in one go where a backend can (the CUDA backend rounds x once and runs
+  // one launch for up to four bf16 weights: q, k and v, gate and up).
+  virtual void matmul_each(const Tensor& x, std::span<const Weight* const> w, std::span<Tensor* const> y) {
+    for (std::size_t i = 0; i < w.size() && i < y.size(); ++i) matmul(x, *w[i], *y[i]);
+  }
   // y[m, :] += bias (y [M, N] f32, bias [N] f32).
   virtual void add_bias(Tensor& y, const Tensor& bias) = 0;
   // out[t, :] = table[ids[t], :] · scale; ids: [T] i32, out: [T, D] f32.
@@ -149,6 +155,14 @@ class Backend {
   // Row-wise RMS norm over the last dimension of x ([..., D] f32); w has D
   // entries (f32; ignored for NoScale). y may be x.
   virtual void rms_norm(const Tensor& x, const Tensor* w, float eps, NormKind kind, Tensor& y) = 0;
+  // y += rms_norm(x) (the norm of a sublayer's output added to the residual
+  // stream): the bits of rms_norm into a temporary, then add. x is left as
+  // it is; y has x's shape and is separate from it. One kernel on the GPU.
+  virtual void add_rms_norm(Tensor& y, const Tensor& x, const Tensor* w, float eps, NormKind kind) {
+    Tensor normed = workspace().tensor(DType::F32, x.shape());
+    rms_norm(x, w, eps, kind, normed);
+    add(y, normed);
+  }
   // In-place rotate-half RoPE of x viewed as [T, heads, head_dim]: pair k
   // rotates dims (k, k + head_dim/2) by the angle positions[t] · inv_freq[k]
   // (formed in f32, as transformers does; cos and sin in f32). positions:

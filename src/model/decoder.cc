@@ -1,6 +1,7 @@
 #include "model/decoder.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <unordered_set>
@@ -103,7 +104,7 @@ class DecoderModel final : public Model {
     int64_t T = 0;
     Tensor tokens, positions;                  // [T] i32
     std::vector<kv::AttentionQuery> queries;   // per token
-    Tensor x0;                                 // scaled embedding (per-layer inputs)
+    Tensor per_layer;                          // per-layer inputs, layer-major [L·T, P]
   };
 
   void prepare();
@@ -125,6 +126,21 @@ class DecoderModel final : public Model {
     if (!bias.empty()) be_.add_bias(y, bias);
     return y;
   }
+  // Linears of one input, in one go where the backend can (matmul_each).
+  template <std::size_t N>
+  std::array<Tensor, N> linear_each(const Tensor& x, const std::array<const Weight*, N>& w,
+                                    const std::array<const Tensor*, N>& bias) {
+    std::array<Tensor, N> y;
+    std::array<Tensor*, N> out;
+    for (std::size_t i = 0; i < N; ++i) {
+      y[i] = scratch({x.dim(0), w[i]->rows});
+      out[i] = &y[i];
+    }
+    be_.matmul_each(x, w, out);
+    for (std::size_t i = 0; i < N; ++i)
+      if (!bias[i]->empty()) be_.add_bias(y[i], *bias[i]);
+    return y;
+  }
   Tensor norm(const Tensor& x, const Tensor& w) {
     Tensor y = scratch(x.shape());
     be_.rms_norm(x, &w, eps(), cfg_.norm_kind, y);
@@ -135,8 +151,10 @@ class DecoderModel final : public Model {
 
   void attention(int layer, const Step& step, const ForwardBatch& batch, kv::KvCache& cache, Tensor& h);
   Tensor mlp(const LayerWeights& lw, Activation act, const Tensor& x);
+  // The feed-forward sublayer's output, before the post-feed-forward norm (run_layers adds it).
   Tensor feed_forward(const LayerConfig& lc, const LayerWeights& lw, const Tensor& h);
-  void per_layer_input(int layer, const Step& step, const ForwardBatch& batch, Tensor& h);
+  Tensor per_layer_inputs(const ForwardBatch& batch, const Tensor& x0);
+  void per_layer_input(int layer, const Step& step, Tensor& h);
 
   DecoderConfig cfg_;
   DecoderWeights w_;
@@ -265,10 +283,7 @@ void DecoderModel::forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor
 
     Tensor h = scratch({T, H});
     be_.embed(step.tokens, w_.embed, cfg_.embed_scale, h);
-    if (cfg_.per_layer_input > 0) {
-      step.x0 = scratch({T, H});
-      be_.copy(h, step.x0);
-    }
+    if (cfg_.per_layer_input > 0) step.per_layer = per_layer_inputs(batch, h);
     run_layers(step, batch, cache, h);
 
     if (n_logits > 0) {
@@ -291,9 +306,14 @@ void DecoderModel::run_layers(Step& step, const ForwardBatch& batch, kv::KvCache
     const LayerConfig& lc = cfg_.layers[l];
     const LayerWeights& lw = w_.layers[l];
     attention(int(l), step, batch, cache, h);
-    Tensor f = feed_forward(lc, lw, h);
-    be_.add(h, f);
-    if (cfg_.per_layer_input > 0) per_layer_input(int(l), step, batch, h);
+    // The sublayer's output, normed into the stream where the layer has a post-norm.
+    const Tensor f = feed_forward(lc, lw, h);
+    if (lc.post_ffn_norm) {
+      be_.add_rms_norm(h, f, &lw.post_ffn_norm, eps(), cfg_.norm_kind);
+    } else {
+      be_.add(h, f);
+    }
+    if (cfg_.per_layer_input > 0) per_layer_input(int(l), step, h);
     if (lw.layer_scalar != 1.0f) be_.scale(h, lw.layer_scalar);
   }
 }
@@ -352,22 +372,33 @@ void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch,
   RopeTable& rope = *rope_tables_[std::size_t(ac.rope)];
 
   Tensor a = norm(h, lw.attn_norm);
-  Tensor q = linear(a, lw.q_proj, lw.q_bias);  // [T, nH·hd]
+  const int storage = storage_of_[std::size_t(l)];
+  const bool owns_kv = lc.owns_kv(l);
+  // q, and the layer's own k and v, from one matmul_each.
+  Tensor q, k, v;
+  if (owns_kv && !ac.k_eq_v) {
+    auto y = linear_each<3>(a, {&lw.q_proj, &lw.k_proj, &lw.v_proj}, {&lw.q_bias, &lw.k_bias, &lw.v_bias});
+    q = std::move(y[0]);
+    k = std::move(y[1]);
+    v = std::move(y[2]);
+  } else if (owns_kv) {
+    auto y = linear_each<2>(a, {&lw.q_proj, &lw.k_proj}, {&lw.q_bias, &lw.k_bias});
+    q = std::move(y[0]);
+    k = std::move(y[1]);
+  } else {
+    q = linear(a, lw.q_proj, lw.q_bias);  // [T, nH·hd]
+  }
   if (ac.qk_norm) {
     Tensor q_heads = q.reshaped({T * nH, hd});
     norm_in_place(q_heads, lw.q_norm);
   }
   be_.rope(q, step.positions, rope);
 
-  const int storage = storage_of_[std::size_t(l)];
-  if (lc.owns_kv(l)) {
-    Tensor k = linear(a, lw.k_proj, lw.k_bias);  // [T, kvh·hd], raw
-    Tensor v;
+  if (owns_kv) {
+    // k: [T, kvh·hd], raw
     if (ac.k_eq_v) {
       v = scratch(k.shape());
       be_.copy(k, v);  // V from the raw K projection
-    } else {
-      v = linear(a, lw.v_proj, lw.v_bias);
     }
     if (ac.qk_norm) {
       Tensor k_heads = k.reshaped({T * kvh, hd});
@@ -390,13 +421,16 @@ void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch,
   Tensor attn = scratch({T, int64_t(nH) * hd});
   cache.attend(storage, step.queries, q, params, attn);
   Tensor o = linear(attn, lw.o_proj, lw.o_bias);
-  if (lc.post_attention_norm) norm_in_place(o, lw.post_attn_norm);
-  be_.add(h, o);
+  if (lc.post_attention_norm) {
+    be_.add_rms_norm(h, o, &lw.post_attn_norm, eps(), cfg_.norm_kind);
+  } else {
+    be_.add(h, o);
+  }
 }
 
 Tensor DecoderModel::mlp(const LayerWeights& lw, Activation act, const Tensor& x) {
-  Tensor gate = linear(x, lw.gate_proj);
-  Tensor up = linear(x, lw.up_proj);
+  const Tensor none;
+  auto [gate, up] = linear_each<2>(x, {&lw.gate_proj, &lw.up_proj}, {&none, &none});
   be_.gated_activation(gate, up, act, gate);
   return linear(gate, lw.down_proj);
 }
@@ -404,9 +438,7 @@ Tensor DecoderModel::mlp(const LayerWeights& lw, Activation act, const Tensor& x
 Tensor DecoderModel::feed_forward(const LayerConfig& lc, const LayerWeights& lw, const Tensor& h) {
   const FfnConfig& fc = lc.ffn;
   if (fc.kind == FfnKind::Dense) {
-    Tensor f = mlp(lw, fc.activation, norm(h, lw.ffn_norm));
-    if (lc.post_ffn_norm) norm_in_place(f, lw.post_ffn_norm);
-    return f;
+    return mlp(lw, fc.activation, norm(h, lw.ffn_norm));
   }
   const int64_t T = h.dim(0), H = h.dim(1);
   if (fc.kind == FfnKind::Experts) {
@@ -418,7 +450,6 @@ Tensor DecoderModel::feed_forward(const LayerConfig& lc, const LayerWeights& lw,
     be_.moe_route(router_logits, fc.top_k, fc.renormalize, nullptr, experts, weights);
     Tensor f = scratch({T, H});
     be_.moe_experts(x, experts, weights, lw.experts, fc.activation, f);
-    if (lc.post_ffn_norm) norm_in_place(f, lw.post_ffn_norm);
     return f;
   }
   // Gemma 4's MoE block: the dense "shared expert" branch ...
@@ -437,30 +468,50 @@ Tensor DecoderModel::feed_forward(const LayerConfig& lc, const LayerWeights& lw,
   be_.moe_experts(norm(h, lw.expert_norm), experts, weights, lw.experts, fc.activation, routed);
   norm_in_place(routed, lw.expert_post_norm);
   be_.add(dense, routed);
-  if (lc.post_ffn_norm) norm_in_place(dense, lw.post_ffn_norm);
   return dense;
 }
 
-void DecoderModel::per_layer_input(int l, const Step& step, const ForwardBatch& batch, Tensor& h) {
-  const LayerWeights& lw = w_.layers[std::size_t(l)];
-  const int64_t T = step.T, L = int64_t(cfg_.layers.size()), P = cfg_.per_layer_input;
-  // Token part: row id·L + l of the table viewed as [V·L, P].
-  std::vector<int32_t> ids(static_cast<std::size_t>(T));
-  for (int64_t t = 0; t < T; ++t) ids[std::size_t(t)] = batch.tokens[std::size_t(t)] * int32_t(L) + l;
-  Tensor token_part = scratch({T, P});
+// Gemma 3n/4's per-layer inputs of every layer, computed once before the
+// layers from the scaled embedding x0: one lookup of [T·L] rows, one
+// projection to [T, L·P], and each elementwise step once over [T·L, P] rows
+// (the norm is over each P-wide row), instead of each of these per layer
+// (about eight launches a layer on a GPU). Every element goes through the
+// same operations as layer by layer, so the bits are the same. Returned
+// layer-major: layer l's [T, P] inputs are rows l·T … l·T + T − 1.
+Tensor DecoderModel::per_layer_inputs(const ForwardBatch& batch, const Tensor& x0) {
+  const int64_t T = x0.dim(0), L = int64_t(cfg_.layers.size()), P = cfg_.per_layer_input;
+  // Token part: row id·L + l of the table viewed as [V·L, P], token-major.
+  std::vector<int32_t> ids(static_cast<std::size_t>(T * L));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t l = 0; l < L; ++l) ids[std::size_t(t * L + l)] = batch.tokens[std::size_t(t)] * int32_t(L) + int32_t(l);
+  Tensor token_part = scratch({T * L, P});
   be_.embed(ids_tensor(ids), per_layer_table_, std::sqrt(float(P)), token_part);
-  // Context part: rows l·P … l·P+P-1 of the projection, scaled, normalised.
-  Tensor ple = linear(step.x0, w_.per_layer_model_projection.row_range(int64_t(l) * P, int64_t(l + 1) * P));
+  // Context part: x0 projected to every layer's P (row t: layer l at columns
+  // l·P …, so viewed as [T·L, P] its rows line up with the token part's),
+  // scaled, normalised.
+  Tensor ple = linear(x0, w_.per_layer_model_projection).reshaped({T * L, P});
   be_.scale(ple, 1.0f / std::sqrt(float(cfg_.hidden_size)));
   norm_in_place(ple, w_.per_layer_projection_norm);
   be_.add(ple, token_part);
   be_.scale(ple, 1.0f / std::sqrt(2.0f));
+  if (T == 1) return ple;  // one token: token-major is layer-major
+  std::vector<int32_t> order(static_cast<std::size_t>(T * L));
+  for (int64_t l = 0; l < L; ++l)
+    for (int64_t t = 0; t < T; ++t) order[std::size_t(l * T + t)] = int32_t(t * L + l);
+  Tensor by_layer = scratch({T * L, P});
+  be_.gather_rows(ple, ids_tensor(order), by_layer);
+  return by_layer;
+}
+
+void DecoderModel::per_layer_input(int l, const Step& step, Tensor& h) {
+  const LayerWeights& lw = w_.layers[std::size_t(l)];
+  const int64_t T = step.T;
+  const Tensor ple = step.per_layer.rows(int64_t(l) * T, int64_t(l + 1) * T);
   // Gated into the stream.
   Tensor gate = linear(h, lw.per_layer_gate);
   be_.gated_activation(gate, ple, cfg_.layers[std::size_t(l)].ffn.activation, gate);
   Tensor proj = linear(gate, lw.per_layer_projection);
-  norm_in_place(proj, lw.per_layer_norm);
-  be_.add(h, proj);
+  be_.add_rms_norm(h, proj, &lw.per_layer_norm, eps(), cfg_.norm_kind);
 }
 
 }  // namespace

@@ -468,32 +468,45 @@ class CudaBackend final : public Backend {
   // --- Dense operations
 
   void matmul(const Tensor& x, const Weight& w, Tensor& y) override {
-    require_here(x, "matmul: x");
-    require_here(y, "matmul: y");
-    ROWLM_REQUIRE(x.dtype() == DType::F32 && x.rank() == 2, "matmul: x must be f32 [M, K], got " + describe(x));
-    ROWLM_REQUIRE(w.format == WeightFormat::Dense && w.values.device() == device() &&
-                      is_float_storage(w.values.dtype()),
-                  "matmul: w must be a dense f32, bf16 or f16 weight of this backend, got " + w.describe());
-    const int64_t M = x.dim(0), K = x.dim(1), N = w.rows;
-    ROWLM_REQUIRE(w.cols == K, "matmul: w " + w.describe() + " does not match x " + describe(x) + " in K");
-    ROWLM_REQUIRE(y.dtype() == DType::F32 && y.rank() == 2 && y.dim(0) == M && y.dim(1) == N,
-                  "matmul: y must be f32 [" + std::to_string(M) + ", " + std::to_string(N) + "], got " + describe(y));
-    ROWLM_REQUIRE(!overlaps(y, x) && !overlaps(y, w.values), "matmul: y must not overlap x or w");
+    check_matmul(x, w, y);
     DeviceGuard guard(device_);
-    if (precision_ == MatmulPrecision::Bf16 && w.values.dtype() == DType::BF16) {
-      // Tensor cores (gemm_bf16.h): bf16 activations, f32 accumulation, one
-      // summation order for every M.
-      Tensor xb = workspace_.tensor(DType::BF16, {M, K});
-      queue_.launch("round_to_bf16", &cuda::round_to_bf16, x.data<float>(), xb.data<uint16_t>(), M * K);
-      const std::size_t scratch_bytes = cuda::gemm_bf16_scratch_bytes(M, N, K, props_.multiProcessorCount);
-      Tensor scratch;
-      if (scratch_bytes) scratch = workspace_.tensor(DType::F32, {int64_t(scratch_bytes / sizeof(float))});
-      queue_.launch("gemm_bf16", &cuda::gemm_bf16, xb.data<uint16_t>(), w.values.data<uint16_t>(), y.data<float>(),
-                    M, N, K, scratch_bytes ? scratch.data<float>() : nullptr,
-                    static_cast<int*>(gemm_arrivals_.get()), props_.multiProcessorCount);
+    const int64_t M = x.dim(0), K = x.dim(1), N = w.rows;
+    if (on_tensor_cores(w)) {
+      cuda::GemmOutputs outs;
+      outs.w[0] = w.values.data<uint16_t>();
+      outs.y[0] = y.data<float>();
+      outs.n[0] = N;
+      outs.count = 1;
+      gemm_bf16(x, outs);
     } else {
       queue_.launch("matmul_f32", &cuda::matmul_f32, x.data<float>(), w.values.raw(), storage_of(w.values.dtype()), y.data<float>(), M, N, K);
     }
+  }
+
+  void matmul_each(const Tensor& x, std::span<const Weight* const> w, std::span<Tensor* const> y) override {
+    ROWLM_REQUIRE(w.size() == y.size(), "matmul_each: " + std::to_string(w.size()) + " weights but " +
+                                            std::to_string(y.size()) + " outputs");
+    bool together = w.size() >= 2 && int(w.size()) <= cuda::GemmOutputs::kMax;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      check_matmul(x, *w[i], *y[i]);
+      together = together && on_tensor_cores(*w[i]);
+    }
+    if (!together) {
+      for (std::size_t i = 0; i < w.size(); ++i) matmul(x, *w[i], *y[i]);
+      return;
+    }
+    for (std::size_t i = 0; i < y.size(); ++i)
+      for (std::size_t j = 0; j < i; ++j)
+        ROWLM_REQUIRE(!overlaps(*y[i], *y[j]), "matmul_each: outputs must not overlap");
+    DeviceGuard guard(device_);
+    cuda::GemmOutputs outs;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      outs.w[i] = w[i]->values.data<uint16_t>();
+      outs.y[i] = y[i]->data<float>();
+      outs.n[i] = w[i]->rows;
+    }
+    outs.count = int(w.size());
+    gemm_bf16(x, outs);
   }
 
   void add_bias(Tensor& y, const Tensor& bias) override {
@@ -522,28 +535,18 @@ class CudaBackend final : public Backend {
   }
 
   void rms_norm(const Tensor& x, const Tensor* w, float eps, NormKind kind, Tensor& y) override {
-    require_here(x, "rms_norm: x");
-    require_here(y, "rms_norm: y");
-    ROWLM_REQUIRE(x.dtype() == DType::F32 && x.rank() >= 1 && x.dim(-1) > 0,
-                  "rms_norm: x must be f32 [..., D] with D > 0, got " + describe(x));
-    ROWLM_REQUIRE(y.dtype() == DType::F32 && y.shape() == x.shape(),
-                  "rms_norm: y must be f32 " + shape_str(x.shape()) + ", got " + describe(y));
+    const NormArgs a = norm_args(x, w, kind, y, "rms_norm");
     ROWLM_REQUIRE(y.raw() == x.raw() || !overlaps(x, y), "rms_norm: y must be x itself or not overlap it");
-    const int64_t D = x.dim(-1), rows = x.numel() / D;
-    const void* g = nullptr;
-    Storage gs = Storage::F32;
-    if (kind != NormKind::NoScale) {
-      ROWLM_REQUIRE(w != nullptr, "rms_norm: this norm kind needs a weight");
-      require_here(*w, "rms_norm: weight");
-      ROWLM_REQUIRE(w->numel() == D && is_float_storage(w->dtype()),
-                    "rms_norm: weight must be f32, bf16 or f16 with " + std::to_string(D) + " entries, got " +
-                        describe(*w));
-      g = w->raw();
-      gs = storage_of(w->dtype());
-    }
-    const int norm = kind == NormKind::Plain ? 0 : kind == NormKind::OnePlus ? 1 : 2;
     DeviceGuard guard(device_);
-    queue_.launch("rms_norm", &cuda::rms_norm, x.data<float>(), g, gs, norm, eps, y.data<float>(), rows, D);
+    queue_.launch("rms_norm", &cuda::rms_norm, x.data<float>(), a.g, a.gs, a.norm, eps, y.data<float>(), a.rows, a.D);
+  }
+
+  void add_rms_norm(Tensor& y, const Tensor& x, const Tensor* w, float eps, NormKind kind) override {
+    const NormArgs a = norm_args(x, w, kind, y, "add_rms_norm");
+    ROWLM_REQUIRE(!overlaps(x, y), "add_rms_norm: y must not overlap x");
+    DeviceGuard guard(device_);
+    queue_.launch("add_rms_norm", &cuda::add_rms_norm, y.data<float>(), x.data<float>(), a.g, a.gs, a.norm, eps, a.rows,
+                  a.D);
   }
 
   void rope(Tensor& x, const Tensor& positions, RopeTable& rope_table) override {
@@ -935,6 +938,69 @@ class CudaBackend final : public Backend {
       check(cudaStreamSynchronize(stream_), "affine weight upload");
     }
     return Weight::dense(Tensor::view(DType::F32, {w.rows, w.cols}, dense.get(), dense, device()));
+  }
+
+  // rms_norm's and add_rms_norm's checks, and the kernel's view of the weight.
+  struct NormArgs {
+    const void* g = nullptr;
+    Storage gs = Storage::F32;
+    int norm = 0;
+    int64_t rows = 0, D = 0;
+  };
+  NormArgs norm_args(const Tensor& x, const Tensor* w, NormKind kind, const Tensor& y, const std::string& op) const {
+    require_here(x, (op + ": x").c_str());
+    require_here(y, (op + ": y").c_str());
+    ROWLM_REQUIRE(x.dtype() == DType::F32 && x.rank() >= 1 && x.dim(-1) > 0,
+                  op + ": x must be f32 [..., D] with D > 0, got " + describe(x));
+    ROWLM_REQUIRE(y.dtype() == DType::F32 && y.shape() == x.shape(),
+                  op + ": y must be f32 " + shape_str(x.shape()) + ", got " + describe(y));
+    NormArgs a;
+    a.D = x.dim(-1);
+    a.rows = x.numel() / a.D;
+    if (kind != NormKind::NoScale) {
+      ROWLM_REQUIRE(w != nullptr, op + ": this norm kind needs a weight");
+      require_here(*w, (op + ": weight").c_str());
+      ROWLM_REQUIRE(w->numel() == a.D && is_float_storage(w->dtype()),
+                    op + ": weight must be f32, bf16 or f16 with " + std::to_string(a.D) + " entries, got " +
+                        describe(*w));
+      a.g = w->raw();
+      a.gs = storage_of(w->dtype());
+    }
+    a.norm = kind == NormKind::Plain ? 0 : kind == NormKind::OnePlus ? 1 : 2;
+    return a;
+  }
+
+  void check_matmul(const Tensor& x, const Weight& w, const Tensor& y) const {
+    require_here(x, "matmul: x");
+    require_here(y, "matmul: y");
+    ROWLM_REQUIRE(x.dtype() == DType::F32 && x.rank() == 2, "matmul: x must be f32 [M, K], got " + describe(x));
+    ROWLM_REQUIRE(w.format == WeightFormat::Dense && w.values.device() == device() &&
+                      is_float_storage(w.values.dtype()),
+                  "matmul: w must be a dense f32, bf16 or f16 weight of this backend, got " + w.describe());
+    const int64_t M = x.dim(0), K = x.dim(1), N = w.rows;
+    ROWLM_REQUIRE(w.cols == K, "matmul: w " + w.describe() + " does not match x " + describe(x) + " in K");
+    ROWLM_REQUIRE(y.dtype() == DType::F32 && y.rank() == 2 && y.dim(0) == M && y.dim(1) == N,
+                  "matmul: y must be f32 [" + std::to_string(M) + ", " + std::to_string(N) + "], got " + describe(y));
+    ROWLM_REQUIRE(!overlaps(y, x) && !overlaps(y, w.values), "matmul: y must not overlap x or w");
+  }
+  // Tensor cores (gemm_bf16.h): bf16 activations, f32 accumulation, one
+  // summation order for every M. f32 and f16 weights keep the f32 path.
+  bool on_tensor_cores(const Weight& w) const {
+    return precision_ == MatmulPrecision::Bf16 && w.values.dtype() == DType::BF16;
+  }
+  // x rounded to bf16 once, then every output in one launch.
+  void gemm_bf16(const Tensor& x, const cuda::GemmOutputs& outs) {
+    const int64_t M = x.dim(0), K = x.dim(1);
+    Tensor xb = workspace_.tensor(DType::BF16, {M, K});
+    queue_.launch("round_to_bf16", &cuda::round_to_bf16, x.data<float>(), xb.data<uint16_t>(), M * K);
+    const std::size_t scratch_bytes = cuda::gemm_bf16_scratch_bytes(M, outs, K, props_.multiProcessorCount);
+    Tensor scratch;
+    if (scratch_bytes) scratch = workspace_.tensor(DType::F32, {int64_t(scratch_bytes / sizeof(float))});
+    void (*launcher)(const uint16_t*, const cuda::GemmOutputs&, int64_t, int64_t, float*, int*, int, cudaStream_t) =
+        &cuda::gemm_bf16;
+    queue_.launch("gemm_bf16", launcher, static_cast<const uint16_t*>(xb.data<uint16_t>()), outs, M, K,
+                  scratch_bytes ? scratch.data<float>() : nullptr, static_cast<int*>(gemm_arrivals_.get()),
+                  props_.multiProcessorCount);
   }
 
   void require_here(const Tensor& t, const char* what) const {

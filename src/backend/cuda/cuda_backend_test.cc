@@ -160,6 +160,14 @@ TEST_F(CudaVsCpu, ElementwiseNormsRopeAndRowOpsEqualTheCpu) {
       const Tensor gw = up(w);
       gpu->rms_norm(up(x), &gw, 1e-6f, kind, y);
       expect_bitwise(down(y), want, "rms_norm D" + std::to_string(D));
+      // Normed into a residual stream: the CPU's rms_norm then add.
+      const Tensor stream = random({7, D}, 2.0f);
+      Tensor sum = up(stream);  // uploaded before the CPU adds into its own copy
+      Tensor want_sum(DType::F32, stream.shape());
+      std::memcpy(want_sum.raw(), stream.raw(), stream.nbytes());
+      cpu->add_rms_norm(want_sum, x, &w, 1e-6f, kind);
+      gpu->add_rms_norm(sum, up(x), &gw, 1e-6f, kind);
+      expect_bitwise(down(sum), want_sum, "add_rms_norm D" + std::to_string(D));
     }
     for (Activation act : {Activation::GeluTanh, Activation::Silu}) {
       Tensor gate = random({7, D}, 5.0f), upv = random({7, D});

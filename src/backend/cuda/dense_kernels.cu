@@ -83,7 +83,7 @@ __global__ void embed_kernel(const int32_t* ids, int64_t T, const void* table, S
 // One half-warp per row: the canonical sum of squares (each term an FMA),
 // then y = (x · inv) · g.
 __global__ void rms_norm_kernel(const float* x, const void* w, Storage ws, int norm, float eps, float* y,
-                                int64_t rows, int64_t D) {
+                                int64_t rows, int64_t D, bool accumulate) {
   allow_dependents();
   const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;
   if (row >= rows) return;
@@ -125,7 +125,7 @@ __global__ void rms_norm_kernel(const float* x, const void* w, Storage ws, int n
       if (i >= D) break;
       float r = v[j] * inv;
       if (norm != 2) r = r * (norm == 1 ? 1.0f + g[j] : g[j]);
-      y[row * D + i] = r;
+      y[row * D + i] = accumulate ? y[row * D + i] + r : r;
     }
   }
 }
@@ -139,7 +139,8 @@ constexpr int64_t kNormMaxStaged = 12 * 1024;  // floats: 48 KiB
 
 __global__ void __launch_bounds__(kNormThreads) rms_norm_staged_kernel(const float* x,  // y may be x
                                                                        const void* __restrict__ w, Storage ws,
-                                                                       int norm, float eps, float* y, int64_t D) {
+                                                                       int norm, float eps, float* y, int64_t D,
+                                                                       bool accumulate) {
   allow_dependents();
   extern __shared__ float row[];
   __shared__ float sum_of_squares;
@@ -196,7 +197,7 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_staged_kernel(const flo
       if (i >= D) break;
       float v = row[i] * inv;
       if (norm != 2) v = v * (norm == 1 ? 1.0f + g[j] : g[j]);
-      y[r * D + i] = v;
+      y[r * D + i] = accumulate ? y[r * D + i] + v : v;
     }
   }
 }
@@ -311,14 +312,26 @@ void embed(const int32_t* ids, int64_t T, const void* table, Storage ts, int64_t
   embed_kernel<<<blocks_for(T * D), kThreads, 0, stream>>>(ids, T, table, ts, V, D, scale, out, error);
 }
 
-void rms_norm(const float* x, const void* w, Storage ws, int norm, float eps, float* y, int64_t rows, int64_t D,
-              cudaStream_t stream) {
+namespace {
+void launch_rms_norm(const float* x, const void* w, Storage ws, int norm, float eps, float* y, int64_t rows, int64_t D,
+                     bool accumulate, cudaStream_t stream) {
   if (rows == 0) return;
   if (D <= kNormMaxStaged)
-    rms_norm_staged_kernel<<<unsigned(rows), kNormThreads, std::size_t(D) * sizeof(float), stream>>>(x, w, ws, norm,
-                                                                                                      eps, y, D);
+    rms_norm_staged_kernel<<<unsigned(rows), kNormThreads, std::size_t(D) * sizeof(float), stream>>>(
+        x, w, ws, norm, eps, y, D, accumulate);
   else
-    rms_norm_kernel<<<blocks_for(rows * 16), kThreads, 0, stream>>>(x, w, ws, norm, eps, y, rows, D);
+    rms_norm_kernel<<<blocks_for(rows * 16), kThreads, 0, stream>>>(x, w, ws, norm, eps, y, rows, D, accumulate);
+}
+}  // namespace
+
+void rms_norm(const float* x, const void* w, Storage ws, int norm, float eps, float* y, int64_t rows, int64_t D,
+              cudaStream_t stream) {
+  launch_rms_norm(x, w, ws, norm, eps, y, rows, D, false, stream);
+}
+
+void add_rms_norm(float* y, const float* x, const void* w, Storage ws, int norm, float eps, int64_t rows, int64_t D,
+                  cudaStream_t stream) {
+  launch_rms_norm(x, w, ws, norm, eps, y, rows, D, true, stream);
 }
 
 void rope(float* x, const int32_t* positions, int64_t T, int64_t heads, int64_t half, const float* cos_sin,

@@ -84,17 +84,43 @@ __device__ __forceinline__ void load_tile(uint16_t* smem, const uint16_t* g, int
   }
 }
 
-// One block: a BM × BN tile of y over k in [k_begin, k_end). Unsplit
-// (partials == nullptr), it covers all of K and folds each chunk's sum into
-// its total; split, it covers exactly one chunk and writes that chunk's sum
-// to partials[chunk][m][n].
+// Which output a column tile belongs to: the outputs' tiles are numbered
+// one after another (a tile never straddles two outputs). Also the offset of
+// that output's partials: chunks × M × (the columns of the outputs before).
+struct TileOutput {
+  const uint16_t* w;
+  float* y;
+  int64_t N, col0, partials_offset;
+};
+template <class C>
+__device__ __forceinline__ TileOutput tile_output(const GemmOutputs& outs, int64_t tile, int64_t M, int64_t chunks) {
+  int64_t cols_before = 0;
+  int s = 0;
+  for (; s + 1 < outs.count; ++s) {
+    const int64_t tiles = (outs.n[s] + C::BN - 1) / C::BN;
+    if (tile < tiles) break;
+    tile -= tiles;
+    cols_before += outs.n[s];
+  }
+  return {outs.w[s], outs.y[s], outs.n[s], tile * C::BN, chunks * M * cols_before};
+}
+
+// One block: a BM × BN tile of one output y over k in [k_begin, k_end).
+// Unsplit (partials == nullptr), it covers all of K and folds each chunk's
+// sum into its total; split, it covers exactly one chunk and writes that
+// chunk's sum to the output's partials[chunk][m][n].
 template <class C, bool kAligned>
 __global__ void __launch_bounds__(C::kThreads)
-    gemm_kernel(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w, float* __restrict__ y,
-                float* __restrict__ partials, int* __restrict__ arrivals, int64_t M, int64_t N, int64_t K) {
+    gemm_kernel(const uint16_t* __restrict__ x, const GemmOutputs outs, float* __restrict__ partials_base,
+                int* __restrict__ arrivals, int64_t M, int64_t K) {
   extern __shared__ __align__(16) uint16_t smem[];
-  const int64_t row0 = int64_t(blockIdx.y) * C::BM, col0 = int64_t(blockIdx.x) * C::BN;
-  const bool split = partials != nullptr;
+  const bool split = partials_base != nullptr;
+  const TileOutput to = tile_output<C>(outs, blockIdx.x, M, split ? int64_t(gridDim.z) : 0);
+  const uint16_t* __restrict__ w = to.w;
+  float* __restrict__ y = to.y;
+  const int64_t N = to.N;
+  float* __restrict__ partials = split ? partials_base + to.partials_offset : nullptr;
+  const int64_t row0 = int64_t(blockIdx.y) * C::BM, col0 = to.col0;
   const int64_t k_begin = split ? int64_t(blockIdx.z) * kGemmChunk : 0;
   const int64_t k_end = split ? std::min<int64_t>(K, k_begin + kGemmChunk) : K;
   const int tiles = int((k_end - k_begin + C::BK - 1) / C::BK);
@@ -215,8 +241,8 @@ __global__ void __launch_bounds__(C::kThreads)
   }
 }
 
-// y = the chunks' sums added to 0.0f in chunk order (step 3 above).
-// y = Σ over chunks c of partials[c] (added to 0.0f in increasing c).
+// y = Σ over chunks c of partials[c] (added to 0.0f in increasing c): step 3
+// above, for one output.
 __global__ void sum_chunks_kernel(const float* __restrict__ partials, float* __restrict__ y, int64_t MN, int chunks) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= MN) return;
@@ -237,14 +263,20 @@ bool programmatic_launch_supported() {
 }
 
 template <class C>
-void launch(bool split, const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N, int64_t K,
-            float* scratch, int* arrivals, cudaStream_t stream) {
+int64_t column_tiles(const GemmOutputs& outs) {
+  int64_t tiles = 0;
+  for (int s = 0; s < outs.count; ++s) tiles += (outs.n[s] + C::BN - 1) / C::BN;
+  return tiles;
+}
+
+template <class C>
+void launch(bool split, const uint16_t* x, const GemmOutputs& outs, int64_t M, int64_t K, float* scratch,
+            int* arrivals, cudaStream_t stream) {
   const int64_t chunks = chunks_of(K);
   split = split && chunks > 1;
-  const dim3 grid(unsigned((N + C::BN - 1) / C::BN), unsigned((M + C::BM - 1) / C::BM),
-                  unsigned(split ? chunks : 1));
-  const bool aligned = K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  const dim3 grid(unsigned(column_tiles<C>(outs)), unsigned((M + C::BM - 1) / C::BM), unsigned(split ? chunks : 1));
+  bool aligned = K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  for (int s = 0; s < outs.count; ++s) aligned = aligned && reinterpret_cast<uintptr_t>(outs.w[s]) % 16 == 0;
   auto kernel = aligned ? gemm_kernel<C, true> : gemm_kernel<C, false>;
   // Above 48 KiB of shared memory a kernel must opt in; a host-side
   // attribute, cheap, and idempotent.
@@ -262,10 +294,15 @@ void launch(bool split, const uint16_t* x, const uint16_t* w, float* y, int64_t 
   config.attrs = pdl;
   config.numAttrs = programmatic_launch_supported() ? 1 : 0;
   float* partials = split ? scratch : nullptr;
-  cudaLaunchKernelEx(&config, kernel, x, w, y, partials, arrivals, M, N, K);
+  cudaLaunchKernelEx(&config, kernel, x, outs, partials, arrivals, M, K);
   if (split && !C::kSumsInKernel) {
-    const int64_t MN = M * N;
-    sum_chunks_kernel<<<unsigned((MN + 255) / 256), 256, 0, stream>>>(scratch, y, MN, int(chunks));
+    int64_t cols_before = 0;
+    for (int s = 0; s < outs.count; ++s) {
+      const int64_t MN = M * outs.n[s];
+      sum_chunks_kernel<<<unsigned((MN + 255) / 256), 256, 0, stream>>>(scratch + chunks * M * cols_before, outs.y[s],
+                                                                         MN, int(chunks));
+      cols_before += outs.n[s];
+    }
   }
 }
 
@@ -275,19 +312,33 @@ GemmTile tile_for(int64_t M) {
   return GemmTile::Large;
 }
 
-int64_t tiles_of(GemmTile tile, int64_t M, int64_t N) {
+int64_t tiles_of(GemmTile tile, int64_t M, const GemmOutputs& outs) {
   switch (tile) {
-    case GemmTile::Small: return ((M + SmallTile::BM - 1) / SmallTile::BM) * ((N + SmallTile::BN - 1) / SmallTile::BN);
-    case GemmTile::Medium:
-      return ((M + MediumTile::BM - 1) / MediumTile::BM) * ((N + MediumTile::BN - 1) / MediumTile::BN);
-    default: return ((M + LargeTile::BM - 1) / LargeTile::BM) * ((N + LargeTile::BN - 1) / LargeTile::BN);
+    case GemmTile::Small: return ((M + SmallTile::BM - 1) / SmallTile::BM) * column_tiles<SmallTile>(outs);
+    case GemmTile::Medium: return ((M + MediumTile::BM - 1) / MediumTile::BM) * column_tiles<MediumTile>(outs);
+    default: return ((M + LargeTile::BM - 1) / LargeTile::BM) * column_tiles<LargeTile>(outs);
   }
+}
+
+int64_t total_columns(const GemmOutputs& outs) {
+  int64_t n = 0;
+  for (int s = 0; s < outs.count; ++s) n += outs.n[s];
+  return n;
 }
 
 // Split over K when the tiles alone would leave SMs idle (fewer than four
 // waves' worth of blocks).
-bool should_split(int64_t M, int64_t N, int64_t K, int sms) {
-  return chunks_of(K) > 1 && tiles_of(tile_for(M), M, N) < 4 * int64_t(sms);
+bool should_split(int64_t M, const GemmOutputs& outs, int64_t K, int sms) {
+  return chunks_of(K) > 1 && tiles_of(tile_for(M), M, outs) < 4 * int64_t(sms);
+}
+
+GemmOutputs one_output(const uint16_t* w, float* y, int64_t N) {
+  GemmOutputs outs;
+  outs.w[0] = w;
+  outs.y[0] = y;
+  outs.n[0] = N;
+  outs.count = 1;
+  return outs;
 }
 
 // Eight independent accumulator chains per warp keep the tensor pipe full.
@@ -316,24 +367,38 @@ std::size_t gemm_bf16_split_scratch_bytes(int64_t M, int64_t N, int64_t K) {
 }
 
 std::size_t gemm_bf16_scratch_bytes(int64_t M, int64_t N, int64_t K, int sms) {
-  return should_split(M, N, K, sms) ? gemm_bf16_split_scratch_bytes(M, N, K) : 0;
+  return gemm_bf16_scratch_bytes(M, one_output(nullptr, nullptr, N), K, sms);
+}
+
+std::size_t gemm_bf16_scratch_bytes(int64_t M, const GemmOutputs& outs, int64_t K, int sms) {
+  return should_split(M, outs, K, sms) ? gemm_bf16_split_scratch_bytes(M, total_columns(outs), K) : 0;
+}
+
+void gemm_bf16_with(GemmTile tile, bool split, const uint16_t* x, const GemmOutputs& outs, int64_t M, int64_t K,
+                    float* scratch, int* arrivals, cudaStream_t stream) {
+  if (M == 0 || total_columns(outs) == 0) return;
+  switch (tile) {
+    case GemmTile::Small: launch<SmallTile>(split, x, outs, M, K, scratch, arrivals, stream); break;
+    case GemmTile::Medium: launch<MediumTile>(split, x, outs, M, K, scratch, arrivals, stream); break;
+    case GemmTile::Large: launch<LargeTile>(split, x, outs, M, K, scratch, arrivals, stream); break;
+  }
 }
 
 void gemm_bf16_with(GemmTile tile, bool split, const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N,
                     int64_t K, float* scratch, int* arrivals, cudaStream_t stream) {
-  if (M == 0 || N == 0) return;
-  switch (tile) {
-    case GemmTile::Small: launch<SmallTile>(split, x, w, y, M, N, K, scratch, arrivals, stream); break;
-    case GemmTile::Medium: launch<MediumTile>(split, x, w, y, M, N, K, scratch, arrivals, stream); break;
-    case GemmTile::Large: launch<LargeTile>(split, x, w, y, M, N, K, scratch, arrivals, stream); break;
-  }
+  gemm_bf16_with(tile, split, x, one_output(w, y, N), M, K, scratch, arrivals, stream);
+}
+
+void gemm_bf16(const uint16_t* x, const GemmOutputs& outs, int64_t M, int64_t K, float* scratch, int* arrivals, int sms,
+               cudaStream_t stream) {
+  gemm_bf16_with(tile_for(M), should_split(M, outs, K, sms), x, outs, M, K, scratch, arrivals, stream);
 }
 
 void gemm_bf16(const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N, int64_t K, float* scratch,
                int* arrivals, int sms, cudaStream_t stream) {
-  gemm_bf16_with(tile_for(M), should_split(M, N, K, sms), x, w, y, M, N, K, scratch, arrivals, stream);
+  gemm_bf16(x, one_output(w, y, N), M, K, scratch, arrivals, sms, stream);
 }
 
-int64_t gemm_bf16_tiles(GemmTile tile, int64_t M, int64_t N) { return tiles_of(tile, M, N); }
+int64_t gemm_bf16_tiles(GemmTile tile, int64_t M, int64_t N) { return tiles_of(tile, M, one_output(nullptr, nullptr, N)); }
 
 }  // namespace rowlm::cuda

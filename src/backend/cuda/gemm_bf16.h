@@ -40,6 +40,21 @@ std::size_t gemm_bf16_scratch_bytes(int64_t M, int64_t N, int64_t K, int sms);
 void gemm_bf16(const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N, int64_t K, float* scratch,
                int* arrivals, int sms, cudaStream_t stream);
 
+// Several products of one x in one launch: y_s = x · w_sᵀ for each output s
+// (w_s [n_s, K], y_s [M, n_s]). Each output's elements are summed exactly as
+// a gemm_bf16 of that output alone sums them (the tile and the split are
+// picked from M and all outputs' columns; neither changes a bit).
+struct GemmOutputs {
+  static constexpr int kMax = 4;
+  const uint16_t* w[kMax] = {};
+  float* y[kMax] = {};
+  int64_t n[kMax] = {};
+  int64_t count = 0;  // 64 bits: no padding bytes (the launch queue keys launches by their arguments' bytes)
+};
+std::size_t gemm_bf16_scratch_bytes(int64_t M, const GemmOutputs& outs, int64_t K, int sms);
+void gemm_bf16(const uint16_t* x, const GemmOutputs& outs, int64_t M, int64_t K, float* scratch, int* arrivals, int sms,
+               cudaStream_t stream);
+
 // Ceiling probe: chains of mma.m16n8k16 on registers (no memory traffic) on
 // every SM; returns the flops it issues (time it on the stream).
 double mma_chains(int64_t iters, float* sink, int sms, cudaStream_t stream);
@@ -49,8 +64,10 @@ double mma_chains(int64_t iters, float* sink, int sms, cudaStream_t stream);
 enum class GemmTile : int { Small, Medium, Large };
 void gemm_bf16_with(GemmTile tile, bool split, const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N,
                     int64_t K, float* scratch, int* arrivals, cudaStream_t stream);
-// Output tiles of a configuration: a split launch counts arrivals in that
-// many ints (gemm_bf16 splits only below 4 × SMs tiles).
+void gemm_bf16_with(GemmTile tile, bool split, const uint16_t* x, const GemmOutputs& outs, int64_t M, int64_t K,
+                    float* scratch, int* arrivals, cudaStream_t stream);
+// Output tiles of a configuration (one output): a split launch counts
+// arrivals in that many ints (gemm_bf16 splits only below 4 × SMs tiles).
 int64_t gemm_bf16_tiles(GemmTile tile, int64_t M, int64_t N);
 // Scratch for gemm_bf16_with(…, split = true, …).
 std::size_t gemm_bf16_split_scratch_bytes(int64_t M, int64_t N, int64_t K);

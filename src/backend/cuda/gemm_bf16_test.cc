@@ -41,6 +41,13 @@ DevicePtr device_copy(const void* host, std::size_t bytes) {
   return DevicePtr(p);
 }
 
+DevicePtr device_zeros(std::size_t bytes) {
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, std::max<std::size_t>(bytes, 16)), cudaSuccess);
+  EXPECT_EQ(cudaMemset(p, 0, std::max<std::size_t>(bytes, 16)), cudaSuccess);
+  return DevicePtr(p);
+}
+
 std::vector<uint16_t> random_bf16(std::mt19937& rng, int64_t n, float scale) {
   std::normal_distribution<float> dist(0.0f, scale);
   std::vector<uint16_t> v(static_cast<std::size_t>(n));
@@ -119,6 +126,53 @@ TEST_F(GemmBf16, EveryConfigurationGivesTheSameBitsWithinFloatRoundingOfTheExact
         for (std::size_t i = 0; i < got.size(); ++i) diff += float_bits(got[i]) != float_bits(want[i]);
         EXPECT_EQ(diff, 0) << what << ": tile " << int(tile) << (split ? " split" : "") << " differs in " << diff
                            << " of " << got.size() << " elements";
+      }
+  }
+}
+
+// Several outputs of one x in one launch (q, k and v; gate and up): each
+// output's bits are those of a launch of that output alone, in every
+// configuration, whichever output a tile belongs to and however the outputs'
+// widths fall on tile edges.
+TEST_F(GemmBf16, SeveralOutputsInOneLaunchEqualEachAlone) {
+  const int64_t K = 1030;
+  const std::vector<int64_t> widths = {200, 17, 64, 129};
+  for (int64_t M : {int64_t(1), int64_t(3), int64_t(70), int64_t(300)}) {
+    const auto x = random_bf16(rng, M * K, 1.0f);
+    std::vector<std::vector<uint16_t>> w;
+    std::vector<DevicePtr> dw, dy;
+    cuda::GemmOutputs outs;
+    int64_t total = 0;
+    for (int64_t n : widths) {
+      w.push_back(random_bf16(rng, n * K, 0.5f));
+      dw.push_back(device_copy(w.back().data(), w.back().size() * 2));
+      dy.push_back(device_zeros(std::size_t(M * n) * 4));
+      outs.w[outs.count] = static_cast<const uint16_t*>(dw.back().get());
+      outs.y[outs.count] = static_cast<float*>(dy.back().get());
+      outs.n[outs.count] = n;
+      ++outs.count;
+      total += n;
+    }
+    auto dx = device_copy(x.data(), x.size() * 2);
+    auto scratch = device_zeros(cuda::gemm_bf16_split_scratch_bytes(M, total, K));
+    int64_t tiles = 0;
+    for (int64_t n : widths) tiles += cuda::gemm_bf16_tiles(cuda::GemmTile::Small, M, n);
+    const std::vector<int> zeros(std::size_t(tiles), 0);
+    auto arrivals = device_copy(zeros.data(), zeros.size() * sizeof(int));
+    for (cuda::GemmTile tile : {cuda::GemmTile::Small, cuda::GemmTile::Medium, cuda::GemmTile::Large})
+      for (bool split : {false, true}) {
+        cuda::gemm_bf16_with(tile, split, static_cast<const uint16_t*>(dx.get()), outs, M, K,
+                             static_cast<float*>(scratch.get()), static_cast<int*>(arrivals.get()), nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        for (std::size_t o = 0; o < widths.size(); ++o) {
+          std::vector<float> got(std::size_t(M * widths[o]));
+          ASSERT_EQ(cudaMemcpy(got.data(), dy[o].get(), got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+          const std::vector<float> want = run(cuda::GemmTile::Small, false, x, w[o], M, widths[o], K);
+          int64_t diff = 0;
+          for (std::size_t i = 0; i < got.size(); ++i) diff += float_bits(got[i]) != float_bits(want[i]);
+          EXPECT_EQ(diff, 0) << "M " << M << ", output " << o << " of " << widths.size() << ", tile " << int(tile)
+                             << (split ? " split" : "") << ": " << diff << " elements differ";
+        }
       }
   }
 }
