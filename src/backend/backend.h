@@ -168,6 +168,16 @@ class Backend {
   // (formed in f32, as transformers does; cos and sin in f32). positions:
   // [T] i32, non-negative and below what the table reserved.
   virtual void rope(Tensor& x, const Tensor& positions, RopeTable& table) = 0;
+  // rms_norm of each head of x ([T, heads·head_dim] or [T, heads, head_dim];
+  // w has head_dim entries), then rope, in place: the bits of the two calls
+  // (the q/k norms of Gemma 3/4 and Qwen 3). One kernel on the GPU.
+  virtual void rms_norm_rope(Tensor& x, const Tensor* w, float eps, NormKind kind, const Tensor& positions,
+                             RopeTable& table) {
+    const int64_t hd = table.head_dim();
+    Tensor heads = x.reshaped({x.numel() / hd, hd});
+    rms_norm(heads, w, eps, kind, heads);
+    rope(x, positions, table);
+  }
   // out = act(gate) ⊙ up, elementwise; all [M, I] f32. out may alias gate.
   virtual void gated_activation(const Tensor& gate, const Tensor& up, Activation act, Tensor& out) = 0;
   // dst = src (same dtype and element count; no overlap).

@@ -389,10 +389,10 @@ void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch,
     q = linear(a, lw.q_proj, lw.q_bias);  // [T, nH·hd]
   }
   if (ac.qk_norm) {
-    Tensor q_heads = q.reshaped({T * nH, hd});
-    norm_in_place(q_heads, lw.q_norm);
+    be_.rms_norm_rope(q, &lw.q_norm, eps(), cfg_.norm_kind, step.positions, rope);
+  } else {
+    be_.rope(q, step.positions, rope);
   }
-  be_.rope(q, step.positions, rope);
 
   if (owns_kv) {
     // k: [T, kvh·hd], raw
@@ -401,10 +401,10 @@ void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch,
       be_.copy(k, v);  // V from the raw K projection
     }
     if (ac.qk_norm) {
-      Tensor k_heads = k.reshaped({T * kvh, hd});
-      norm_in_place(k_heads, lw.k_norm);
+      be_.rms_norm_rope(k, &lw.k_norm, eps(), cfg_.norm_kind, step.positions, rope);
+    } else {
+      be_.rope(k, step.positions, rope);
     }
-    be_.rope(k, step.positions, rope);
     if (ac.v_norm) {
       Tensor v_heads = v.reshaped({T * kvh, hd});
       be_.rms_norm(v_heads, nullptr, eps(), NormKind::NoScale, v_heads);

@@ -550,22 +550,26 @@ class CudaBackend final : public Backend {
   }
 
   void rope(Tensor& x, const Tensor& positions, RopeTable& rope_table) override {
-    auto* table = dynamic_cast<CudaRopeTable*>(&rope_table);
-    ROWLM_REQUIRE(table != nullptr, "rope: the table belongs to another backend");
-    const int64_t hd = table->head_dim(), half = hd / 2, T = positions.numel();
-    require_here(x, "rope: x");
-    require_here(positions, "rope: positions");
-    ROWLM_REQUIRE(positions.dtype() == DType::I32 && positions.rank() == 1,
-                  "rope: positions must be i32 [T], got " + describe(positions));
-    const bool shape_ok = x.rank() == 3 ? x.dim(2) == hd : x.rank() == 2 && x.dim(1) % hd == 0;
-    ROWLM_REQUIRE(x.dtype() == DType::F32 && shape_ok && x.dim(0) == T,
-                  "rope: x must be f32 [" + std::to_string(T) + ", heads, " + std::to_string(hd) +
-                      "] (or [T, heads·head_dim]), got " + describe(x));
-    ROWLM_REQUIRE(T == 0 || table->reserved() > 0, "rope: the table reserved no positions");
-    const int64_t heads = T == 0 ? 0 : x.numel() / (T * hd);
+    const RopeArgs r = rope_args(x, positions, rope_table, "rope");
     DeviceGuard guard(device_);
-    queue_.launch("rope", &cuda::rope, x.data<float>(), positions.data<int32_t>(), T, heads, half, table->table(), table->reserved(),
-               error_device_);
+    queue_.launch("rope", &cuda::rope, x.data<float>(), positions.data<int32_t>(), r.T, r.heads, r.half,
+                  r.table->table(), r.table->reserved(), error_device_);
+  }
+
+  void rms_norm_rope(Tensor& x, const Tensor* w, float eps, NormKind kind, const Tensor& positions,
+                     RopeTable& rope_table) override {
+    const RopeArgs r = rope_args(x, positions, rope_table, "rms_norm_rope");
+    if (r.T == 0) return;
+    const Tensor heads = x.reshaped({r.T * r.heads, 2 * r.half});
+    const NormArgs a = norm_args(heads, w, kind, heads, "rms_norm_rope");
+    if (2 * r.half > 12 * 1024) {  // beyond the fused kernel's staged rows
+      Backend::rms_norm_rope(x, w, eps, kind, positions, rope_table);
+      return;
+    }
+    DeviceGuard guard(device_);
+    queue_.launch("rms_norm_rope", &cuda::rms_norm_rope, x.data<float>(), a.g, a.gs, a.norm, eps,
+                  positions.data<int32_t>(), r.T, r.heads, r.half, r.table->table(), r.table->reserved(),
+                  error_device_);
   }
 
   void gated_activation(const Tensor& gate, const Tensor& up, Activation act, Tensor& out) override {
@@ -938,6 +942,27 @@ class CudaBackend final : public Backend {
       check(cudaStreamSynchronize(stream_), "affine weight upload");
     }
     return Weight::dense(Tensor::view(DType::F32, {w.rows, w.cols}, dense.get(), dense, device()));
+  }
+
+  // rope's checks and the kernel's view of the shapes.
+  struct RopeArgs {
+    CudaRopeTable* table = nullptr;
+    int64_t T = 0, heads = 0, half = 0;
+  };
+  RopeArgs rope_args(const Tensor& x, const Tensor& positions, RopeTable& rope_table, const std::string& op) const {
+    auto* table = dynamic_cast<CudaRopeTable*>(&rope_table);
+    ROWLM_REQUIRE(table != nullptr, op + ": the table belongs to another backend");
+    const int64_t hd = table->head_dim(), half = hd / 2, T = positions.numel();
+    require_here(x, (op + ": x").c_str());
+    require_here(positions, (op + ": positions").c_str());
+    ROWLM_REQUIRE(positions.dtype() == DType::I32 && positions.rank() == 1,
+                  op + ": positions must be i32 [T], got " + describe(positions));
+    const bool shape_ok = x.rank() == 3 ? x.dim(2) == hd : x.rank() == 2 && x.dim(1) % hd == 0;
+    ROWLM_REQUIRE(x.dtype() == DType::F32 && shape_ok && x.dim(0) == T,
+                  op + ": x must be f32 [" + std::to_string(T) + ", heads, " + std::to_string(hd) +
+                      "] (or [T, heads·head_dim]), got " + describe(x));
+    ROWLM_REQUIRE(T == 0 || table->reserved() > 0, op + ": the table reserved no positions");
+    return {table, T, T == 0 ? 0 : x.numel() / (T * hd), half};
   }
 
   // rms_norm's and add_rms_norm's checks, and the kernel's view of the weight.

@@ -209,6 +209,17 @@ TEST_F(CudaVsCpu, ElementwiseNormsRopeAndRowOpsEqualTheCpu) {
     Tensor y = up(x);
     gpu->rope(y, up(ints(positions)), *gt);
     expect_bitwise(down(y), want, "rope hd" + std::to_string(hd));
+    // Each head normed, then rotated, in one call: the CPU's two.
+    const Tensor w = random({hd}, 0.5f);
+    for (NormKind kind : {NormKind::Plain, NormKind::OnePlus}) {
+      Tensor want_nr(DType::F32, x.shape());
+      std::memcpy(want_nr.raw(), x.raw(), x.nbytes());
+      cpu->rms_norm_rope(want_nr, &w, 1e-6f, kind, ints(positions), *ct);
+      Tensor nr = up(x);
+      const Tensor gw = up(w);
+      gpu->rms_norm_rope(nr, &gw, 1e-6f, kind, up(ints(positions)), *gt);
+      expect_bitwise(down(nr), want_nr, "rms_norm_rope hd" + std::to_string(hd));
+    }
   }
   for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
     const Tensor table = random({50, 37}, 1.0f, dt);

@@ -137,16 +137,12 @@ __global__ void rms_norm_kernel(const float* x, const void* w, Storage ws, int n
 constexpr int kNormThreads = 128;
 constexpr int64_t kNormMaxStaged = 12 * 1024;  // floats: 48 KiB
 
-__global__ void __launch_bounds__(kNormThreads) rms_norm_staged_kernel(const float* x,  // y may be x
-                                                                       const void* __restrict__ w, Storage ws,
-                                                                       int norm, float eps, float* y, int64_t D,
-                                                                       bool accumulate) {
-  allow_dependents();
-  extern __shared__ float row[];
-  __shared__ float sum_of_squares;
+// One row's norm with the block's kNormThreads threads: the row staged in
+// `row` (shared memory), the sum of squares in the canonical order, then
+// row[i] = (x[i] · inv) · g (or (1 + g), or nothing), in place in `row`.
+__device__ __forceinline__ void norm_row_staged(const float* xr, const void* __restrict__ w, Storage ws, int norm,
+                                                float eps, int64_t D, float* row, float& sum_of_squares) {
   constexpr int kBatch = 8;  // loads issued together before their uses: one latency per batch, not per element
-  const int64_t r = blockIdx.x;
-  const float* xr = x + r * D;
   for (int64_t i0 = threadIdx.x; i0 < D; i0 += kNormThreads * kBatch) {
     float v[kBatch];
 #pragma unroll
@@ -197,8 +193,45 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_staged_kernel(const flo
       if (i >= D) break;
       float v = row[i] * inv;
       if (norm != 2) v = v * (norm == 1 ? 1.0f + g[j] : g[j]);
-      y[r * D + i] = accumulate ? y[r * D + i] + v : v;
+      row[i] = v;
     }
+  }
+  __syncthreads();
+}
+
+__global__ void __launch_bounds__(kNormThreads) rms_norm_staged_kernel(const float* x,  // y may be x
+                                                                       const void* __restrict__ w, Storage ws,
+                                                                       int norm, float eps, float* y, int64_t D,
+                                                                       bool accumulate) {
+  allow_dependents();
+  extern __shared__ float row[];
+  __shared__ float sum_of_squares;
+  const int64_t r = blockIdx.x;
+  norm_row_staged(x + r * D, w, ws, norm, eps, D, row, sum_of_squares);
+  for (int64_t i = threadIdx.x; i < D; i += kNormThreads) y[r * D + i] = accumulate ? y[r * D + i] + row[i] : row[i];
+}
+
+// A head's norm, then its RoPE (rope_kernel's arithmetic), one block per
+// (token, head) row of x [T, heads, 2·half], in place.
+__global__ void __launch_bounds__(kNormThreads)
+    norm_rope_kernel(float* x, const void* __restrict__ w, Storage ws, int norm, float eps, const int32_t* positions,
+                     int64_t heads, int64_t half, const float* cos_sin, int64_t reserved, int* error) {
+  allow_dependents();
+  extern __shared__ float row[];
+  __shared__ float sum_of_squares;
+  const int64_t r = blockIdx.x, D = 2 * half, t = r / heads;
+  float* xr = x + r * D;
+  norm_row_staged(xr, w, ws, norm, eps, D, row, sum_of_squares);
+  if (!index_ok(positions[t], reserved, error, kRopePosition)) {
+    for (int64_t i = threadIdx.x; i < D; i += kNormThreads) xr[i] = row[i];  // normed, as the separate norm leaves it
+    return;
+  }
+  const float* cs = cos_sin + int64_t(positions[t]) * 2 * half;
+  for (int64_t k = threadIdx.x; k < half; k += kNormThreads) {
+    const float c = cs[k], s = cs[half + k];
+    const float a = row[k], b = row[k + half];
+    xr[k] = a * c - b * s;
+    xr[k + half] = b * c + a * s;
   }
 }
 
@@ -332,6 +365,14 @@ void rms_norm(const float* x, const void* w, Storage ws, int norm, float eps, fl
 void add_rms_norm(float* y, const float* x, const void* w, Storage ws, int norm, float eps, int64_t rows, int64_t D,
                   cudaStream_t stream) {
   launch_rms_norm(x, w, ws, norm, eps, y, rows, D, true, stream);
+}
+
+void rms_norm_rope(float* x, const void* w, Storage ws, int norm, float eps, const int32_t* positions, int64_t T,
+                   int64_t heads, int64_t half, const float* cos_sin, int64_t reserved, int* error,
+                   cudaStream_t stream) {
+  if (T * heads == 0) return;
+  norm_rope_kernel<<<unsigned(T * heads), kNormThreads, std::size_t(2 * half) * sizeof(float), stream>>>(
+      x, w, ws, norm, eps, positions, heads, half, cos_sin, reserved, error);
 }
 
 void rope(float* x, const int32_t* positions, int64_t T, int64_t heads, int64_t half, const float* cos_sin,

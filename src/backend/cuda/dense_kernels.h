@@ -33,6 +33,12 @@ void embed(const int32_t* ids, int64_t T, const void* table, Storage ts, int64_t
 // norm: 0 plain, 1 one-plus, 2 no scale (w may be null then).
 void rms_norm(const float* x, const void* w, Storage ws, int norm, float eps, float* y, int64_t rows, int64_t D,
               cudaStream_t stream);
+// rms_norm of each head of x [T, heads, 2·half] (w has 2·half entries), then
+// rope, in place, in one kernel: the bits of the two launches. Heads of up
+// to 12,288 features (kNormMaxStaged).
+void rms_norm_rope(float* x, const void* w, Storage ws, int norm, float eps, const int32_t* positions, int64_t T,
+                   int64_t heads, int64_t half, const float* cos_sin, int64_t reserved, int* error,
+                   cudaStream_t stream);
 // y += rms_norm(x) (x unchanged; y separate from x): the norm's value, then
 // the add, each rounded as rms_norm and add round them.
 void add_rms_norm(float* y, const float* x, const void* w, Storage ws, int norm, float eps, int64_t rows, int64_t D,
