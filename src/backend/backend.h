@@ -142,6 +142,16 @@ class Backend {
   // from x. Under MatmulPrecision::Bf16, x is first rounded to bf16 where w
   // is bf16.
   virtual void matmul(const Tensor& x, const Weight& w, Tensor& y) = 0;
+  // matmul_each(rms_norm(x), w, y) where the normed x has no other use: the
+  // same bits. A backend whose tensor-core matmul reads bf16 activations (the
+  // CUDA backend) writes the norm rounded to bf16 straight from the norm's
+  // kernel: one launch and half the bytes fewer.
+  virtual void rms_norm_matmul_each(const Tensor& x, const Tensor* norm_weight, float eps, NormKind kind,
+                                    std::span<const Weight* const> w, std::span<Tensor* const> y) {
+    Tensor normed = workspace().tensor(DType::F32, x.shape());
+    rms_norm(x, norm_weight, eps, kind, normed);
+    matmul_each(normed, w, y);
+  }
   // matmul(x, *w[i], *y[i]) for each i (w and y of one size): the same bits,
   // in one go where a backend can (the CUDA backend rounds x once and runs
   // one launch for up to four bf16 weights: q, k and v, gate and up).

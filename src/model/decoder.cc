@@ -126,17 +126,18 @@ class DecoderModel final : public Model {
     if (!bias.empty()) be_.add_bias(y, bias);
     return y;
   }
-  // Linears of one input, in one go where the backend can (matmul_each).
+  // Linears of rms_norm(x, norm_weight) (a normed input with no other use),
+  // in one go where the backend can (rms_norm_matmul_each).
   template <std::size_t N>
-  std::array<Tensor, N> linear_each(const Tensor& x, const std::array<const Weight*, N>& w,
-                                    const std::array<const Tensor*, N>& bias) {
+  std::array<Tensor, N> normed_linears(const Tensor& x, const Tensor& norm_weight, const std::array<const Weight*, N>& w,
+                                       const std::array<const Tensor*, N>& bias) {
     std::array<Tensor, N> y;
     std::array<Tensor*, N> out;
     for (std::size_t i = 0; i < N; ++i) {
       y[i] = scratch({x.dim(0), w[i]->rows});
       out[i] = &y[i];
     }
-    be_.matmul_each(x, w, out);
+    be_.rms_norm_matmul_each(x, &norm_weight, eps(), cfg_.norm_kind, w, out);
     for (std::size_t i = 0; i < N; ++i)
       if (!bias[i]->empty()) be_.add_bias(y[i], *bias[i]);
     return y;
@@ -150,7 +151,8 @@ class DecoderModel final : public Model {
   float eps() const { return cfg_.norm_eps; }
 
   void attention(int layer, const Step& step, const ForwardBatch& batch, kv::KvCache& cache, Tensor& h);
-  Tensor mlp(const LayerWeights& lw, Activation act, const Tensor& x);
+  // The gated MLP of rms_norm(h, norm_weight).
+  Tensor mlp(const LayerWeights& lw, Activation act, const Tensor& h, const Tensor& norm_weight);
   // The feed-forward sublayer's output, before the post-feed-forward norm (run_layers adds it).
   Tensor feed_forward(const LayerConfig& lc, const LayerWeights& lw, const Tensor& h);
   Tensor per_layer_inputs(const ForwardBatch& batch, const Tensor& x0);
@@ -371,22 +373,21 @@ void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch,
   const int nH = ac.num_heads, hd = ac.head_dim, kvh = ac.kv_heads;
   RopeTable& rope = *rope_tables_[std::size_t(ac.rope)];
 
-  Tensor a = norm(h, lw.attn_norm);
   const int storage = storage_of_[std::size_t(l)];
   const bool owns_kv = lc.owns_kv(l);
-  // q, and the layer's own k and v, from one matmul_each.
+  // q, and the layer's own k and v, from the normed stream in one go.
   Tensor q, k, v;
   if (owns_kv && !ac.k_eq_v) {
-    auto y = linear_each<3>(a, {&lw.q_proj, &lw.k_proj, &lw.v_proj}, {&lw.q_bias, &lw.k_bias, &lw.v_bias});
+    auto y = normed_linears<3>(h, lw.attn_norm, {&lw.q_proj, &lw.k_proj, &lw.v_proj}, {&lw.q_bias, &lw.k_bias, &lw.v_bias});
     q = std::move(y[0]);
     k = std::move(y[1]);
     v = std::move(y[2]);
   } else if (owns_kv) {
-    auto y = linear_each<2>(a, {&lw.q_proj, &lw.k_proj}, {&lw.q_bias, &lw.k_bias});
+    auto y = normed_linears<2>(h, lw.attn_norm, {&lw.q_proj, &lw.k_proj}, {&lw.q_bias, &lw.k_bias});
     q = std::move(y[0]);
     k = std::move(y[1]);
   } else {
-    q = linear(a, lw.q_proj, lw.q_bias);  // [T, nH·hd]
+    q = std::move(normed_linears<1>(h, lw.attn_norm, {&lw.q_proj}, {&lw.q_bias})[0]);  // [T, nH·hd]
   }
   if (ac.qk_norm) {
     be_.rms_norm_rope(q, &lw.q_norm, eps(), cfg_.norm_kind, step.positions, rope);
@@ -428,9 +429,9 @@ void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch,
   }
 }
 
-Tensor DecoderModel::mlp(const LayerWeights& lw, Activation act, const Tensor& x) {
+Tensor DecoderModel::mlp(const LayerWeights& lw, Activation act, const Tensor& h, const Tensor& norm_weight) {
   const Tensor none;
-  auto [gate, up] = linear_each<2>(x, {&lw.gate_proj, &lw.up_proj}, {&none, &none});
+  auto [gate, up] = normed_linears<2>(h, norm_weight, {&lw.gate_proj, &lw.up_proj}, {&none, &none});
   be_.gated_activation(gate, up, act, gate);
   return linear(gate, lw.down_proj);
 }
@@ -438,7 +439,7 @@ Tensor DecoderModel::mlp(const LayerWeights& lw, Activation act, const Tensor& x
 Tensor DecoderModel::feed_forward(const LayerConfig& lc, const LayerWeights& lw, const Tensor& h) {
   const FfnConfig& fc = lc.ffn;
   if (fc.kind == FfnKind::Dense) {
-    return mlp(lw, fc.activation, norm(h, lw.ffn_norm));
+    return mlp(lw, fc.activation, h, lw.ffn_norm);
   }
   const int64_t T = h.dim(0), H = h.dim(1);
   if (fc.kind == FfnKind::Experts) {
@@ -453,7 +454,7 @@ Tensor DecoderModel::feed_forward(const LayerConfig& lc, const LayerWeights& lw,
     return f;
   }
   // Gemma 4's MoE block: the dense "shared expert" branch ...
-  Tensor dense = mlp(lw, fc.activation, norm(h, lw.ffn_norm));
+  Tensor dense = mlp(lw, fc.activation, h, lw.ffn_norm);
   norm_in_place(dense, lw.dense_post_norm);
   // ... the router, reading the post-attention stream itself ...
   Tensor z = scratch({T, H});

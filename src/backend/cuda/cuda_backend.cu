@@ -483,6 +483,30 @@ class CudaBackend final : public Backend {
     }
   }
 
+  void rms_norm_matmul_each(const Tensor& x, const Tensor* norm_weight, float eps, NormKind kind,
+                            std::span<const Weight* const> w, std::span<Tensor* const> y) override {
+    bool fused = w.size() == y.size() && !w.empty() && int(w.size()) <= cuda::GemmOutputs::kMax &&
+                 x.rank() == 2 && cuda::rms_norm_bf16_fits(x.dim(-1));
+    for (std::size_t i = 0; fused && i < w.size(); ++i) {
+      check_matmul(x, *w[i], *y[i]);
+      fused = on_tensor_cores(*w[i]);
+    }
+    if (!fused) {
+      Backend::rms_norm_matmul_each(x, norm_weight, eps, kind, w, y);
+      return;
+    }
+    const NormArgs a = norm_args(x, norm_weight, kind, x, "rms_norm_matmul_each");
+    for (std::size_t i = 0; i < y.size(); ++i)
+      for (std::size_t j = 0; j < i; ++j)
+        ROWLM_REQUIRE(!overlaps(*y[i], *y[j]), "rms_norm_matmul_each: outputs must not overlap");
+    DeviceGuard guard(device_);
+    const int64_t M = x.dim(0), K = x.dim(1);
+    Tensor xb = workspace_.tensor(DType::BF16, {M, K});
+    queue_.launch("rms_norm_bf16", &cuda::rms_norm_bf16, x.data<float>(), a.g, a.gs, a.norm, eps, xb.data<uint16_t>(),
+                  a.rows, a.D);
+    gemm_bf16_rounded(xb, outputs_of(w, y));
+  }
+
   void matmul_each(const Tensor& x, std::span<const Weight* const> w, std::span<Tensor* const> y) override {
     ROWLM_REQUIRE(w.size() == y.size(), "matmul_each: " + std::to_string(w.size()) + " weights but " +
                                             std::to_string(y.size()) + " outputs");
@@ -499,14 +523,7 @@ class CudaBackend final : public Backend {
       for (std::size_t j = 0; j < i; ++j)
         ROWLM_REQUIRE(!overlaps(*y[i], *y[j]), "matmul_each: outputs must not overlap");
     DeviceGuard guard(device_);
-    cuda::GemmOutputs outs;
-    for (std::size_t i = 0; i < w.size(); ++i) {
-      outs.w[i] = w[i]->values.data<uint16_t>();
-      outs.y[i] = y[i]->data<float>();
-      outs.n[i] = w[i]->rows;
-    }
-    outs.count = int(w.size());
-    gemm_bf16(x, outs);
+    gemm_bf16(x, outputs_of(w, y));
   }
 
   void add_bias(Tensor& y, const Tensor& bias) override {
@@ -1013,11 +1030,26 @@ class CudaBackend final : public Backend {
   bool on_tensor_cores(const Weight& w) const {
     return precision_ == MatmulPrecision::Bf16 && w.values.dtype() == DType::BF16;
   }
+  static cuda::GemmOutputs outputs_of(std::span<const Weight* const> w, std::span<Tensor* const> y) {
+    cuda::GemmOutputs outs;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      outs.w[i] = w[i]->values.data<uint16_t>();
+      outs.y[i] = y[i]->data<float>();
+      outs.n[i] = w[i]->rows;
+    }
+    outs.count = int64_t(w.size());
+    return outs;
+  }
   // x rounded to bf16 once, then every output in one launch.
   void gemm_bf16(const Tensor& x, const cuda::GemmOutputs& outs) {
     const int64_t M = x.dim(0), K = x.dim(1);
     Tensor xb = workspace_.tensor(DType::BF16, {M, K});
     queue_.launch("round_to_bf16", &cuda::round_to_bf16, x.data<float>(), xb.data<uint16_t>(), M * K);
+    gemm_bf16_rounded(xb, outs);
+  }
+  // xb: the activations already rounded to bf16 [M, K].
+  void gemm_bf16_rounded(const Tensor& xb, const cuda::GemmOutputs& outs) {
+    const int64_t M = xb.dim(0), K = xb.dim(1);
     const std::size_t scratch_bytes = cuda::gemm_bf16_scratch_bytes(M, outs, K, props_.multiProcessorCount);
     Tensor scratch;
     if (scratch_bytes) scratch = workspace_.tensor(DType::F32, {int64_t(scratch_bytes / sizeof(float))});

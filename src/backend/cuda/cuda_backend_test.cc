@@ -357,6 +357,42 @@ TEST_F(CudaVsCpu, KvRecordsAndAttentionEqualTheCpuForEveryCodec) {
   }
 }
 
+// Under the tensor-core precision: several weights of one input in one launch
+// (matmul_each), and the norm written rounded for them (rms_norm_matmul_each),
+// give each output the bits of a separate norm and separate matmuls.
+TEST_F(CudaVsCpu, FusedNormAndMatmulsEqualTheSeparateCalls) {
+  auto tc = make_cuda_backend(0, BackendOptions{});
+  ASSERT_EQ(tc->matmul_precision(), MatmulPrecision::Bf16);
+  const int64_t K = 640;
+  std::vector<Weight> ws;
+  for (int64_t n : {512, 64, 64}) ws.push_back(tc->prepare_weight(Weight::dense(random({n, K}, 0.05f, DType::BF16))));
+  const Tensor nw = tc->upload(random({K}, 0.5f));
+  for (int64_t M : {1, 5, 40, 300}) {
+    const Tensor x = tc->upload(random({M, K}, 2.0f));
+    auto outputs = [&] {
+      std::vector<Tensor> y;
+      for (const Weight& w : ws) y.push_back(tc->upload(Tensor(DType::F32, {M, w.rows})));
+      return y;
+    };
+    std::vector<Tensor> want = outputs(), each = outputs(), fused = outputs();
+    Tensor normed = tc->upload(Tensor(DType::F32, {M, K}));
+    tc->rms_norm(x, &nw, 1e-6f, NormKind::Plain, normed);
+    for (std::size_t i = 0; i < ws.size(); ++i) tc->matmul(normed, ws[i], want[i]);
+    const std::vector<const Weight*> wp = {&ws[0], &ws[1], &ws[2]};
+    const std::vector<Tensor*> ep = {&each[0], &each[1], &each[2]}, fp = {&fused[0], &fused[1], &fused[2]};
+    tc->matmul_each(normed, wp, ep);
+    tc->rms_norm_matmul_each(x, &nw, 1e-6f, NormKind::Plain, wp, fp);
+    for (std::size_t i = 0; i < ws.size(); ++i) {
+      Tensor w_host(DType::F32, want[i].shape()), e_host(DType::F32, want[i].shape()), f_host(DType::F32, want[i].shape());
+      tc->copy_to_host(want[i], w_host.raw());
+      tc->copy_to_host(each[i], e_host.raw());
+      tc->copy_to_host(fused[i], f_host.raw());
+      expect_bitwise(e_host, w_host, "matmul_each M" + std::to_string(M) + " output " + std::to_string(i));
+      expect_bitwise(f_host, w_host, "rms_norm_matmul_each M" + std::to_string(M) + " output " + std::to_string(i));
+    }
+  }
+}
+
 // The tensor-core precision's attention (keys in fixed splits, kv_kernels.h):
 // a query's output is the same bits alone (a block per split and a merging
 // kernel), in a prefill of hundreds of queries (a block per query walking its

@@ -211,6 +211,18 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_staged_kernel(const flo
   for (int64_t i = threadIdx.x; i < D; i += kNormThreads) y[r * D + i] = accumulate ? y[r * D + i] + row[i] : row[i];
 }
 
+// The norm's value rounded to bf16 (round_to_bf16's rounding of rms_norm's output).
+__global__ void __launch_bounds__(kNormThreads)
+    rms_norm_bf16_kernel(const float* x, const void* __restrict__ w, Storage ws, int norm, float eps, uint16_t* y,
+                         int64_t D) {
+  allow_dependents();
+  extern __shared__ float row[];
+  __shared__ float sum_of_squares;
+  const int64_t r = blockIdx.x;
+  norm_row_staged(x + r * D, w, ws, norm, eps, D, row, sum_of_squares);
+  for (int64_t i = threadIdx.x; i < D; i += kNormThreads) y[r * D + i] = f32_to_bf16(row[i]);
+}
+
 // A head's norm, then its RoPE (rope_kernel's arithmetic), one block per
 // (token, head) row of x [T, heads, 2·half], in place.
 __global__ void __launch_bounds__(kNormThreads)
@@ -365,6 +377,15 @@ void rms_norm(const float* x, const void* w, Storage ws, int norm, float eps, fl
 void add_rms_norm(float* y, const float* x, const void* w, Storage ws, int norm, float eps, int64_t rows, int64_t D,
                   cudaStream_t stream) {
   launch_rms_norm(x, w, ws, norm, eps, y, rows, D, true, stream);
+}
+
+bool rms_norm_bf16_fits(int64_t D) { return D <= kNormMaxStaged; }
+
+void rms_norm_bf16(const float* x, const void* w, Storage ws, int norm, float eps, uint16_t* y, int64_t rows, int64_t D,
+                   cudaStream_t stream) {
+  if (rows == 0) return;
+  rms_norm_bf16_kernel<<<unsigned(rows), kNormThreads, std::size_t(D) * sizeof(float), stream>>>(x, w, ws, norm, eps,
+                                                                                                  y, D);
 }
 
 void rms_norm_rope(float* x, const void* w, Storage ws, int norm, float eps, const int32_t* positions, int64_t T,
