@@ -68,6 +68,19 @@ class CudaVsCpu : public ::testing::Test {
   }
   Tensor gpu_zeros(Shape shape) { return up(Tensor(DType::F32, std::move(shape))); }
 
+  // A KV cache of one layer.
+  static kv::CacheOptions one_layer(const char* codec, int kv_heads, int head_dim, int window, int block_size) {
+    kv::CacheOptions opt;
+    kv::LayerSpec spec;
+    spec.kv_heads = kv_heads;
+    spec.head_dim = head_dim;
+    spec.window = window;
+    spec.codec = kv::parse_codec(codec);
+    opt.layers = {spec};
+    opt.block_size = block_size;
+    return opt;
+  }
+
   static void expect_bitwise(const Tensor& got, const Tensor& want, const std::string& what) {
     ASSERT_EQ(got.shape(), want.shape()) << what;
     ASSERT_EQ(got.dtype(), want.dtype()) << what;
@@ -292,14 +305,7 @@ TEST_F(CudaVsCpu, KvRecordsAndAttentionEqualTheCpuForEveryCodec) {
   for (const Case& c : cases) {
     const std::string what = std::string(c.codec) + " hd" + std::to_string(c.head_dim) + " w" + std::to_string(c.window) +
                              " B" + std::to_string(c.block_size);
-    kv::CacheOptions opt;
-    kv::LayerSpec spec;
-    spec.kv_heads = c.kv_heads;
-    spec.head_dim = c.head_dim;
-    spec.window = c.window;
-    spec.codec = kv::parse_codec(c.codec);
-    opt.layers = {spec};
-    opt.block_size = c.block_size;
+    const kv::CacheOptions opt = one_layer(c.codec, c.kv_heads, c.head_dim, c.window, c.block_size);
     kv::KvCache on_cpu(opt, *cpu), on_gpu(opt, *gpu);
     const int64_t width = int64_t(c.kv_heads) * c.head_dim, qwidth = int64_t(c.heads) * c.head_dim;
     std::vector<kv::RowId> rc, rg;
@@ -414,14 +420,7 @@ TEST_F(CudaVsCpu, SplitAttentionIsTheSameAloneAndBatchedAndNearTheCpu) {
     const std::string what = std::string(c.codec) + " hd" + std::to_string(c.head_dim) + " w" +
                              std::to_string(c.window) + " B" + std::to_string(c.block_size) + " heads" +
                              std::to_string(c.heads) + "/" + std::to_string(c.kv_heads);
-    kv::CacheOptions opt;
-    kv::LayerSpec spec;
-    spec.kv_heads = c.kv_heads;
-    spec.head_dim = c.head_dim;
-    spec.window = c.window;
-    spec.codec = kv::parse_codec(c.codec);
-    opt.layers = {spec};
-    opt.block_size = c.block_size;
+    const kv::CacheOptions opt = one_layer(c.codec, c.kv_heads, c.head_dim, c.window, c.block_size);
     kv::KvCache on_cpu(opt, *cpu), on_gpu(opt, *split_gpu);
     const int64_t width = int64_t(c.kv_heads) * c.head_dim, qwidth = int64_t(c.heads) * c.head_dim;
     // Two rows: A of c.length positions, B shorter; written in one step.
