@@ -75,7 +75,8 @@ __device__ __forceinline__ int64_t split_count(int64_t lo, int64_t hi) {
 
 // Shared memory: q [kSplitHeads][head_dim], the score parts
 // [kSplitParts][kSplitHeads][P], e [kSplitHeads][P], m and l [kSplitHeads],
-// then the staged K/V sections (kStageBytes).
+// then the staged K/V sections (stage_bytes: kStageBytes, or one section
+// where a KV block's head section is larger).
 constexpr int kStageBytes = 64 * 1024;
 struct SplitSmem {
   float* q;
@@ -100,7 +101,13 @@ __device__ __forceinline__ SplitSmem carve(float* base, int hd) {
   s.stage = reinterpret_cast<uint8_t*>(base) + round16(split_floats(hd) * int64_t(sizeof(float)));
   return s;
 }
-std::size_t split_smem_bytes(int hd) { return std::size_t(round16(split_floats(hd) * int64_t(sizeof(float)))) + kStageBytes; }
+__host__ __device__ __forceinline__ int64_t stage_bytes(const KvLayout& L) {
+  const int64_t section = round16(L.k_head_bytes);
+  return section > kStageBytes ? section : kStageBytes;
+}
+std::size_t split_smem_bytes(const KvLayout& L) {
+  return std::size_t(round16(split_floats(L.head_dim) * int64_t(sizeof(float))) + stage_bytes(L));
+}
 
 template <int kCodec, bool kInline>
 __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout L, KvBlocks blocks, AttentionArgs a,
@@ -155,7 +162,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout
     const int64_t b_first = first / bs, b_last = last / bs;
     const int n_blocks = int(b_last - b_first + 1);
     const int64_t section = round16(L.k_head_bytes);  // a K or a V head section (the same size)
-    const int per_chunk = int(kStageBytes / section) > 0 ? int(kStageBytes / section) : 1;
+    const int per_chunk = int(stage_bytes(L) / section);  // at least one section (stage_bytes)
     const bool together = 2 * n_blocks <= per_chunk;
     auto stage = [&](int64_t b0, int64_t b1, bool keys, uint8_t* dst) {
       for (int64_t b = b0; b < b1; ++b) {
@@ -326,7 +333,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_combine_kernel(KvLayo
 template <int kCodec>
 void launch_split(const KvLayout& L, KvBlocks blocks, const AttentionArgs& args, const SplitArgs& sa, bool inline_mode,
                   cudaStream_t stream) {
-  const std::size_t smem = split_smem_bytes(L.head_dim);
+  const std::size_t smem = split_smem_bytes(L);
   const dim3 grid(unsigned(args.T * L.kv_heads * sa.head_groups), inline_mode ? 1u : unsigned(sa.splits));
   if (inline_mode) {
     auto kernel = attention_split_kernel<kCodec, true>;
@@ -341,6 +348,8 @@ void launch_split(const KvLayout& L, KvBlocks blocks, const AttentionArgs& args,
 }
 
 }  // namespace
+
+std::size_t attention_split_smem_bytes(const KvLayout& layout) { return split_smem_bytes(layout); }
 
 int attention_split_head_groups(int heads, int kv_heads) {
   const int G = heads / kv_heads;

@@ -857,6 +857,14 @@ class CudaBackend final : public Backend {
                   "attention: out must be f32 with q's shape and separate from q, got " + describe(out));
     if (T == 0) return;
     check_attention_batch(a, batch);
+    const cuda::KvLayout layout = a.kernel_layout();
+    const std::size_t smem = precision_ == MatmulPrecision::Bf16 ? cuda::attention_split_smem_bytes(layout)
+                                                                  : cuda::attention_smem_bytes(layout);
+    ROWLM_REQUIRE(smem <= props_.sharedMemPerBlockOptin,
+                  "attention: a KV block of " + std::to_string(a.block_size()) + " positions of this layer (" +
+                      std::to_string(spec.head_dim) + "-wide heads, " + kv::codec_name(spec.codec) +
+                      ") needs " + std::to_string(smem) + " bytes of shared memory per thread block; " +
+                      props_.name + " has " + std::to_string(props_.sharedMemPerBlockOptin));
     // The block tables flattened, each query naming its table's offset and
     // its key range: one host-to-device copy, [tables | offsets | lo | hi].
     std::vector<int32_t> tables;
@@ -899,7 +907,7 @@ class CudaBackend final : public Backend {
     args.scale = params.scale;
     if (precision_ != MatmulPrecision::Bf16) {
       // f32: the CPU's order, bit for bit.
-      queue_.launch("attention", &cuda::attention, a.kernel_layout(), a.device_blocks(), args);
+      queue_.launch("attention", &cuda::attention, layout, a.device_blocks(), args);
       return;
     }
     // The tensor-core precision: the keys in fixed splits (flash-decoding).
@@ -914,7 +922,7 @@ class CudaBackend final : public Backend {
                            scratch_floats * sizeof(float) <= (std::size_t(128) << 20);
     Tensor scratch;
     if (per_split) scratch = workspace_.tensor(DType::F32, {int64_t(scratch_floats)});
-    queue_.launch("attention", &cuda::attention_split, a.kernel_layout(), a.device_blocks(), args, splits,
+    queue_.launch("attention", &cuda::attention_split, layout, a.device_blocks(), args, splits,
                   per_split ? scratch.data<float>() : static_cast<float*>(nullptr));
   }
 

@@ -496,6 +496,30 @@ TEST_F(CudaVsCpu, SplitAttentionIsTheSameAloneAndBatchedAndNearTheCpu) {
   }
 }
 
+// A KV block too large for a thread block's shared memory (512 positions of
+// 512-wide f32 heads: 1 MiB a section) is refused with a message naming the
+// limit, in either precision, before anything is launched.
+TEST_F(CudaVsCpu, AttentionOverBlocksBeyondSharedMemoryIsAClearError) {
+  for (MatmulPrecision precision : {MatmulPrecision::F32, MatmulPrecision::Bf16}) {
+    auto be = make_cuda_backend(0, BackendOptions{"cuda", 0, precision});
+    kv::KvCache cache(one_layer("f32", 1, 512, 0, 512), *be);
+    const kv::RowId r = cache.create_row();
+    const int32_t one = 1;
+    cache.begin_step({&r, 1}, {&one, 1});
+    const kv::TokenRun run{r, 0, 1};
+    cache.write(0, {&run, 1}, be->upload(random({1, 512})), be->upload(random({1, 512})));
+    const kv::AttentionQuery q{r, 0};
+    Tensor out = be->upload(Tensor(DType::F32, {1, 512}));
+    try {
+      cache.attend(0, {&q, 1}, be->upload(random({1, 512})), AttentionParams{1, 512, 0, 1.0f, 0.0f}, out);
+      ADD_FAILURE() << "attention over 1 MiB sections ran";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("shared memory"), std::string::npos) << e.what();
+    }
+    cache.end_step();
+  }
+}
+
 // Whole forward passes on the transformers fixtures: the GPU's logits are
 // the CPU's, bit for bit (so within 1e-4 of transformers, as the CPU is),
 // prefill and decode, several rows per step.

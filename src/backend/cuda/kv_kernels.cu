@@ -217,13 +217,13 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_kernel(KvLayout L
   }
 }
 
+}  // namespace
+
 std::size_t attention_smem_bytes(const KvLayout& L) {
   const int hd4 = (L.head_dim + 3) / 4 * 4;
   return std::size_t(round16(int64_t(hd4 + L.block_size) * 4) + round16(L.k_head_bytes) +
                      int64_t(L.block_size) * L.head_bytes);
 }
-
-}  // namespace
 
 void kv_write(const KvLayout& layout, KvBlocks blocks, const int64_t* slots, int64_t T, const float* k,
               const float* v, cudaStream_t stream) {

@@ -60,6 +60,9 @@ struct AttentionArgs {
   float scale = 1.0f;
 };
 void attention(const KvLayout& layout, KvBlocks blocks, const AttentionArgs& args, cudaStream_t stream);
+// Shared memory a block of attention() needs for this layout (a KV block's
+// head sections are staged whole).
+std::size_t attention_smem_bytes(const KvLayout& layout);
 
 // The same attention with the keys cut in splits of kSplitPositions
 // positions at fixed multiples (attention_split.cu): each split is scored and
@@ -76,6 +79,8 @@ void attention(const KvLayout& layout, KvBlocks blocks, const AttentionArgs& arg
 inline constexpr int kSplitPositions = 64;
 inline constexpr int kSplitHeads = 8;  // query heads of one KV head per thread block
 int attention_split_head_groups(int heads, int kv_heads);
+// Shared memory a block of attention_split needs for this layout.
+std::size_t attention_split_smem_bytes(const KvLayout& layout);
 std::size_t attention_split_scratch_floats(int64_t T, int heads, int head_dim, int splits);
 void attention_split(const KvLayout& layout, KvBlocks blocks, const AttentionArgs& args, int splits, float* scratch,
                      cudaStream_t stream);
