@@ -9,8 +9,12 @@
 // Batch invariance: every operation computes each output row (token) from
 // that row's inputs alone, in one fixed reduction order, so a token's result
 // does not depend on how many other tokens share the call or where they sit.
-// Attention reduces a query's keys in fixed-size splits at multiples of the
-// block size along its row's own positions.
+// Attention reduces a query's keys in fixed-size splits at fixed multiples
+// along its row's own positions (the CPU: one split per KV block; the CUDA
+// backend's tensor-core precision: 64 positions), merged in increasing order.
+// The fused operations below (add_rms_norm, rms_norm_rope, matmul_each,
+// rms_norm_matmul_each) compute the bits of the separate calls they stand
+// for; their defaults here are those calls.
 //
 // Errors: a bad argument (shape, dtype, device, an index out of range)
 // throws rowlm::Error naming the operation before anything is written.

@@ -13,17 +13,21 @@
 //    same exp/tanh polynomials, RoPE cos/sin from the host's std::cos/sin),
 //    built with --fmad=false so that no multiply and add fuse unless written
 //    as fmaf: a tensor computed here equals the CPU's bit for bit.
-// Every other kernel (norms, RoPE, attention's block-by-block online softmax,
-// the KV codecs) is the CPU's arithmetic in both precisions. In both, a row's
+// Attention: under F32 the CPU's block-by-block online softmax, bit for bit;
+// under Bf16 the keys in fixed 64-position splits merged in order
+// (kv_kernels.h attention_split), within rounding of the CPU and invariant
+// to the batch. Every other kernel (norms, RoPE, the KV codecs) is the CPU's
+// arithmetic in both precisions. In both, a row's
 // output does not depend on the batch, and KV blocks have the CPU's layout
 // (backend/kv_block_layout.h), so a row saved on one backend restores on
 // the other. MoE routing and grouping run on the host with the CPU's code.
 //
-// Status: the matmul, attention (one block per query head, K/V blocks staged
-// in shared memory by cp.async) and norms are built for speed; a forward
-// step's launches are held and issued together, a repeated step (decode at
-// one batch shape) as one CUDA graph (launch_queue.h); attention does not
-// yet split long contexts, and sampling runs on the host. Host data is staged in pinned
+// Status: the matmul (several weights of one input in one launch, each a
+// programmatic dependent launch), attention (split over the keys) and norms
+// (fused with their neighbours where the decoder asks) are built for speed;
+// a forward step's launches are held and issued together, a repeated step
+// (decode at one batch shape) as one CUDA graph (launch_queue.h); sampling
+// runs on the host. Host data is staged in pinned
 // memory and copied asynchronously; kernels check the indices they read and
 // raise an error flag reported at the next synchronisation (a copy to the
 // host, or the next step's workspace reset).
