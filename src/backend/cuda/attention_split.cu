@@ -56,10 +56,25 @@ __device__ __forceinline__ float value_of(const KvLayout& L, const uint8_t* rec,
 }
 
 // The query's running state (M, L, O) after one more split (m, l, o), in
-// split order. M = −inf: nothing merged yet. Written with explicit
-// roundings so that both modes compile to the same operations.
+// split order; M = −inf: nothing merged yet. Both modes merge through these
+// (inline mode in registers, the combine kernel from the partials), with
+// explicit roundings, so they perform the same operations.
 __device__ __forceinline__ float merge_scale(float from, float to) {
   return from == neg_inf() ? 0.0f : attention_exp(__fsub_rn(from, to));
+}
+struct MergeStep {
+  float alpha, beta;  // what the running state and the split are scaled by
+};
+// Moves (M, L) past the split (m, l); the outputs follow with merge_output.
+__device__ __forceinline__ MergeStep merge_split(float& M, float& Lsum, float m, float l) {
+  const float Mn = fmaxf(M, m);
+  const MergeStep step{merge_scale(M, Mn), merge_scale(m, Mn)};
+  Lsum = __fadd_rn(__fmul_rn(Lsum, step.alpha), __fmul_rn(l, step.beta));
+  M = Mn;
+  return step;
+}
+__device__ __forceinline__ float merge_output(float O, float o, MergeStep step) {
+  return __fadd_rn(__fmul_rn(O, step.alpha), __fmul_rn(o, step.beta));
 }
 
 struct SplitArgs {
@@ -267,14 +282,9 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout
 #pragma unroll
       for (int h = 0; h < kSplitHeads; ++h) {
         if (h >= nh) break;
-        const float m = sm.m[h], l = sm.l[h];
-        const float M = fmaxf(run_m[h], m);
-        const float alpha = merge_scale(run_m[h], M), beta = merge_scale(m, M);
-        run_l[h] = __fadd_rn(__fmul_rn(run_l[h], alpha), __fmul_rn(l, beta));
+        const MergeStep step = merge_split(run_m[h], run_l[h], sm.m[h], sm.l[h]);
 #pragma unroll
-        for (int f = 0; f < kSplitFeatures; ++f)
-          run_o[h][f] = __fadd_rn(__fmul_rn(run_o[h][f], alpha), __fmul_rn(o[h][f], beta));
-        run_m[h] = M;
+        for (int f = 0; f < kSplitFeatures; ++f) run_o[h][f] = merge_output(run_o[h][f], o[h][f], step);
       }
     } else {
       for (int h = 0; h < nh; ++h) {
@@ -319,12 +329,8 @@ __global__ void __launch_bounds__(kSplitThreads) attention_combine_kernel(KvLayo
     float M = neg_inf(), Lsum = 0.0f, O = 0.0f;
     for (int64_t s = 0; s < n_splits; ++s) {
       const int64_t at = th * sa.splits + s;
-      const float m = sa.part_ml[2 * at], l = sa.part_ml[2 * at + 1], o = sa.part_o[at * hd + d];
-      const float Mn = fmaxf(M, m);
-      const float alpha = merge_scale(M, Mn), beta = merge_scale(m, Mn);
-      Lsum = __fadd_rn(__fmul_rn(Lsum, alpha), __fmul_rn(l, beta));
-      O = __fadd_rn(__fmul_rn(O, alpha), __fmul_rn(o, beta));
-      M = Mn;
+      const MergeStep step = merge_split(M, Lsum, sa.part_ml[2 * at], sa.part_ml[2 * at + 1]);
+      O = merge_output(O, sa.part_o[at * hd + d], step);
     }
     out[d] = n_splits == 0 ? 0.0f : __fdiv_rn(O, Lsum);
   }

@@ -472,12 +472,9 @@ class CudaBackend final : public Backend {
     DeviceGuard guard(device_);
     const int64_t M = x.dim(0), K = x.dim(1), N = w.rows;
     if (on_tensor_cores(w)) {
-      cuda::GemmOutputs outs;
-      outs.w[0] = w.values.data<uint16_t>();
-      outs.y[0] = y.data<float>();
-      outs.n[0] = N;
-      outs.count = 1;
-      gemm_bf16(x, outs);
+      const Weight* wp = &w;
+      Tensor* yp = &y;
+      gemm_bf16(x, outputs_of({&wp, 1}, {&yp, 1}));
     } else {
       queue_.launch("matmul_f32", &cuda::matmul_f32, x.data<float>(), w.values.raw(), storage_of(w.values.dtype()), y.data<float>(), M, N, K);
     }
@@ -485,20 +482,11 @@ class CudaBackend final : public Backend {
 
   void rms_norm_matmul_each(const Tensor& x, const Tensor* norm_weight, float eps, NormKind kind,
                             std::span<const Weight* const> w, std::span<Tensor* const> y) override {
-    bool fused = w.size() == y.size() && !w.empty() && int(w.size()) <= cuda::GemmOutputs::kMax &&
-                 x.rank() == 2 && cuda::rms_norm_bf16_fits(x.dim(-1));
-    for (std::size_t i = 0; fused && i < w.size(); ++i) {
-      check_matmul(x, *w[i], *y[i]);
-      fused = on_tensor_cores(*w[i]);
-    }
-    if (!fused) {
+    if (!one_launch(x, w, y, 1, "rms_norm_matmul_each") || !cuda::staged_norm_fits(x.dim(-1))) {
       Backend::rms_norm_matmul_each(x, norm_weight, eps, kind, w, y);
       return;
     }
     const NormArgs a = norm_args(x, norm_weight, kind, x, "rms_norm_matmul_each");
-    for (std::size_t i = 0; i < y.size(); ++i)
-      for (std::size_t j = 0; j < i; ++j)
-        ROWLM_REQUIRE(!overlaps(*y[i], *y[j]), "rms_norm_matmul_each: outputs must not overlap");
     DeviceGuard guard(device_);
     const int64_t M = x.dim(0), K = x.dim(1);
     Tensor xb = workspace_.tensor(DType::BF16, {M, K});
@@ -508,20 +496,10 @@ class CudaBackend final : public Backend {
   }
 
   void matmul_each(const Tensor& x, std::span<const Weight* const> w, std::span<Tensor* const> y) override {
-    ROWLM_REQUIRE(w.size() == y.size(), "matmul_each: " + std::to_string(w.size()) + " weights but " +
-                                            std::to_string(y.size()) + " outputs");
-    bool together = w.size() >= 2 && int(w.size()) <= cuda::GemmOutputs::kMax;
-    for (std::size_t i = 0; i < w.size(); ++i) {
-      check_matmul(x, *w[i], *y[i]);
-      together = together && on_tensor_cores(*w[i]);
-    }
-    if (!together) {
+    if (!one_launch(x, w, y, 2, "matmul_each")) {
       for (std::size_t i = 0; i < w.size(); ++i) matmul(x, *w[i], *y[i]);
       return;
     }
-    for (std::size_t i = 0; i < y.size(); ++i)
-      for (std::size_t j = 0; j < i; ++j)
-        ROWLM_REQUIRE(!overlaps(*y[i], *y[j]), "matmul_each: outputs must not overlap");
     DeviceGuard guard(device_);
     gemm_bf16(x, outputs_of(w, y));
   }
@@ -579,7 +557,7 @@ class CudaBackend final : public Backend {
     if (r.T == 0) return;
     const Tensor heads = x.reshaped({r.T * r.heads, 2 * r.half});
     const NormArgs a = norm_args(heads, w, kind, heads, "rms_norm_rope");
-    if (2 * r.half > 12 * 1024) {  // beyond the fused kernel's staged rows
+    if (!cuda::staged_norm_fits(2 * r.half)) {
       Backend::rms_norm_rope(x, w, eps, kind, positions, rope_table);
       return;
     }
@@ -1032,6 +1010,22 @@ class CudaBackend final : public Backend {
     ROWLM_REQUIRE(y.dtype() == DType::F32 && y.rank() == 2 && y.dim(0) == M && y.dim(1) == N,
                   "matmul: y must be f32 [" + std::to_string(M) + ", " + std::to_string(N) + "], got " + describe(y));
     ROWLM_REQUIRE(!overlaps(y, x) && !overlaps(y, w.values), "matmul: y must not overlap x or w");
+  }
+  // matmul_each's and rms_norm_matmul_each's checks (every pair as matmul
+  // checks it, outputs apart); whether the products go out as one tensor-core
+  // launch: at least `least` and at most GemmOutputs::kMax bf16 weights.
+  bool one_launch(const Tensor& x, std::span<const Weight* const> w, std::span<Tensor* const> y, std::size_t least,
+                  const char* op) const {
+    ROWLM_REQUIRE(w.size() == y.size(), std::string(op) + ": " + std::to_string(w.size()) + " weights but " +
+                                            std::to_string(y.size()) + " outputs");
+    bool together = w.size() >= least && w.size() <= std::size_t(cuda::GemmOutputs::kMax);
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      check_matmul(x, *w[i], *y[i]);
+      together = together && on_tensor_cores(*w[i]);
+      for (std::size_t j = 0; j < i; ++j)
+        ROWLM_REQUIRE(!overlaps(*y[i], *y[j]), std::string(op) + ": outputs must not overlap");
+    }
+    return together;
   }
   // Tensor cores (gemm_bf16.h): bf16 activations, f32 accumulation, one
   // summation order for every M. f32 and f16 weights keep the f32 path.

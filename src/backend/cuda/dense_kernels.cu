@@ -379,7 +379,7 @@ void add_rms_norm(float* y, const float* x, const void* w, Storage ws, int norm,
   launch_rms_norm(x, w, ws, norm, eps, y, rows, D, true, stream);
 }
 
-bool rms_norm_bf16_fits(int64_t D) { return D <= kNormMaxStaged; }
+bool staged_norm_fits(int64_t D) { return D <= kNormMaxStaged; }
 
 void rms_norm_bf16(const float* x, const void* w, Storage ws, int norm, float eps, uint16_t* y, int64_t rows, int64_t D,
                    cudaStream_t stream) {

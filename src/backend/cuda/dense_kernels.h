@@ -33,14 +33,15 @@ void embed(const int32_t* ids, int64_t T, const void* table, Storage ts, int64_t
 // norm: 0 plain, 1 one-plus, 2 no scale (w may be null then).
 void rms_norm(const float* x, const void* w, Storage ws, int norm, float eps, float* y, int64_t rows, int64_t D,
               cudaStream_t stream);
-// rms_norm's output rounded to bf16 (nearest even, as round_to_bf16), for rows
-// of D ≤ 12,288 (rms_norm_bf16_fits): the tensor-core matmul's input.
-bool rms_norm_bf16_fits(int64_t D);
+// Whether a row of D features fits the norm kernels that stage a row in
+// shared memory (D ≤ 12,288): rms_norm_bf16 and rms_norm_rope need them.
+bool staged_norm_fits(int64_t D);
+// rms_norm's output rounded to bf16 (nearest even, as round_to_bf16): the
+// tensor-core matmul's input.
 void rms_norm_bf16(const float* x, const void* w, Storage ws, int norm, float eps, uint16_t* y, int64_t rows, int64_t D,
                    cudaStream_t stream);
 // rms_norm of each head of x [T, heads, 2·half] (w has 2·half entries), then
-// rope, in place, in one kernel: the bits of the two launches. Heads of up
-// to 12,288 features (kNormMaxStaged).
+// rope, in place, in one kernel: the bits of the two launches.
 void rms_norm_rope(float* x, const void* w, Storage ws, int norm, float eps, const int32_t* positions, int64_t T,
                    int64_t heads, int64_t half, const float* cos_sin, int64_t reserved, int* error,
                    cudaStream_t stream);
