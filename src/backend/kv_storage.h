@@ -34,19 +34,25 @@ class KvArena {
   virtual void grow(int64_t count) = 0;
   // Idle memory back to the system. `free_blocks` lists blocks (distinct,
   // each < blocks()) that no row or cache holds: their bytes will be written
-  // before anything reads them again. The arena may return whole pages of
-  // them to the operating system; they stay addressable (a later write takes
-  // the memory back, a read before it sees unspecified bytes). Returns the
-  // bytes of the pages it handed back. Not for the decode path (a
-  // system call per run of free blocks); called when the engine goes idle.
-  // Threads: like grow(), with no kernel touching the arena. Default: keeps
-  // everything (a backend whose memory is not the host's to return).
+  // before anything reads them again. The arena may return the memory of
+  // whole pages (the CPU) or whole chunks (the GPU) of them; a block given
+  // back is handed out again only after reclaim(). Returns the bytes handed
+  // back. Not for the decode path (a system call per run of free blocks);
+  // called when the engine goes idle. Threads: like grow(), with no kernel
+  // touching the arena. Default: keeps everything.
   virtual std::size_t release_free_blocks(std::span<const int32_t> free_blocks) {
     (void)free_blocks;
     return 0;
   }
-  // Bytes of this arena resident in memory now, as the operating system
-  // reports it (what release_free_blocks lowers). Default: every block's.
+  // `block`, free until now, is about to be handed out and written: its
+  // memory is made present again if release_free_blocks gave it back (its
+  // bytes are then unspecified until written). Throws OutOfMemory, having
+  // changed nothing, when the device cannot hold it. Cheap when nothing was
+  // given back. Default: nothing (host pages come back on their first
+  // write).
+  virtual void reclaim(int32_t block) { (void)block; }
+  // Bytes of this arena resident in memory now, as the system reports it
+  // (what release_free_blocks lowers). Default: every block's.
   virtual std::size_t resident_bytes() const { return std::size_t(blocks()) * block_bytes(); }
 };
 

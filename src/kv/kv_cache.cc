@@ -78,6 +78,12 @@ int32_t KvCache::Impl::allocate(int pool_id) {
   const int layer = pool_id % num_layers();
   int32_t id;
   if (!p.free_ids.empty()) {
+    try {
+      p.arena->reclaim(p.free_ids.front());  // the heap's least id, taken below
+    } catch (const OutOfMemory& e) {
+      throw OutOfBlocks("KV layer " + std::to_string(layer) + ": the device cannot take back a released block (" +
+                        e.what() + ")");
+    }
     std::pop_heap(p.free_ids.begin(), p.free_ids.end(), std::greater<>());
     id = p.free_ids.back();
     p.free_ids.pop_back();

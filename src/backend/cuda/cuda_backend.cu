@@ -127,7 +127,11 @@ class CudaRopeTable final : public RopeTable {
 };
 
 // One storage layer's blocks in device memory, in chunks that never move;
-// a device array of the chunks' addresses lets kernels find block b.
+// a device array of the chunks' addresses (the table) lets kernels find
+// block b. A chunk whose blocks are all free can be given back
+// (release_free_blocks): its table entry becomes null until reclaim() of one
+// of its blocks allocates it again, in place in the same table, so launches
+// and graphs recorded against the table stay valid.
 class CudaKvArena final : public KvArena {
  public:
   CudaKvArena(int device, cudaStream_t stream, LaunchQueue& queue, const kv::LayerSpec& spec, int block_size)
@@ -143,22 +147,83 @@ class CudaKvArena final : public KvArena {
     DeviceGuard guard(device_);
     std::vector<std::shared_ptr<void>> added;
     while (int64_t(chunks_.size() + added.size()) * chunk_blocks_ < count)
-      added.push_back(device_alloc(device_, std::size_t(chunk_blocks_) * layout_.block_bytes, "KV arena", queue_.released()));
+      added.push_back(device_alloc(device_, chunk_bytes(), "KV arena", queue_.released()));
     if (!added.empty()) {
       // Held launches read the old chunk table, which is replaced below.
       queue_.submit();
       std::vector<uint8_t*> addresses = addresses_;
       for (auto& c : added) addresses.push_back(static_cast<uint8_t*>(c.get()));
       auto table = device_alloc(device_, addresses.size() * sizeof(uint8_t*), "KV arena table", queue_.released());
-      check(cudaMemcpyAsync(table.get(), addresses.data(), addresses.size() * sizeof(uint8_t*),
-                            cudaMemcpyHostToDevice, stream_),
-            "KV arena table");
-      check(cudaStreamSynchronize(stream_), "KV arena table");
+      write_table(table.get(), addresses);
       for (auto& c : added) chunks_.push_back(std::move(c));
       addresses_ = std::move(addresses);
       table_ = std::move(table);
     }
     blocks_ = count;
+  }
+
+  std::size_t release_free_blocks(std::span<const int32_t> free_blocks) override {
+    std::vector<int64_t> free_in_chunk(chunks_.size(), 0);
+    for (int32_t id : free_blocks) {
+      ROWLM_CHECK(id >= 0 && id < blocks_, "release_free_blocks: no such block");
+      ++free_in_chunk[std::size_t(id / chunk_blocks_)];
+    }
+    std::vector<std::size_t> whole;  // present chunks none of whose blocks is held
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      const int64_t existing = std::min(blocks_ - int64_t(c) * chunk_blocks_, chunk_blocks_);
+      if (chunks_[c] && free_in_chunk[c] == existing) whole.push_back(c);
+    }
+    if (whole.empty()) return 0;
+    DeviceGuard guard(device_);
+    queue_.submit();
+    std::vector<uint8_t*> addresses = addresses_;
+    for (std::size_t c : whole) addresses[c] = nullptr;
+    write_table(table_.get(), addresses);  // synchronises: nothing reads the chunks after this
+    addresses_ = std::move(addresses);
+    for (std::size_t c : whole) chunks_[c].reset();  // cudaFree: the memory goes back to the driver
+    released_chunks_ += int64_t(whole.size());
+    return whole.size() * chunk_bytes();
+  }
+
+  void reclaim(int32_t block) override {
+    if (released_chunks_ == 0) return;
+    ROWLM_CHECK(block >= 0 && block < blocks_, "reclaim: no such block");
+    const std::size_t c = std::size_t(block / chunk_blocks_);
+    if (chunks_[c]) return;
+    DeviceGuard guard(device_);
+    std::shared_ptr<void> chunk = device_alloc(device_, chunk_bytes(), "KV arena", queue_.released());
+    // Held launches read the table before this write (they never read a
+    // null entry's blocks, which are free).
+    queue_.submit();
+    std::vector<uint8_t*> addresses = addresses_;
+    addresses[c] = static_cast<uint8_t*>(chunk.get());
+    write_table(table_.get(), addresses);
+    addresses_ = std::move(addresses);
+    chunks_[c] = std::move(chunk);
+    released_chunks_ -= 1;
+  }
+
+  std::size_t resident_bytes() const override {
+    return std::size_t(int64_t(chunks_.size()) - released_chunks_) * chunk_bytes();
+  }
+
+  // A clear error, rather than a fault in a kernel, for a block whose chunk
+  // was given back (the KV books never name one; this guards their bugs).
+  // Nothing to check, and no cost, while no chunk is given back.
+  void require_present(int32_t block, const char* op) const {
+    if (released_chunks_ > 0 && !chunks_[std::size_t(block / chunk_blocks_)])
+      throw Error(std::string(op) + ": block " + std::to_string(block) + " was given back and not reclaimed");
+  }
+  void require_present(std::span<const int64_t> slots, const char* op) const {
+    if (released_chunks_ > 0)
+      for (int64_t s : slots) require_present(int32_t(s / layout_.block_size), op);
+  }
+  void require_present(const AttentionBatch& batch) const {
+    if (released_chunks_ == 0) return;
+    const int bs = layout_.block_size;
+    for (const KvKeyRange& r : batch.queries)
+      for (int64_t b = r.lo / bs; r.hi >= r.lo && b <= r.hi / bs; ++b)
+        require_present(batch.tables[std::size_t(r.table)][std::size_t(b)], "attention");
   }
 
   cuda::KvBlocks device_blocks() const {
@@ -187,6 +252,13 @@ class CudaKvArena final : public KvArena {
   }
 
  private:
+  std::size_t chunk_bytes() const { return std::size_t(chunk_blocks_) * layout_.block_bytes; }
+  void write_table(void* table, const std::vector<uint8_t*>& addresses) {
+    check(cudaMemcpyAsync(table, addresses.data(), addresses.size() * sizeof(uint8_t*), cudaMemcpyHostToDevice, stream_),
+          "KV arena table");
+    check(cudaStreamSynchronize(stream_), "KV arena table");
+  }
+
   int device_;
   cudaStream_t stream_;
   LaunchQueue& queue_;
@@ -194,7 +266,8 @@ class CudaKvArena final : public KvArena {
   KvBlockLayout layout_;
   int64_t chunk_blocks_ = 1;
   int64_t blocks_ = 0;
-  std::vector<std::shared_ptr<void>> chunks_;
+  std::vector<std::shared_ptr<void>> chunks_;  // null where given back
+  int64_t released_chunks_ = 0;
   std::vector<uint8_t*> addresses_;
   std::shared_ptr<void> table_;
 };
@@ -764,6 +837,7 @@ class CudaBackend final : public Backend {
                         describe(*t));
     }
     check_kv_slots(a, slots, "kv_write");
+    a.require_present(slots, "kv_write");
     if (T == 0) return;
     DeviceGuard guard(device_);
     const Tensor s = device_copy(slots);
@@ -774,6 +848,10 @@ class CudaBackend final : public Backend {
     CudaKvArena& a = own(arena, "kv_copy_blocks");
     std::vector<int32_t> src, dst;
     check_kv_copies(a, copies);
+    for (const KvBlockCopy& c : copies) {
+      a.require_present(c.src, "kv_copy_blocks");
+      a.require_present(c.dst, "kv_copy_blocks");
+    }
     for (const KvBlockCopy& c : copies) {
       src.push_back(c.src);
       dst.push_back(c.dst);
@@ -792,6 +870,7 @@ class CudaBackend final : public Backend {
                                                              " slots need " + std::to_string(slots.size() * rec) +
                                                              " bytes, got " + std::to_string(records.size()));
     check_kv_slots(a, slots, "kv_read");
+    a.require_present(slots, "kv_read");
     if (slots.empty()) return;
     DeviceGuard guard(device_);
     const Tensor s = device_copy(slots);
@@ -807,6 +886,7 @@ class CudaBackend final : public Backend {
                                                              " slots need " + std::to_string(slots.size() * rec) +
                                                              " bytes, got " + std::to_string(records.size()));
     check_kv_slots(a, slots, "kv_store");
+    a.require_present(slots, "kv_store");
     if (slots.empty()) return;
     DeviceGuard guard(device_);
     const Tensor s = device_copy(slots);
@@ -835,6 +915,7 @@ class CudaBackend final : public Backend {
                   "attention: out must be f32 with q's shape and separate from q, got " + describe(out));
     if (T == 0) return;
     check_attention_batch(a, batch);
+    a.require_present(batch);
     const cuda::KvLayout layout = a.kernel_layout();
     const std::size_t smem = precision_ == MatmulPrecision::Bf16 ? cuda::attention_split_smem_bytes(layout)
                                                                   : cuda::attention_smem_bytes(layout);

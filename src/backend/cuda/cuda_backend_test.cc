@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include <cuda_runtime.h>
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/cpu_backend.h"
@@ -361,6 +362,96 @@ TEST_F(CudaVsCpu, KvRecordsAndAttentionEqualTheCpuForEveryCodec) {
     on_gpu.end_step();
     EXPECT_TRUE(on_gpu.extract(rg[0]).data[0].records == before.data[0].records) << what << ": fork wrote through";
   }
+}
+
+// Idle KV memory goes back to the device: chunks of the arena that hold no
+// row's block are freed (the driver's free memory rises by their bytes),
+// rows that hold blocks keep their bytes, and released blocks serve new rows
+// again, every record and attention output the CPU's bits throughout.
+TEST_F(CudaVsCpu, IdleKvChunksGoBackToTheDeviceAndServeNewRowsAfter) {
+  // 64 KiB blocks (bf16, 4 KV heads of 256, 16 positions): 256-block, 16 MiB chunks.
+  const kv::CacheOptions opt = one_layer("bf16", 4, 256, 0, 16);
+  kv::KvCache on_cpu(opt, *cpu), on_gpu(opt, *gpu);
+  const int64_t width = 4 * 256, qwidth = 8 * 256;
+  const AttentionParams p{8, 256, 0, 1.0f / 16.0f, 0.0f};
+  constexpr int32_t kLen = 2048;  // 128 blocks a row
+  std::vector<kv::RowId> rc, rg;
+  auto fill = [&](int rows) {  // `rows` new rows of kLen positions in one step
+    std::vector<kv::RowId> nc, ng;
+    std::vector<kv::TokenRun> runs_c, runs_g;
+    for (int r = 0; r < rows; ++r) {
+      nc.push_back(on_cpu.create_row());
+      ng.push_back(on_gpu.create_row());
+      runs_c.push_back({nc.back(), 0, kLen});
+      runs_g.push_back({ng.back(), 0, kLen});
+    }
+    const std::vector<int32_t> counts(std::size_t(rows), kLen);
+    on_cpu.begin_step(std::vector<kv::RowId>(nc), counts);
+    on_gpu.begin_step(std::vector<kv::RowId>(ng), counts);
+    const Tensor k = random({int64_t(rows) * kLen, width}, 2.0f), v = random({int64_t(rows) * kLen, width}, 2.0f);
+    on_cpu.write(0, runs_c, k, v);
+    on_gpu.write(0, runs_g, up(k), up(v));
+    on_cpu.end_step();
+    on_gpu.end_step();
+    rc.insert(rc.end(), nc.begin(), nc.end());
+    rg.insert(rg.end(), ng.begin(), ng.end());
+  };
+  // Each row's records, then a token appended to each and its attention.
+  auto same_rows = [&](const std::string& what) {
+    for (std::size_t r = 0; r < rc.size(); ++r) {
+      EXPECT_TRUE(on_cpu.extract(rc[r]).data[0].records == on_gpu.extract(rg[r]).data[0].records)
+          << what << ": row " << r << "'s records differ";
+      const int32_t one = 1;
+      const int64_t at = on_cpu.length(rc[r]);
+      ASSERT_EQ(on_gpu.length(rg[r]), at);
+      on_cpu.begin_step({&rc[r], 1}, {&one, 1});
+      on_gpu.begin_step({&rg[r], 1}, {&one, 1});
+      const Tensor k = random({1, width}, 2.0f), v = random({1, width}, 2.0f), q = random({1, qwidth});
+      const kv::TokenRun run_c{rc[r], at, 1}, run_g{rg[r], at, 1};
+      on_cpu.write(0, {&run_c, 1}, k, v);
+      on_gpu.write(0, {&run_g, 1}, up(k), up(v));
+      const kv::AttentionQuery qc{rc[r], at}, qg{rg[r], at};
+      Tensor want(DType::F32, {1, qwidth});
+      on_cpu.attend(0, {&qc, 1}, q, p, want);
+      Tensor out = gpu_zeros({1, qwidth});
+      on_gpu.attend(0, {&qg, 1}, up(q), p, out);
+      expect_bitwise(down(out), want, what + ": row " + std::to_string(r) + "'s attention");
+      on_cpu.end_step();
+      on_gpu.end_step();
+    }
+  };
+  auto device_free = [] {
+    std::size_t free = 0, total = 0;
+    EXPECT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+    return free;
+  };
+  constexpr std::size_t kChunk = std::size_t(16) << 20;
+
+  fill(8);  // 1,024 blocks: four whole chunks
+  EXPECT_EQ(on_gpu.resident_bytes(), 4 * kChunk);
+  EXPECT_EQ(on_gpu.release_free_memory(), 0u) << "no block is free";
+  // Rows 1-7 go: chunk 0 still holds row 0 (blocks 0-127); chunks 1-3 hold nothing.
+  for (std::size_t r = 1; r < 8; ++r) {
+    on_cpu.retire(rc[r]);
+    on_gpu.retire(rg[r]);
+  }
+  rc.resize(1);
+  rg.resize(1);
+  const std::size_t free_before = device_free();
+  EXPECT_EQ(on_gpu.release_free_memory(), 3 * kChunk);
+  on_cpu.release_free_memory();
+  EXPECT_GE(device_free(), free_before + 3 * kChunk - (std::size_t(2) << 20)) << "the driver got the chunks back";
+  EXPECT_EQ(on_gpu.resident_bytes(), kChunk);
+  EXPECT_EQ(on_gpu.release_free_memory(), 0u) << "nothing was freed since";
+  same_rows("after the release");
+
+  // Released blocks serve new rows: chunk 0's free blocks first (row 0's
+  // appended token took block 128), then chunks 1 and 2 come back (new
+  // blocks up to 645); chunk 3 stays given back.
+  fill(4);
+  EXPECT_EQ(on_gpu.resident_bytes(), 3 * kChunk);
+  same_rows("after new rows took released blocks");
+  on_gpu.check_consistency();
 }
 
 // Under the tensor-core precision: several weights of one input in one launch
