@@ -203,6 +203,10 @@ class Backend {
   virtual void gather_rows(const Tensor& src, const Tensor& rows, Tensor& dst) = 0;
   // dst[rows[i], :] += weights[i] · src[i, :], applied in order of i.
   virtual void scatter_add_rows(Tensor& dst, const Tensor& rows, const Tensor& weights, const Tensor& src) = 0;
+  // codes[i] = the argmax code (argmax_code.h) of row i of x: x [n, V] f32
+  // with 0 < V <= argmax_code::kMaxRow, codes [n] i32. The greedy rows of a
+  // step need no more of their logits.
+  virtual void argmax_rows(const Tensor& x, Tensor& codes) = 0;
 
   // --- Mixture of experts -------------------------------------------------
   // For each row of logits ([T, E] f32): softmax in f32, the top_k experts

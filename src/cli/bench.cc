@@ -252,6 +252,10 @@ int run_bench(const std::vector<std::string>& argv) {
       .option("context", "N", "tokens already in each row before decode steps", "64")
       .option("quantize", "BITS/GROUP",
               "quantize the random matrices as MLX does (e.g. 4/64: mlx-community q4), bf16 scales and biases")
+      .option("logits", "argmax|full",
+              "what a decode step brings back per row: the argmax (greedy decoding, as the engine runs a greedy "
+              "request) or the whole logits row (as for a sampled one)",
+              "argmax")
       .flag("no-ceilings", "skip the bandwidth and FMA measurements")
       .flag("profile", "after the timed runs, time each kind of device operation in a prefill and in a decode step "
                        "of each batch size (GPU backends; launches go one by one while profiled)")
@@ -274,6 +278,10 @@ int run_bench(const std::vector<std::string>& argv) {
   const int64_t prefill = args.get_int("prefill"), steps = args.get_int("decode-steps"), context = args.get_int("context");
   const auto batches = args.get_int_list("batch");
   if (prefill < 1 || steps < 1 || context < 1) throw Error("--prefill, --decode-steps and --context must be positive");
+  const std::string logits_mode = args.get("logits");
+  if (logits_mode != "argmax" && logits_mode != "full")
+    throw Error("--logits must be argmax or full, got '" + logits_mode + "'");
+  const bool argmax_only = logits_mode == "argmax";
   for (int32_t b : batches) if (b < 1 || b > 256) throw Error("--batch sizes must be 1..256");
 
   const int64_t threads = args.get_int("threads");
@@ -303,6 +311,7 @@ int run_bench(const std::vector<std::string>& argv) {
                             : std::string("bf16");
   out["matmul_precision"] = matmul_precision_name(backend->matmul_precision());
   out["backend"] = backend->name();
+  out["decode_logits"] = logits_mode;
   // Prefill is judged against the peak of the arithmetic its matmuls run.
   const bool bf16_dot = backend->matmul_precision() == MatmulPrecision::Bf16;
   double bandwidth = 0, peak = 0;
@@ -371,11 +380,12 @@ int run_bench(const std::vector<std::string>& argv) {
     // a shared machine the bandwidth moves from second to second, so a step
     // is judged against the ceiling of its moment; the median round counts.
     // One decode step of every row; the seconds of its forward.
+    std::vector<int32_t> codes;
     auto decode_step = [&] {
       ForwardBatch b;
-      for (kv::RowId r : rows) b.add(r, cache.length(r), next_token(), true);
+      for (kv::RowId r : rows) b.add(r, cache.length(r), next_token(), true, argmax_only);
       const auto t0 = Clock::now();
-      model->forward(b, cache, logits);
+      model->forward(b, cache, logits, nullptr, &codes);
       return seconds_since(t0);
     };
     const int64_t rounds = bandwidth > 0 ? std::min<int64_t>(3, steps) : 1;

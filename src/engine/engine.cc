@@ -321,9 +321,11 @@ void EngineImpl::apply_logits(const StepPlan& plan, std::span<DraftJob> jobs, co
   std::vector<std::string> sample_errors(plan.feeds.size());
   sampling_pool_.run(int64_t(plan.feeds.size()), [&](int64_t i) {
     const float* logits = out.row(std::size_t(i));
-    if (plan.feeds[std::size_t(i)].job >= 0 || !logits) return;
+    const std::optional<int32_t>& code = out.argmax[std::size_t(i)];
+    if (plan.feeds[std::size_t(i)].job >= 0 || (!logits && !code)) return;
+    const sampling::Sampler& sampler = plan.feeds[std::size_t(i)].request->sampler;
     try {
-      sampled[std::size_t(i)] = plan.feeds[std::size_t(i)].request->sampler.sample(std::span(logits, vocab));
+      sampled[std::size_t(i)] = code ? sampler.sample_argmax(*code) : sampler.sample(std::span(logits, vocab));
     } catch (const std::exception& e) {
       sample_errors[std::size_t(i)] = e.what();
     }
@@ -339,7 +341,7 @@ void EngineImpl::apply_logits(const StepPlan& plan, std::span<DraftJob> jobs, co
       if (v.end) finish(r, *v.end, std::move(v.error));
       continue;
     }
-    if (!logits) continue;
+    if (!logits && !out.argmax[i]) continue;
     if (!sampled[i]) {
       finish(r, FinishReason::Error, std::move(sample_errors[i]));
       continue;

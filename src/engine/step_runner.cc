@@ -93,19 +93,28 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
   ForwardBatch batch;
   StepLogits out;
   out.first_row.assign(plan.feeds.size(), -1);
+  out.state_row.assign(plan.feeds.size(), -1);
+  out.argmax.assign(plan.feeds.size(), std::nullopt);
+  int64_t crossing = 0;          // logits rows that cross whole so far
   std::vector<kv::RowId> round;  // rows feeding drafts
   for (std::size_t i = 0; i < plan.feeds.size(); ++i) {
     const Feed& f = plan.feeds[i];
     const RequestState& r = *f.request;
+    const bool only_argmax = f.job < 0 && r.sampler.argmax_is_enough();
     for (int64_t p = r.computed; p < r.computed + f.tokens; ++p) {
       const bool last = p + 1 == r.sequence_length();
-      if (last) out.first_row[i] = int64_t(batch.logit_rows.size());
-      batch.add(r.row, p, r.tokens[std::size_t(p)], last);
+      if (last) {
+        out.state_row[i] = int64_t(batch.logit_rows.size());
+        if (!only_argmax) out.first_row[i] = crossing++;
+      }
+      batch.add(r.row, p, r.tokens[std::size_t(p)], last, only_argmax);
     }
     if (f.job < 0) continue;
     const DraftJob& job = jobs[std::size_t(f.job)];
-    for (std::size_t j = 0; j < job.tokens.size(); ++j)
+    for (std::size_t j = 0; j < job.tokens.size(); ++j) {
       batch.add(r.row, r.computed + 1 + int64_t(j), job.tokens[j], true);
+      ++crossing;
+    }
     round.push_back(r.row);
   }
 
@@ -115,7 +124,7 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
   round_hidden_row_.clear();
   cache_->begin_round(round);
   try {
-    model_.forward(batch, *cache_, out.logits, keep_state ? &hidden_ : nullptr);
+    model_.forward(batch, *cache_, out.logits, keep_state ? &hidden_ : nullptr, &argmax_codes_);
   } catch (...) {
     cache_->rollback_round(round, std::vector<int64_t>(round.size(), 0));
     if (drafter_) drafter_->discard(jobs);
@@ -124,11 +133,12 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
   for (std::size_t i = 0; i < plan.feeds.size(); ++i) {
     const Feed& f = plan.feeds[i];
     if (f.job >= 0) {
-      if (keep_state) round_hidden_row_[f.request->id] = out.first_row[i];
+      if (keep_state) round_hidden_row_[f.request->id] = out.state_row[i];
       continue;
     }
+    if (out.state_row[i] >= 0 && out.first_row[i] < 0) out.argmax[i] = argmax_codes_[std::size_t(out.state_row[i])];
     f.request->computed += f.tokens;
-    if (keep_state && out.first_row[i] >= 0) keep_target_state(*f.request, out.first_row[i]);
+    if (keep_state && out.state_row[i] >= 0) keep_target_state(*f.request, out.state_row[i]);
   }
   return out;
 }

@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -38,12 +39,22 @@
 
 namespace rowlm::engine {
 
-// A forward pass's logits, by feed.
+// A forward pass's logits, by feed. A feed whose sampler needs only the
+// argmax of its row (sampling::Sampler::argmax_is_enough: greedy, nothing
+// to change the row, no logprobs) gets the row's argmax code instead of the
+// row: on a GPU its logits never cross to the host.
 struct StepLogits {
-  Tensor logits;  // [rows wanted, vocab], in feed order
-  // Per feed: its first logits row (a drafting feed has 1 + drafts rows
-  // from there), or -1 for a prefill chunk short of the sequence's end.
+  Tensor logits;  // [rows that crossed, vocab], in feed order
+  // Per feed: its first row in `logits` (a drafting feed has 1 + drafts rows
+  // from there), or -1 when none crossed (a prefill chunk short of the
+  // sequence's end, or a feed with an argmax code).
   std::vector<int64_t> first_row;
+  // Per feed: its first row among all the step's logits rows (the index of
+  // its final hidden state), or -1 for a prefill chunk short of the end.
+  std::vector<int64_t> state_row;
+  // Per feed: its row's argmax code (backend/argmax_code.h), for the feeds
+  // that get one.
+  std::vector<std::optional<int32_t>> argmax;
 
   const float* row(std::size_t feed) const {
     return first_row[feed] < 0 ? nullptr : logits.data<float>() + first_row[feed] * logits.dim(1);
@@ -124,6 +135,7 @@ class StepRunner {
   // The last forward's final hidden states (when the drafter reads them),
   // and each drafting row's first row there, for settle_round.
   Tensor hidden_;
+  std::vector<int32_t> argmax_codes_;  // the last forward's, per logits row
   std::unordered_map<uint64_t, int64_t> round_hidden_row_;
 };
 

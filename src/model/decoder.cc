@@ -91,7 +91,8 @@ class DecoderModel final : public Model {
 
   std::string describe() const override { return description_; }
   using Model::forward;
-  void forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits, Tensor* hidden) override;
+  void forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits, Tensor* hidden,
+               std::vector<int32_t>* argmax) override;
   void embed(std::span<const int32_t> tokens, Tensor& out) override;
   std::vector<int> kv_storage_of_layers() const override { return storage_of_; }
   // KvReader::forward (every layer reads target storage).
@@ -112,8 +113,11 @@ class DecoderModel final : public Model {
   void validate(const ForwardBatch& batch, const kv::KvCache& cache) const;
   void check_ids(std::span<const int32_t> ids) const;
   void run_layers(Step& step, const ForwardBatch& batch, kv::KvCache& cache, Tensor& h);
-  // The output head (and softcap) of the final-normed rows `normed` into the host tensor `logits`.
-  void head(const Tensor& normed, Tensor& logits);
+  // The output head (and softcap) of the final-normed rows `normed`: into
+  // the host tensor `logits` the rows `argmax_only` does not mark (all when
+  // it is empty), and the argmax codes of all rows into `argmax` when it
+  // marks any.
+  void head(const Tensor& normed, std::span<const uint8_t> argmax_only, Tensor& logits, std::vector<int32_t>* argmax);
   Tensor scratch(Shape shape) { return be_.workspace().tensor(DType::F32, std::move(shape)); }
   Tensor ids_tensor(const std::vector<int32_t>& ids) {
     Tensor t = be_.workspace().tensor(DType::I32, {int64_t(ids.size())});
@@ -243,16 +247,23 @@ void DecoderModel::validate(const ForwardBatch& batch, const kv::KvCache& cache)
   if (counted != n) throw Error("forward batch: runs cover " + std::to_string(counted) + " of " + std::to_string(n) + " tokens");
   for (int32_t r : batch.logit_rows)
     if (r < 0 || std::size_t(r) >= n) throw Error("forward batch: logit row out of range");
+  if (!batch.argmax_only.empty() && batch.argmax_only.size() != batch.logit_rows.size())
+    throw Error("forward batch: " + std::to_string(batch.argmax_only.size()) + " argmax marks for " +
+                std::to_string(batch.logit_rows.size()) + " logits rows");
 }
 
-void DecoderModel::forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits, Tensor* hidden) {
+void DecoderModel::forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits, Tensor* hidden,
+                           std::vector<int32_t>* argmax) {
   ROWLM_CHECK(&cache.backend() == &be_, "the KV cache belongs to another backend than the model");
   validate(batch, cache);
   const int64_t T = int64_t(batch.tokens.size()), H = cfg_.hidden_size, V = cfg_.vocab_size;
   const int64_t n_logits = int64_t(batch.logit_rows.size());
+  const int64_t marked = std::count(batch.argmax_only.begin(), batch.argmax_only.end(), uint8_t(1));
+  ROWLM_CHECK(marked == 0 || argmax, "forward: rows marked argmax_only need somewhere to put the codes");
+  if (argmax) argmax->clear();
   // Read back from the device each step: the backend's readback memory
   // (pinned on a GPU), not a fresh pageable buffer.
-  logits = be_.host_output(DType::F32, {n_logits, V});
+  logits = be_.host_output(DType::F32, {n_logits - marked, V});
   if (hidden) *hidden = be_.host_output(DType::F32, {n_logits, H});
   if (T == 0) return;
 
@@ -293,7 +304,7 @@ void DecoderModel::forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor
       be_.gather_rows(h, ids_tensor(batch.logit_rows), last);
       norm_in_place(last, w_.final_norm);
       if (hidden) be_.copy_to_host(last, hidden->raw());
-      head(last, logits);
+      head(last, marked > 0 ? std::span<const uint8_t>(batch.argmax_only) : std::span<const uint8_t>(), logits, argmax);
     }
     deferred.issue();
   } catch (...) {
@@ -320,12 +331,33 @@ void DecoderModel::run_layers(Step& step, const ForwardBatch& batch, kv::KvCache
   }
 }
 
-void DecoderModel::head(const Tensor& normed, Tensor& logits) {
-  // On the host the head writes straight into the caller's logits.
-  Tensor out = be_.device().is_host() ? logits : scratch({normed.dim(0), int64_t(cfg_.vocab_size)});
+void DecoderModel::head(const Tensor& normed, std::span<const uint8_t> argmax_only, Tensor& logits,
+                        std::vector<int32_t>* argmax) {
+  const int64_t n = normed.dim(0);
+  std::vector<int32_t> kept;  // the rows that cross whole
+  for (int64_t i = 0; i < n; ++i)
+    if (argmax_only.empty() || !argmax_only[std::size_t(i)]) kept.push_back(int32_t(i));
+  const bool all = int64_t(kept.size()) == n;
+  // On the host, with every row wanted, the head writes straight into the caller's logits.
+  Tensor out = be_.device().is_host() && all ? logits : scratch({n, int64_t(cfg_.vocab_size)});
   be_.matmul(normed, cfg_.tie_word_embeddings ? w_.embed : w_.lm_head, out);
   if (cfg_.final_softcap > 0) be_.softcap(out, cfg_.final_softcap);
-  if (!be_.device().is_host()) be_.copy_to_host(out, logits.raw());
+  if (!all) {
+    Tensor codes = be_.workspace().tensor(DType::I32, {n});
+    be_.argmax_rows(out, codes);
+    argmax->resize(std::size_t(n));
+    be_.copy_to_host(codes, argmax->data());
+    if (kept.empty()) return;
+    if (be_.device().is_host()) {
+      be_.gather_rows(out, ids_tensor(kept), logits);
+    } else {
+      Tensor wanted = scratch({int64_t(kept.size()), int64_t(cfg_.vocab_size)});
+      be_.gather_rows(out, ids_tensor(kept), wanted);
+      be_.copy_to_host(wanted, logits.raw());
+    }
+  } else if (out.raw() != logits.raw()) {
+    be_.copy_to_host(out, logits.raw());
+  }
 }
 
 void DecoderModel::embed(std::span<const int32_t> tokens, Tensor& out) {
@@ -361,7 +393,7 @@ void DecoderModel::forward_states(Tensor& h, std::span<const kv::AttentionQuery>
   const ForwardBatch nothing_written;  // no layer owns KV
   run_layers(step, nothing_written, cache, h);
   norm_in_place(h, w_.final_norm);
-  if (logits) head(h, *logits);
+  if (logits) head(h, {}, *logits, nullptr);
   deferred.issue();
 }
 

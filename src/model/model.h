@@ -24,11 +24,18 @@ struct ForwardBatch {
   std::vector<int32_t> tokens;
   std::vector<kv::TokenRun> runs;    // tokens in run order
   std::vector<int32_t> logit_rows;   // indices into tokens whose logits are wanted, in output order
+  // Per logits row, or empty for none: 1 where the caller needs only the
+  // row's argmax code (backend/argmax_code.h), not the row (a greedy row:
+  // on a GPU its logits then never cross to the host).
+  std::vector<uint8_t> argmax_only;
 
   // Appends a token: it extends the last run when it is the next position of
   // the same row, else starts a new run.
-  void add(kv::RowId row, int64_t position, int32_t token, bool want_logits) {
-    if (want_logits) logit_rows.push_back(int32_t(tokens.size()));
+  void add(kv::RowId row, int64_t position, int32_t token, bool want_logits, bool only_argmax = false) {
+    if (want_logits) {
+      logit_rows.push_back(int32_t(tokens.size()));
+      argmax_only.push_back(only_argmax ? 1 : 0);
+    }
     tokens.push_back(token);
     if (!runs.empty() && runs.back().row == row && runs.back().position + runs.back().count == position) {
       ++runs.back().count;
@@ -47,13 +54,19 @@ class Model {
   // its cache, each with `codec`.
   virtual std::vector<kv::LayerSpec> kv_layers(const kv::CodecSpec& codec) const = 0;
   // Runs one step on the cache's backend (the model's own). `logits` becomes
-  // a host tensor [batch.logit_rows.size(), vocab] f32; `hidden`, when not
-  // null, a host tensor [batch.logit_rows.size(), hidden_size] f32 holding
-  // the final-normed state of each logits row (what the output head reads:
-  // drafters that continue from the model's state take it). On failure (bad
-  // ids, positions, out of KV blocks) it throws and the cache is as it was
-  // before the call.
-  virtual void forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits, Tensor* hidden) = 0;
+  // a host tensor [logits rows not marked argmax_only, vocab] f32, in
+  // logit_rows order; `argmax`, when any row is marked, the argmax code of
+  // every logits row (Backend::argmax_rows; it must not be null then), else
+  // empty; `hidden`, when not null, a host tensor [batch.logit_rows.size(),
+  // hidden_size] f32 holding the final-normed state of each logits row (what
+  // the output head reads: drafters that continue from the model's state
+  // take it). On failure (bad ids, positions, out of KV blocks) it throws
+  // and the cache is as it was before the call.
+  virtual void forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits, Tensor* hidden,
+                       std::vector<int32_t>* argmax) = 0;
+  void forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits, Tensor* hidden) {
+    forward(batch, cache, logits, hidden, nullptr);
+  }
   void forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits) { forward(batch, cache, logits, nullptr); }
   // The scaled token embedding the first layer reads, of `tokens`, into
   // `out` ([tokens.size(), hidden_size] f32 on the model's backend). Throws

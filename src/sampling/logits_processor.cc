@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/argmax_code.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/row_argmax.h"
 #include "core/error.h"
 #include "core/isa.h"
 
@@ -24,15 +26,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // The row's scan by the kernels, in kMassBlock blocks (`blocks`), combined.
 cpu::RowScan scan(std::span<const float> v, std::vector<cpu::RowScan>& blocks) {
-  blocks.resize((v.size() + kMassBlock - 1) / kMassBlock);
-  row_kernels().scan_blocks(v.data(), int64_t(v.size()), int64_t(kMassBlock), blocks.data());
-  cpu::RowScan all{-std::numeric_limits<float>::infinity(), false, false};
-  for (const cpu::RowScan& b : blocks) {
-    all.max = all.max < b.max ? b.max : all.max;
-    all.bad = all.bad || b.bad;
-    all.any_finite = all.any_finite || b.any_finite;
-  }
-  return all;
+  return cpu::scan_row(row_kernels(), v, int64_t(kMassBlock), blocks);
 }
 cpu::RowScan scan(std::span<const float> v) {
   std::vector<cpu::RowScan> blocks;
@@ -44,25 +38,12 @@ float max_value(std::span<const float> v) { return scan(v).max; }
 // The first index holding `max` (the row's largest value, from `blocks`);
 // 0 when no entry equals it (a row of NaN).
 int32_t first_index_of_max(std::span<const float> v, const std::vector<cpu::RowScan>& blocks, float max) {
-  for (std::size_t b = 0; b < blocks.size(); ++b) {
-    if (!(blocks[b].max == max)) continue;
-    const std::size_t end = std::min(v.size(), (b + 1) * kMassBlock);
-    for (std::size_t i = b * kMassBlock; i < end; ++i)
-      if (v[i] == max) return int32_t(i);
-  }
-  return 0;
+  return int32_t(cpu::first_index_of(v, blocks, int64_t(kMassBlock), max));
 }
 
 void check_scanned(std::span<const float> logits, const cpu::RowScan& all) {
-  // The slow search for the culprit runs only on failure. -inf is allowed:
-  // it marks removed tokens.
-  if (all.bad) {
-    for (std::size_t i = 0; i < logits.size(); ++i)
-      if (std::isnan(logits[i]) || (logits[i] > 0 && std::isinf(logits[i])))
-        throw Error("logits row holds " + std::string(std::isnan(logits[i]) ? "NaN" : "+inf") +
-                    " at token " + std::to_string(i));
-  }
-  if (!all.any_finite) throw Error("logits row has no finite value");
+  // The culprit is searched for only on failure.
+  if (all.bad || !all.any_finite) token_from_argmax_code(cpu::argmax_code(row_kernels(), logits));
 }
 
 // (value desc, index asc): the order in which filters consider tokens.
@@ -237,10 +218,14 @@ int32_t checked_argmax(std::span<const float> logits) {
   // One vector read of the row instead of a copy, a check and two argmax
   // passes: the scan's block maxima say which block holds the first
   // largest value, and only that block is searched.
-  std::vector<cpu::RowScan> blocks;
-  const cpu::RowScan all = scan(logits, blocks);
-  if (all.bad || !all.any_finite) check_scanned(logits, all);  // throws, naming the culprit
-  return first_index_of_max(logits, blocks, all.max);
+  return token_from_argmax_code(cpu::argmax_code(row_kernels(), logits));
+}
+
+int32_t token_from_argmax_code(int32_t code) {
+  if (code >= 0) return code;
+  if (code == argmax_code::kNoFinite) throw Error("logits row has no finite value");
+  const argmax_code::Bad b = argmax_code::bad(code);
+  throw Error("logits row holds " + std::string(b.nan ? "NaN" : "+inf") + " at token " + std::to_string(b.index));
 }
 
 const cpu::Kernels& row_kernels() { return cpu::kernels_for(cpu::isa_from_env()); }

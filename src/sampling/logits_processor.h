@@ -61,6 +61,10 @@ bool greedy_leaves_row_unchanged(const SamplingParams& params);
 // the same token (lowest index among equals; +0 and -0 equal) and the same
 // errors for NaN, +inf or no finite value.
 int32_t checked_argmax(std::span<const float> logits);
+// The token of a row's argmax code (backend/argmax_code.h: what
+// Backend::argmax_rows computes on the model's device), or the error
+// checked_argmax throws for the row it came from.
+int32_t token_from_argmax_code(int32_t code);
 
 // The unnormalized distribution of a processed row, which the sampler draws
 // from: mass[i] = exp(logits[i] − max) (0 for −inf, and where that is below

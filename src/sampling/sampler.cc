@@ -124,6 +124,17 @@ SampledToken Sampler::sample(std::span<const float> logits, RandomStream stream)
   return chosen(logits, token);
 }
 
+bool Sampler::argmax_is_enough() const {
+  return !constraint_ && greedy_leaves_row_unchanged(params_) && !params_.logprobs;
+}
+
+SampledToken Sampler::sample_argmax(int32_t code) const {
+  ROWLM_CHECK(argmax_is_enough(), "sample_argmax for a row that needs more than its argmax");
+  const int32_t token = token_from_argmax_code(code);
+  ROWLM_CHECK(token < vocab_size_, "argmax code outside the vocabulary");
+  return {token, std::nullopt};
+}
+
 SampledToken Sampler::chosen(std::span<const float> logits, int32_t token) const {
   ROWLM_CHECK(token >= 0 && token < vocab_size_, "chosen token outside the vocabulary");
   SampledToken out{token, std::nullopt};

@@ -72,6 +72,16 @@ class Sampler {
   // Chooses the next token from a row of raw logits; does not record it.
   SampledToken sample(std::span<const float> logits, RandomStream stream = RandomStream::kSample) const;
 
+  // True when sample() would take the plain argmax of the model's row and
+  // attach nothing: greedy, no constraint, nothing that changes the row
+  // (bias, penalties), no logprobs. Such a row's argmax code, computed where
+  // the logits are (Backend::argmax_rows), is all it needs: sample_argmax.
+  bool argmax_is_enough() const;
+  // What sample() returns for the row whose argmax code is `code`
+  // (backend/argmax_code.h), or the error it throws for that row. Only when
+  // argmax_is_enough().
+  SampledToken sample_argmax(int32_t code) const;
+
   // `token` as chosen from these logits by some other rule (speculative
   // verification), with its logprobs attached when params ask for them.
   SampledToken chosen(std::span<const float> logits, int32_t token) const;

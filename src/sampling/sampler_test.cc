@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <random>
 #include <thread>
@@ -36,6 +37,51 @@ TEST(Sampler, GreedyIsTheArgmaxOfTheRawRowWithoutPenalties) {
     ASSERT_EQ(sampler.sample(l).token, want);
     const std::vector<float> probs = sampler.next_token_probs(l);
     for (int i = 0; i < 64; ++i) ASSERT_EQ(probs[i], i == want ? 1.0f : 0.0f);
+  }
+}
+
+// A greedy row that nothing changes needs only its argmax code: which
+// samplers say so, and that the code gives sample()'s token, and its error
+// (naming the same entry) for a row sample() refuses.
+TEST(Sampler, AnArgmaxCodeIsEnoughForPlainGreedyRowsAndGivesSampleTokensAndErrors) {
+  std::mt19937 rng(12);
+  SamplingParams greedy = seeded(1);
+  greedy.temperature = 0;
+  EXPECT_TRUE(Sampler(greedy, 64).argmax_is_enough());
+  for (auto change : std::vector<std::function<void(SamplingParams&)>>{
+           [](SamplingParams& p) { p.temperature = 0.5f; }, [](SamplingParams& p) { p.logprobs = 0; },
+           [](SamplingParams& p) { p.logit_bias[3] = 1.0f; }, [](SamplingParams& p) { p.repetition_penalty = 1.1f; },
+           [](SamplingParams& p) { p.presence_penalty = 0.5f; }, [](SamplingParams& p) { p.frequency_penalty = 0.5f; }}) {
+    SamplingParams p = greedy;
+    change(p);
+    Sampler s(p, 64);
+    EXPECT_FALSE(s.argmax_is_enough());
+    EXPECT_THROW(s.sample_argmax(0), Error);
+  }
+  Sampler sampler(greedy, 64);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (int trial = 0; trial < 100; ++trial) {
+    std::vector<float> l = random_row(rng, 64, 2.0f, trial % 2 ? 1 : 0);
+    // Written the way argmax_code.h defines a code, from the row.
+    int32_t code = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+    if (trial % 5 == 1) std::fill(l.begin(), l.end(), -inf), code = -1;
+    if (trial % 5 == 2) l[std::size_t(trial % 64)] = nan, code = -2 - 2 * (trial % 64);
+    if (trial % 5 == 3) l[std::size_t(trial % 64)] = inf, code = -3 - 2 * (trial % 64);
+    std::string want_error, got_error;
+    int32_t want = -1, got = -1;
+    try {
+      want = sampler.sample(l).token;
+    } catch (const Error& e) {
+      want_error = e.what();
+    }
+    try {
+      got = sampler.sample_argmax(code).token;
+    } catch (const Error& e) {
+      got_error = e.what();
+    }
+    EXPECT_EQ(got, want) << trial;
+    EXPECT_EQ(got_error, want_error) << trial;
+    EXPECT_EQ(want_error.empty(), trial % 5 == 0 || trial % 5 == 4) << trial << ": " << want_error;
   }
 }
 

@@ -8,12 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "backend/argmax_code.h"
 #include "backend/cpu/affine_order.h"
 #include "backend/cpu/attention.h"
 #include "backend/cpu/ceilings.h"
 #include "backend/cpu/cpu_kv_arena.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/row_argmax.h"
 #include "backend/kv_checks.h"
 #include "backend/moe_routing.h"
 #include "backend/rope_angles.h"
@@ -367,6 +369,17 @@ class CpuBackend final : public Backend {
     auto* d = static_cast<std::byte*>(dst.raw());
     pool_.parallel_for(n, rows_grain(row_elems), [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) std::memcpy(d + i * row_bytes, s + r[i] * row_bytes, row_bytes);
+    });
+  }
+
+  void argmax_rows(const Tensor& x, Tensor& codes) override {
+    check_argmax_rows(x, codes);
+    ROWLM_REQUIRE(x.on_host() && codes.on_host(), "argmax_rows: x and codes must be host tensors");
+    const int64_t n = x.dim(0), V = x.dim(1);
+    const float* xs = x.data<float>();
+    int32_t* out = codes.data<int32_t>();
+    pool_.parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) out[i] = cpu::argmax_code(kernels_, {xs + i * V, std::size_t(V)});
     });
   }
 

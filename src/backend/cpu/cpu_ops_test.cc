@@ -429,6 +429,57 @@ TEST(CpuOps, GatherAndScatterAddFollowTheirDefinitions) {
     ASSERT_EQ(float_bits(scattered.data<float>()[i]), float_bits(want.data<float>()[i])) << i;
 }
 
+// The argmax code of a row (argmax_code.h) by its definition, one entry at
+// a time: the oracle for argmax_rows on both backends.
+int32_t argmax_code_by_definition(const float* x, int64_t n) {
+  bool finite = false;
+  int64_t best = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i])) return int32_t(-2 - 2 * i);
+    if (x[i] == std::numeric_limits<float>::infinity()) return int32_t(-3 - 2 * i);
+    finite = finite || std::isfinite(x[i]);
+    if (best < 0 || x[i] > x[best]) best = i;
+  }
+  return finite ? int32_t(best) : -1;
+}
+
+// Rows of random lengths (1 to 262,144) with repeated maxima, ±0, -inf
+// runs, and now and then a NaN or +inf: every path's codes are the
+// definition's.
+TEST(CpuOps, ArgmaxRowsGiveTheFirstLargestOrTheFirstBadEntry) {
+  std::mt19937 rng(41);
+  auto backends = all_backends();
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t V : {1, 3, 17, 1000, 1024, 1025, 262144}) {
+    const int64_t n = 9;
+    Tensor x = random_f32({n, V}, rng);
+    float* rows = x.data<float>();
+    std::uniform_int_distribution<int64_t> at(0, V - 1);
+    rows[0 * V + at(rng)] = 7.0f;  // row 0: one clear max, and its value again later
+    rows[0 * V + V - 1] = 7.0f;
+    for (int64_t i = 0; i < V; ++i) rows[1 * V + i] = i % 2 ? -0.0f : 0.0f;  // row 1: ±0 only
+    for (int64_t i = 0; i < V; ++i) rows[2 * V + i] = -inf;                  // row 2: no finite entry
+    rows[3 * V + at(rng)] = nan;                                             // row 3: a NaN
+    rows[4 * V + at(rng)] = inf;                                             // row 4: +inf
+    const int64_t a = at(rng), b = at(rng);                                  // row 5: both, the first counts
+    rows[5 * V + a] = nan;
+    rows[5 * V + b] = inf;
+    for (int64_t i = 0; i < V; i += 2) rows[6 * V + i] = -inf;  // row 6: -inf among finite values
+    rows[7 * V + V - 1] = 100.0f;                               // row 7: the max at the end
+    // row 8: as drawn
+    for (auto& be : backends) {
+      Tensor codes(DType::I32, {n});
+      be.backend->argmax_rows(x, codes);
+      for (int64_t r = 0; r < n; ++r)
+        EXPECT_EQ(codes.data<int32_t>()[r], argmax_code_by_definition(rows + r * V, V))
+            << be.label() << " V " << V << " row " << r;
+    }
+  }
+  Tensor codes(DType::I32, {2});
+  EXPECT_NE(error_of([&] { backends[0].backend->argmax_rows(Tensor(DType::F32, {3, 4}), codes); }).find("argmax_rows: codes"),
+            std::string::npos);
+}
+
 TEST(CpuOps, BadArgumentsGiveErrorsNamingTheOperation) {
   auto b = make_cpu_backend(1);
   Tensor x(DType::F32, {2, 8}), other(DType::F32, {2, 9}), table(DType::BF16, {10, 8});

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/argmax_code.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dense_kernels.h"
 #include "backend/cuda/gemm_bf16.h"
@@ -708,6 +709,14 @@ class CudaBackend final : public Backend {
     DeviceGuard guard(device_);
     queue_.launch("gather_rows", &cuda::gather_rows, src.raw(), rows.data<int32_t>(), n, row_elems * int64_t(dtype_size(src.dtype())), R, dst.raw(),
                       error_device_);
+  }
+
+  void argmax_rows(const Tensor& x, Tensor& codes) override {
+    check_argmax_rows(x, codes);
+    require_here(x, "argmax_rows: x");
+    require_here(codes, "argmax_rows: codes");
+    DeviceGuard guard(device_);
+    queue_.launch("argmax_rows", &cuda::argmax_rows, x.data<float>(), x.dim(0), x.dim(1), codes.data<int32_t>());
   }
 
   void scatter_add_rows(Tensor& dst, const Tensor& rows, const Tensor& weights, const Tensor& src) override {

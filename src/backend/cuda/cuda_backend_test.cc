@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <string>
 #include <tuple>
@@ -650,6 +651,65 @@ TEST_F(CudaVsCpu, ForwardPassesOnTheFixturesEqualTheCpu) {
     }
     const std::size_t half = logits.size() / 2;
     for (std::size_t i = 0; i < half; ++i) expect_bitwise(logits[half + i], logits[i], std::string(name) + " step " + std::to_string(i));
+  }
+}
+
+// The argmax codes of rows (argmax_code.h) equal the CPU's for rows of
+// every length up to a Gemma vocabulary, with ties, ±0, -inf, NaN and +inf;
+// and a forward's marked rows (ForwardBatch::argmax_only) give the codes of
+// the rows an unmarked forward gives, which cross whole, unchanged.
+TEST_F(CudaVsCpu, ArgmaxCodesAndArgmaxOnlyRowsEqualTheCpu) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t V : {1, 3, 17, 1000, 1025, 262144}) {
+    Tensor x = random({7, V});
+    float* rows = x.data<float>();
+    std::uniform_int_distribution<int64_t> at(0, V - 1);
+    rows[at(rng)] = 9.0f;
+    rows[V - 1] = 9.0f;
+    for (int64_t i = 0; i < V; ++i) rows[V + i] = i % 2 ? -0.0f : 0.0f, rows[2 * V + i] = -inf;
+    rows[3 * V + at(rng)] = nan;
+    rows[4 * V + at(rng)] = inf;
+    rows[5 * V + at(rng)] = nan;
+    rows[5 * V + at(rng)] = inf;
+    Tensor want(DType::I32, {7}), got = up(Tensor(DType::I32, {7}));
+    cpu->argmax_rows(x, want);
+    gpu->argmax_rows(up(x), got);
+    const Tensor back = down(got);
+    for (int r = 0; r < 7; ++r)
+      EXPECT_EQ(back.data<int32_t>()[r], want.data<int32_t>()[r]) << "V " << V << " row " << r;
+  }
+  for (const char* name : {"gemma4/e_series", "qwen3/gqa_tied"}) {
+    auto model = load_model(std::string(ROWLM_SOURCE_DIR) + "/tests/fixtures/" + name, *gpu);
+    const int64_t V = model->info().vocab_size;
+    kv::CacheOptions opt;
+    opt.layers = model->kv_layers(kv::parse_codec("bf16"));
+    opt.block_size = 4;
+    auto run = [&](const std::vector<uint8_t>& marks, Tensor& logits, std::vector<int32_t>& codes) {
+      kv::KvCache cache(opt, *gpu);
+      ForwardBatch batch;
+      for (int r = 0; r < 3; ++r) {
+        const kv::RowId row = cache.create_row();
+        for (int p = 0; p < 3; ++p) batch.add(row, p, 5 + 7 * r + 3 * p, true);
+      }
+      batch.argmax_only = marks;
+      model->forward(batch, cache, logits, nullptr, &codes);
+    };
+    Tensor full, part;
+    std::vector<int32_t> none, codes;
+    run({}, full, none);
+    const std::vector<uint8_t> marks = {1, 0, 1, 1, 0, 0, 1, 1, 1};
+    run(marks, part, codes);
+    ASSERT_EQ(part.dim(0), 3);
+    ASSERT_EQ(codes.size(), 9u);
+    Tensor cpu_codes(DType::I32, {9});
+    cpu->argmax_rows(full, cpu_codes);
+    for (int64_t i = 0, kept = 0; i < 9; ++i) {
+      EXPECT_EQ(codes[std::size_t(i)], cpu_codes.data<int32_t>()[i]) << name << " row " << i;
+      if (marks[std::size_t(i)]) continue;
+      EXPECT_EQ(std::memcmp(part.data<float>() + kept * V, full.data<float>() + i * V, std::size_t(V) * 4), 0)
+          << name << " row " << i;
+      ++kept;
+    }
   }
 }
 

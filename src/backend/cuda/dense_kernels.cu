@@ -301,6 +301,48 @@ __global__ void gather_rows_kernel(const uint8_t* src, const int32_t* rows, int6
   dst[i] = src[int64_t(rows[r]) * row_bytes + b];
 }
 
+constexpr int kArgmaxThreads = 1024;
+
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const float* x, int64_t V, int32_t* codes) {
+  allow_dependents();
+  const float* row = x + int64_t(blockIdx.x) * V;
+  // Per thread, over entries i = threadIdx.x + k·blockDim (rising): the
+  // largest value and its first index, the first NaN or +inf as 2i (NaN) or
+  // 2i + 1 (+inf), whether any entry is finite.
+  float best = -INFINITY;
+  int64_t best_i = V, bad = 2 * V;
+  bool finite = false;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+    const float v = row[i];
+    if (isnan(v) || v == INFINITY) {
+      bad = min(bad, 2 * i + (isnan(v) ? 0 : 1));
+      continue;
+    }
+    finite = finite || isfinite(v);
+    if (v > best) best = v, best_i = i;
+  }
+  __shared__ float s_best[kArgmaxThreads];
+  __shared__ int64_t s_best_i[kArgmaxThreads], s_bad[kArgmaxThreads];
+  __shared__ int s_finite[kArgmaxThreads];
+  const int t = threadIdx.x;
+  s_best[t] = best, s_best_i[t] = best_i, s_bad[t] = bad, s_finite[t] = finite;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (t < half) {
+      const float b = s_best[t + half];
+      const int64_t bi = s_best_i[t + half];
+      if (b > s_best[t] || (b == s_best[t] && bi < s_best_i[t])) s_best[t] = b, s_best_i[t] = bi;
+      s_bad[t] = min(s_bad[t], s_bad[t + half]);
+      s_finite[t] = s_finite[t] | s_finite[t + half];
+    }
+    __syncthreads();
+  }
+  if (t == 0) {
+    // argmax_code.h: -2 - 2i for a NaN at i, -3 - 2i for +inf; -1 for no finite entry.
+    codes[blockIdx.x] = s_bad[0] < 2 * V ? int32_t(-2 - s_bad[0]) : !s_finite[0] ? -1 : int32_t(s_best_i[0]);
+  }
+}
+
 __global__ void scatter_add_kernel(float* dst, const int32_t* rows, const float* weights, const float* src, int64_t n,
                                    int64_t D, int64_t bound, int* error) {
   allow_dependents();
@@ -425,6 +467,11 @@ void gather_rows(const void* src, const int32_t* rows, int64_t n, int64_t row_by
   if (n * row_bytes == 0) return;
   gather_rows_kernel<<<blocks_for(n * row_bytes), kThreads, 0, stream>>>(
       static_cast<const uint8_t*>(src), rows, n, row_bytes, bound, static_cast<uint8_t*>(dst), error);
+}
+
+void argmax_rows(const float* x, int64_t n, int64_t V, int32_t* codes, cudaStream_t stream) {
+  if (n == 0) return;
+  argmax_rows_kernel<<<unsigned(n), kArgmaxThreads, 0, stream>>>(x, V, codes);
 }
 
 void scatter_add_rows(float* dst, const int32_t* rows, const float* weights, const float* src, int64_t n, int64_t D,
