@@ -30,8 +30,10 @@
 #include <vector>
 
 #include "backend/kv_storage.h"
+#include "backend/row_sampling.h"
 #include "backend/weight.h"
 #include "backend/workspace.h"
+#include "core/error.h"
 #include "core/tensor.h"
 #include "rowlm/backend_options.h"
 
@@ -207,6 +209,18 @@ class Backend {
   // with 0 < V <= argmax_code::kMaxRow, codes [n] i32. The greedy rows of a
   // step need no more of their logits.
   virtual void argmax_rows(const Tensor& x, Tensor& codes) = 0;
+  // Samples rows of x ([n, V] f32, processed in place) where they lie, as
+  // row_sampling.h defines (the token sampling::Sampler::sample gives):
+  // tokens[j] ([rows.size()] i32) for rows[j]; `edits` holds the rows' edit
+  // lists. Rows must hold no NaN or +inf (argmax_rows says which do; such a
+  // row's token is unspecified). For a backend whose logits are not in host
+  // memory; the default (the CPU backend, whose rows the engine samples in
+  // place) is an Error.
+  virtual void sample_rows(Tensor& x, std::span<const RowSampling> rows, std::span<const RowSamplingEdit> edits,
+                           Tensor& tokens) {
+    (void)x, (void)rows, (void)edits, (void)tokens;
+    throw Error("sample_rows: " + name() + " leaves its logits rows to the host's sampler");
+  }
 
   // --- Mixture of experts -------------------------------------------------
   // For each row of logits ([T, E] f32): softmax in f32, the top_k experts

@@ -100,7 +100,7 @@ double percentile(std::vector<double> v, double p) {
 // With `grammar`, every request is held to it (structured outputs) and
 // ends where its JSON value does, or at gen_tokens.
 nlohmann::json concurrency_run(Engine& engine, int concurrency, int64_t prompt_tokens, int64_t gen_tokens,
-                               uint32_t& rng, int vocab, float temperature,
+                               uint32_t& rng, int vocab, float temperature, float top_p,
                                const std::shared_ptr<const constrain::Grammar>& grammar) {
   std::vector<std::shared_ptr<RequestHandle>> handles;
   const EngineStats before = engine.stats();
@@ -112,6 +112,7 @@ nlohmann::json concurrency_run(Engine& engine, int concurrency, int64_t prompt_t
       r.prompt_ids.push_back(int32_t(4 + rng % uint32_t(vocab - 4)));
     }
     r.sampling.temperature = temperature;
+    r.sampling.top_p = top_p;
     r.sampling.seed = uint64_t(c);
     r.sampling.max_tokens = int32_t(gen_tokens);
     r.ignore_eos = grammar == nullptr;
@@ -153,7 +154,8 @@ int concurrency_bench(const Args& args, const std::string& concurrency, const st
   for (int32_t c : levels) if (c < 1 || c > 4096) throw Error("--concurrency levels must be 1..4096");
   const int64_t prompt_tokens = args.get_int("prompt-tokens"), gen_tokens = args.get_int("gen-tokens");
   if (prompt_tokens < 1 || gen_tokens < 1) throw Error("--prompt-tokens and --gen-tokens must be positive");
-  const float temperature = float(args.get_double("temperature"));
+  const float temperature = float(args.get_double("temperature")), top_p = float(args.get_double("top-p"));
+  if (!(top_p > 0.0f && top_p <= 1.0f)) throw Error("--top-p must be in (0, 1]");
   std::shared_ptr<const constrain::Grammar> grammar;
   if (auto schema = args.get_opt("json-schema")) {
     if (!args.has("model")) throw Error("--json-schema needs --model (a tokenizer)");
@@ -187,12 +189,12 @@ int concurrency_bench(const Args& args, const std::string& concurrency, const st
   uint32_t seed = 7;
   const int vocab = std::min(engine->model_info().vocab_size, 262144);
   for (int32_t c : levels)
-    runs.push_back(concurrency_run(*engine, c, prompt_tokens, gen_tokens, seed, vocab, temperature, grammar));
+    runs.push_back(concurrency_run(*engine, c, prompt_tokens, gen_tokens, seed, vocab, temperature, top_p, grammar));
   const double single = runs[0]["aggregate_tokens_per_s"];
   for (auto& r : runs) r["aggregate_vs_first"] = double(r["aggregate_tokens_per_s"]) / single;
   nlohmann::json out = {{"model", source}, {"kv_codec", eo.kv_codec}, {"threads", eo.threads},
                         {"matmul_precision", matmul_precision_name(eo.matmul_precision)},
-                        {"prompt_tokens", prompt_tokens}, {"gen_tokens", gen_tokens}, {"temperature", temperature},
+                        {"prompt_tokens", prompt_tokens}, {"gen_tokens", gen_tokens}, {"temperature", temperature}, {"top_p", top_p},
                         {"json_schema", args.get_opt("json-schema").value_or("")}, {"runs", runs}};
   if (eo.kv_quantize_after) {
     out["kv_quantize_after"] = *eo.kv_quantize_after;
@@ -267,6 +269,8 @@ int run_bench(const std::vector<std::string>& argv) {
       .option("kv-quantize-after", "N", "with --concurrency: re-encode a request's KV in --kv-quantize-to at N positions")
       .option("kv-quantize-to", "CODEC", "with --concurrency: the codec of --kv-quantize-after (default q8)")
       .option("temperature", "T", "with --concurrency: sampling temperature (request c is seeded with c)", "0")
+      .option("top-p", "P", "with --concurrency: nucleus sampling (on a GPU, rows with top-p < 1 are sampled on the host)",
+              "1")
       .option("json-schema", "FILE",
               "with --concurrency and --model: hold every request to this JSON Schema (it ends where its value "
               "does, or at --gen-tokens)")
@@ -380,7 +384,7 @@ int run_bench(const std::vector<std::string>& argv) {
     // a shared machine the bandwidth moves from second to second, so a step
     // is judged against the ceiling of its moment; the median round counts.
     // One decode step of every row; the seconds of its forward.
-    std::vector<int32_t> codes;
+    RowPicks codes;
     auto decode_step = [&] {
       ForwardBatch b;
       for (kv::RowId r : rows) b.add(r, cache.length(r), next_token(), true, argmax_only);

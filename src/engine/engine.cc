@@ -324,8 +324,11 @@ void EngineImpl::apply_logits(const StepPlan& plan, std::span<DraftJob> jobs, co
     const std::optional<int32_t>& code = out.argmax[std::size_t(i)];
     if (plan.feeds[std::size_t(i)].job >= 0 || (!logits && !code)) return;
     const sampling::Sampler& sampler = plan.feeds[std::size_t(i)].request->sampler;
+    const std::optional<int32_t>& on_device = out.sampled[std::size_t(i)];
     try {
-      sampled[std::size_t(i)] = code ? sampler.sample_argmax(*code) : sampler.sample(std::span(logits, vocab));
+      sampled[std::size_t(i)] = on_device ? sampler.sampled_on_device(*code, *on_device)
+                                : code    ? sampler.sample_argmax(*code)
+                                          : sampler.sample(std::span(logits, vocab));
     } catch (const std::exception& e) {
       sample_errors[std::size_t(i)] = e.what();
     }

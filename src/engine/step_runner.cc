@@ -95,17 +95,29 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
   out.first_row.assign(plan.feeds.size(), -1);
   out.state_row.assign(plan.feeds.size(), -1);
   out.argmax.assign(plan.feeds.size(), std::nullopt);
+  out.sampled.assign(plan.feeds.size(), std::nullopt);
+  const bool logits_off_host = !cache_->backend().device().is_host();
+  std::vector<std::size_t> sampled_feed;  // per batch.sample_on_device entry
   int64_t crossing = 0;          // logits rows that cross whole so far
   std::vector<kv::RowId> round;  // rows feeding drafts
   for (std::size_t i = 0; i < plan.feeds.size(); ++i) {
     const Feed& f = plan.feeds[i];
     const RequestState& r = *f.request;
-    const bool only_argmax = f.job < 0 && r.sampler.argmax_is_enough();
+    const bool ends = r.computed + f.tokens == r.sequence_length();  // the feed has a logits row
+    std::optional<RowSampling> device;
+    if (ends && f.job < 0 && logits_off_host && !r.sampler.argmax_is_enough())
+      device = r.sampler.device_plan(batch.sampling_edits);
+    const bool only_argmax = f.job < 0 && (device || r.sampler.argmax_is_enough());
     for (int64_t p = r.computed; p < r.computed + f.tokens; ++p) {
       const bool last = p + 1 == r.sequence_length();
       if (last) {
         out.state_row[i] = int64_t(batch.logit_rows.size());
         if (!only_argmax) out.first_row[i] = crossing++;
+        if (device) {
+          device->row = int32_t(batch.logit_rows.size());
+          batch.sample_on_device.push_back(*device);
+          sampled_feed.push_back(i);
+        }
       }
       batch.add(r.row, p, r.tokens[std::size_t(p)], last, only_argmax);
     }
@@ -124,7 +136,7 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
   round_hidden_row_.clear();
   cache_->begin_round(round);
   try {
-    model_.forward(batch, *cache_, out.logits, keep_state ? &hidden_ : nullptr, &argmax_codes_);
+    model_.forward(batch, *cache_, out.logits, keep_state ? &hidden_ : nullptr, &picks_);
   } catch (...) {
     cache_->rollback_round(round, std::vector<int64_t>(round.size(), 0));
     if (drafter_) drafter_->discard(jobs);
@@ -136,10 +148,11 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
       if (keep_state) round_hidden_row_[f.request->id] = out.state_row[i];
       continue;
     }
-    if (out.state_row[i] >= 0 && out.first_row[i] < 0) out.argmax[i] = argmax_codes_[std::size_t(out.state_row[i])];
+    if (out.state_row[i] >= 0 && out.first_row[i] < 0) out.argmax[i] = picks_.argmax[std::size_t(out.state_row[i])];
     f.request->computed += f.tokens;
     if (keep_state && out.state_row[i] >= 0) keep_target_state(*f.request, out.state_row[i]);
   }
+  for (std::size_t j = 0; j < sampled_feed.size(); ++j) out.sampled[sampled_feed[j]] = picks_.sampled[j];
   return out;
 }
 

@@ -42,7 +42,9 @@ namespace rowlm::engine {
 // A forward pass's logits, by feed. A feed whose sampler needs only the
 // argmax of its row (sampling::Sampler::argmax_is_enough: greedy, nothing
 // to change the row, no logprobs) gets the row's argmax code instead of the
-// row: on a GPU its logits never cross to the host.
+// row; on a backend whose logits are off the host, a feed whose sampler can
+// say how to sample its row there (Sampler::device_plan) gets the code and
+// the token sampled there. Their logits never cross to the host.
 struct StepLogits {
   Tensor logits;  // [rows that crossed, vocab], in feed order
   // Per feed: its first row in `logits` (a drafting feed has 1 + drafts rows
@@ -53,8 +55,9 @@ struct StepLogits {
   // its final hidden state), or -1 for a prefill chunk short of the end.
   std::vector<int64_t> state_row;
   // Per feed: its row's argmax code (backend/argmax_code.h), for the feeds
-  // that get one.
+  // that get one; and for those sampled on the device, the token.
   std::vector<std::optional<int32_t>> argmax;
+  std::vector<std::optional<int32_t>> sampled;
 
   const float* row(std::size_t feed) const {
     return first_row[feed] < 0 ? nullptr : logits.data<float>() + first_row[feed] * logits.dim(1);
@@ -135,7 +138,7 @@ class StepRunner {
   // The last forward's final hidden states (when the drafter reads them),
   // and each drafting row's first row there, for settle_round.
   Tensor hidden_;
-  std::vector<int32_t> argmax_codes_;  // the last forward's, per logits row
+  RowPicks picks_;  // the last forward's
   std::unordered_map<uint64_t, int64_t> round_hidden_row_;
 };
 

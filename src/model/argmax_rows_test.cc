@@ -37,6 +37,7 @@ TEST(ArgmaxRows, MarkedRowsGiveTheirArgmaxAndTheOthersCrossUnchanged) {
     // Three rows with logits at every one of their positions: 12 rows, of
     // which the marks take every third and the last two.
     auto run = [&](const std::vector<uint8_t>& marks, Tensor& logits, std::vector<int32_t>& codes) {
+      RowPicks picks;
       kv::KvCache cache(opt, *backend);
       ForwardBatch batch;
       for (int r = 0; r < 3; ++r) {
@@ -44,7 +45,8 @@ TEST(ArgmaxRows, MarkedRowsGiveTheirArgmaxAndTheOthersCrossUnchanged) {
         for (int p = 0; p < 4; ++p) batch.add(row, p, 5 + 7 * r + 3 * p, true);
       }
       if (!marks.empty()) batch.argmax_only = marks;
-      model->forward(batch, cache, logits, nullptr, &codes);
+      model->forward(batch, cache, logits, nullptr, &picks);
+      codes = picks.argmax;
     };
     Tensor full, part;
     std::vector<int32_t> none, codes;
@@ -70,7 +72,7 @@ TEST(ArgmaxRows, MarkedRowsGiveTheirArgmaxAndTheOthersCrossUnchanged) {
     bad.add(cache.create_row(), 0, 5, true);
     bad.argmax_only = {1, 0};
     Tensor l;
-    std::vector<int32_t> c;
+    RowPicks c;
     EXPECT_THROW(model->forward(bad, cache, l, nullptr, &c), Error);
   }
 }

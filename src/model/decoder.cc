@@ -91,8 +91,7 @@ class DecoderModel final : public Model {
 
   std::string describe() const override { return description_; }
   using Model::forward;
-  void forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits, Tensor* hidden,
-               std::vector<int32_t>* argmax) override;
+  void forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits, Tensor* hidden, RowPicks* picks) override;
   void embed(std::span<const int32_t> tokens, Tensor& out) override;
   std::vector<int> kv_storage_of_layers() const override { return storage_of_; }
   // KvReader::forward (every layer reads target storage).
@@ -114,10 +113,10 @@ class DecoderModel final : public Model {
   void check_ids(std::span<const int32_t> ids) const;
   void run_layers(Step& step, const ForwardBatch& batch, kv::KvCache& cache, Tensor& h);
   // The output head (and softcap) of the final-normed rows `normed`: into
-  // the host tensor `logits` the rows `argmax_only` does not mark (all when
-  // it is empty), and the argmax codes of all rows into `argmax` when it
-  // marks any.
-  void head(const Tensor& normed, std::span<const uint8_t> argmax_only, Tensor& logits, std::vector<int32_t>* argmax);
+  // the host tensor `logits` the rows `batch` does not mark argmax_only (all
+  // when batch is null or marks none); into `picks` the argmax codes of all
+  // rows when it marks any, and the tokens of the rows it samples on the device.
+  void head(const Tensor& normed, const ForwardBatch* batch, Tensor& logits, RowPicks* picks);
   Tensor scratch(Shape shape) { return be_.workspace().tensor(DType::F32, std::move(shape)); }
   Tensor ids_tensor(const std::vector<int32_t>& ids) {
     Tensor t = be_.workspace().tensor(DType::I32, {int64_t(ids.size())});
@@ -250,17 +249,20 @@ void DecoderModel::validate(const ForwardBatch& batch, const kv::KvCache& cache)
   if (!batch.argmax_only.empty() && batch.argmax_only.size() != batch.logit_rows.size())
     throw Error("forward batch: " + std::to_string(batch.argmax_only.size()) + " argmax marks for " +
                 std::to_string(batch.logit_rows.size()) + " logits rows");
+  for (const RowSampling& r : batch.sample_on_device)
+    if (r.row < 0 || std::size_t(r.row) >= batch.argmax_only.size() || !batch.argmax_only[std::size_t(r.row)])
+      throw Error("forward batch: a row sampled on the device must be a logits row marked argmax_only");
 }
 
 void DecoderModel::forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits, Tensor* hidden,
-                           std::vector<int32_t>* argmax) {
+                           RowPicks* picks) {
   ROWLM_CHECK(&cache.backend() == &be_, "the KV cache belongs to another backend than the model");
   validate(batch, cache);
   const int64_t T = int64_t(batch.tokens.size()), H = cfg_.hidden_size, V = cfg_.vocab_size;
   const int64_t n_logits = int64_t(batch.logit_rows.size());
   const int64_t marked = std::count(batch.argmax_only.begin(), batch.argmax_only.end(), uint8_t(1));
-  ROWLM_CHECK(marked == 0 || argmax, "forward: rows marked argmax_only need somewhere to put the codes");
-  if (argmax) argmax->clear();
+  ROWLM_CHECK(marked == 0 || picks, "forward: rows marked argmax_only need somewhere to put the codes");
+  if (picks) *picks = RowPicks{};
   // Read back from the device each step: the backend's readback memory
   // (pinned on a GPU), not a fresh pageable buffer.
   logits = be_.host_output(DType::F32, {n_logits - marked, V});
@@ -304,7 +306,7 @@ void DecoderModel::forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor
       be_.gather_rows(h, ids_tensor(batch.logit_rows), last);
       norm_in_place(last, w_.final_norm);
       if (hidden) be_.copy_to_host(last, hidden->raw());
-      head(last, marked > 0 ? std::span<const uint8_t>(batch.argmax_only) : std::span<const uint8_t>(), logits, argmax);
+      head(last, marked > 0 ? &batch : nullptr, logits, picks);
     }
     deferred.issue();
   } catch (...) {
@@ -331,22 +333,28 @@ void DecoderModel::run_layers(Step& step, const ForwardBatch& batch, kv::KvCache
   }
 }
 
-void DecoderModel::head(const Tensor& normed, std::span<const uint8_t> argmax_only, Tensor& logits,
-                        std::vector<int32_t>* argmax) {
+void DecoderModel::head(const Tensor& normed, const ForwardBatch* batch, Tensor& logits, RowPicks* picks) {
   const int64_t n = normed.dim(0);
   std::vector<int32_t> kept;  // the rows that cross whole
   for (int64_t i = 0; i < n; ++i)
-    if (argmax_only.empty() || !argmax_only[std::size_t(i)]) kept.push_back(int32_t(i));
+    if (!batch || !batch->argmax_only[std::size_t(i)]) kept.push_back(int32_t(i));
   const bool all = int64_t(kept.size()) == n;
   // On the host, with every row wanted, the head writes straight into the caller's logits.
   Tensor out = be_.device().is_host() && all ? logits : scratch({n, int64_t(cfg_.vocab_size)});
   be_.matmul(normed, cfg_.tie_word_embeddings ? w_.embed : w_.lm_head, out);
   if (cfg_.final_softcap > 0) be_.softcap(out, cfg_.final_softcap);
   if (!all) {
-    Tensor codes = be_.workspace().tensor(DType::I32, {n});
+    // The codes, then the sampled tokens, in one buffer and one copy; the
+    // codes are of the rows as computed, before sampling edits them.
+    const int64_t s = int64_t(batch->sample_on_device.size());
+    Tensor picked = be_.workspace().tensor(DType::I32, {n + s});
+    Tensor codes = picked.rows(0, n), tokens = picked.rows(n, n + s);
     be_.argmax_rows(out, codes);
-    argmax->resize(std::size_t(n));
-    be_.copy_to_host(codes, argmax->data());
+    if (s > 0) be_.sample_rows(out, batch->sample_on_device, batch->sampling_edits, tokens);
+    std::vector<int32_t> host(std::size_t(n + s));
+    be_.copy_to_host(picked, host.data());
+    picks->argmax.assign(host.begin(), host.begin() + n);
+    picks->sampled.assign(host.begin() + n, host.end());
     if (kept.empty()) return;
     if (be_.device().is_host()) {
       be_.gather_rows(out, ids_tensor(kept), logits);
@@ -393,7 +401,7 @@ void DecoderModel::forward_states(Tensor& h, std::span<const kv::AttentionQuery>
   const ForwardBatch nothing_written;  // no layer owns KV
   run_layers(step, nothing_written, cache, h);
   norm_in_place(h, w_.final_norm);
-  if (logits) head(h, {}, *logits, nullptr);
+  if (logits) head(h, nullptr, *logits, nullptr);
   deferred.issue();
 }
 

@@ -22,6 +22,7 @@
 #include "io/temp_dir.h"
 #include "kv/kv_cache.h"
 #include "model/load_test_util.h"
+#include "model/logits_test_util.h"
 #include "model/model.h"
 
 namespace rowlm {
@@ -31,20 +32,7 @@ using gguf::testing::Image;
 
 std::string fixtures() { return std::string(ROWLM_SOURCE_DIR) + "/tests/fixtures/"; }
 
-Tensor prefill_logits(const std::string& path, const std::vector<int32_t>& ids) {
-  auto backend = make_backend({"cpu", 2, MatmulPrecision::F32});
-  auto model = load_model(path, *backend);
-  kv::CacheOptions opt;
-  opt.layers = model->kv_layers(kv::parse_codec("f32"));
-  opt.block_size = 4;
-  kv::KvCache cache(opt, *backend);
-  ForwardBatch b;
-  const kv::RowId row = cache.create_row();
-  for (std::size_t i = 0; i < ids.size(); ++i) b.add(row, int64_t(i), ids[i], true);
-  Tensor logits;
-  model->forward(b, cache, logits);
-  return logits;
-}
+using model_testing::prefill_logits;
 
 TEST(GgufModel, Qwen3LogitsEqualTheSafetensorsModelAndTransformers) {
   std::ifstream in(fixtures() + "qwen3/chat/reference.json");

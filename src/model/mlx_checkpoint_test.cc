@@ -19,6 +19,7 @@
 #include "io/safetensors.h"
 #include "io/temp_dir.h"
 #include "kv/kv_cache.h"
+#include "model/logits_test_util.h"
 #include "model/model.h"
 #include "quant/affine.h"
 
@@ -73,23 +74,7 @@ void write_dequantized(const std::string& quantized, const std::string& dst) {
   std::ofstream(dst + "/config.json") << plain.dump();
 }
 
-// Logits of one prefilled sequence with f32 activations.
-Tensor prefill_logits(const std::string& dir, const std::vector<int32_t>& ids) {
-  auto backend = make_backend({"cpu", 2, MatmulPrecision::F32});
-  auto model = load_model(dir, *backend);
-  kv::CacheOptions opt;
-  opt.layers = model->kv_layers(kv::parse_codec("f32"));
-  opt.block_size = 4;
-  kv::KvCache cache(opt, *backend);
-  const kv::RowId row = cache.create_row();
-  ForwardBatch b;
-  for (std::size_t i = 0; i < ids.size(); ++i) b.add(row, int64_t(i), ids[i], true);
-  Tensor logits;
-  model->forward(b, cache, logits);
-  Tensor copy(DType::F32, logits.shape());
-  std::memcpy(copy.raw(), logits.raw(), logits.nbytes());
-  return copy;
-}
+using model_testing::prefill_logits;
 
 struct Case {
   const char* fixture;

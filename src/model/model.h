@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/row_sampling.h"
 #include "core/tensor.h"
 #include "kv/kv_cache.h"
 #include "rowlm/model_info.h"
@@ -28,6 +29,11 @@ struct ForwardBatch {
   // row's argmax code (backend/argmax_code.h), not the row (a greedy row:
   // on a GPU its logits then never cross to the host).
   std::vector<uint8_t> argmax_only;
+  // Rows sampled where the logits are (Backend::sample_rows), each naming
+  // its logits row (RowSampling::row), which must be marked argmax_only (its
+  // code says whether the row was fit to sample); their edit lists.
+  std::vector<RowSampling> sample_on_device;
+  std::vector<RowSamplingEdit> sampling_edits;
 
   // Appends a token: it extends the last run when it is the next position of
   // the same row, else starts a new run.
@@ -46,6 +52,15 @@ struct ForwardBatch {
   bool empty() const { return tokens.empty(); }
 };
 
+// What the output head brings back of the rows that do not cross whole.
+struct RowPicks {
+  // When any row is marked argmax_only: the argmax code of every logits row
+  // (Backend::argmax_rows, of the row as the model computed it); else empty.
+  std::vector<int32_t> argmax;
+  // Per ForwardBatch::sample_on_device entry, its token (Backend::sample_rows).
+  std::vector<int32_t> sampled;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -55,15 +70,15 @@ class Model {
   virtual std::vector<kv::LayerSpec> kv_layers(const kv::CodecSpec& codec) const = 0;
   // Runs one step on the cache's backend (the model's own). `logits` becomes
   // a host tensor [logits rows not marked argmax_only, vocab] f32, in
-  // logit_rows order; `argmax`, when any row is marked, the argmax code of
-  // every logits row (Backend::argmax_rows; it must not be null then), else
-  // empty; `hidden`, when not null, a host tensor [batch.logit_rows.size(),
-  // hidden_size] f32 holding the final-normed state of each logits row (what
-  // the output head reads: drafters that continue from the model's state
-  // take it). On failure (bad ids, positions, out of KV blocks) it throws
-  // and the cache is as it was before the call.
+  // logit_rows order; `picks` (which must not be null when any row is
+  // marked) what the head brought back of the others; `hidden`, when not
+  // null, a host tensor [batch.logit_rows.size(), hidden_size] f32 holding
+  // the final-normed state of each logits row (what the output head reads:
+  // drafters that continue from the model's state take it). On failure (bad
+  // ids, positions, out of KV blocks) it throws and the cache is as it was
+  // before the call.
   virtual void forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits, Tensor* hidden,
-                       std::vector<int32_t>* argmax) = 0;
+                       RowPicks* picks) = 0;
   void forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits, Tensor* hidden) {
     forward(batch, cache, logits, hidden, nullptr);
   }

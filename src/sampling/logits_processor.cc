@@ -169,15 +169,19 @@ void keep_top_p(std::span<float> logits, float p) {
   // Rounding left the target just out of reach: keep everything.
 }
 
-void keep_min_p(std::span<float> logits, float min_p) {
-  if (min_p <= 0.0f) return;
+float min_p_floor(float max, float min_p) {
   // p_i >= min_p * p_max  <=>  l_i >= l_max + log(min_p): no exponentials.
   // The bound in double, then the smallest float at or above it: a float is
   // below that float exactly when it is below the bound.
-  const double bound = double(max_value(logits)) + std::log(double(min_p));
+  const double bound = double(max) + std::log(double(min_p));
   float t = float(bound);
   if (double(t) < bound) t = std::nextafter(t, std::numeric_limits<float>::infinity());
-  remove_below(logits, t);
+  return t;
+}
+
+void keep_min_p(std::span<float> logits, float min_p) {
+  if (min_p <= 0.0f) return;
+  remove_below(logits, min_p_floor(max_value(logits), min_p));
 }
 
 void process_logits(std::span<float> logits, const SamplingParams& params, const TokenHistory& history) {

@@ -41,6 +41,9 @@ void apply_temperature(std::span<float> logits, float temperature);
 void keep_top_k(std::span<float> logits, int32_t k);
 void keep_top_p(std::span<float> logits, float p);
 void keep_min_p(std::span<float> logits, float min_p);
+// keep_min_p's threshold for a row whose max is `max` (min_p > 0): entries
+// below it are removed.
+float min_p_floor(float max, float min_p);
 
 // Steps 1-3 (greedy) or 1-7 (sampling). Throws if the row holds NaN or +inf
 // or has no finite logit.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 #include <string>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "sampling/logits_processor.h"
@@ -132,6 +133,45 @@ SampledToken Sampler::sample_argmax(int32_t code) const {
   ROWLM_CHECK(argmax_is_enough(), "sample_argmax for a row that needs more than its argmax");
   const int32_t token = token_from_argmax_code(code);
   ROWLM_CHECK(token < vocab_size_, "argmax code outside the vocabulary");
+  return {token, std::nullopt};
+}
+
+std::optional<RowSampling> Sampler::device_plan(std::vector<RowSamplingEdit>& edits) const {
+  if (constraint_ || params_.logprobs || params_.top_p < 1.0f) return std::nullopt;
+  RowSampling r;
+  r.edits_begin = int32_t(edits.size());
+  std::unordered_map<int32_t, std::size_t> at;  // id -> its edit
+  auto edit = [&](int32_t id) -> RowSamplingEdit& {
+    const auto [it, added] = at.try_emplace(id, edits.size());
+    if (added) edits.push_back(RowSamplingEdit{id});
+    return edits[it->second];
+  };
+  for (const auto& [id, bias] : params_.logit_bias) {
+    RowSamplingEdit& e = edit(id);
+    e.has_bias = 1;
+    e.bias = bias;
+  }
+  if (params_.repetition_penalty != 1.0f) {
+    for (int32_t id : history_.prompt_ids()) edit(id).repeated = 1;
+    for (const auto& [id, count] : history_.generated_counts()) edit(id).repeated = 1;
+  }
+  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f)
+    for (const auto& [id, count] : history_.generated_counts()) edit(id).count = count;
+  r.edits_end = int32_t(edits.size());
+  r.repetition_penalty = params_.repetition_penalty;
+  r.presence = params_.presence_penalty;
+  r.frequency = params_.frequency_penalty;
+  r.temperature = params_.temperature;
+  r.top_k = params_.top_k;
+  // Temperature leaves the row's max at 0 and top-k keeps it (logits_processor.h).
+  if (params_.min_p > 0.0f) r.min_p_floor = min_p_floor(0.0f, params_.min_p);
+  if (!params_.greedy()) r.u = uniform01(seed_, uint64_t(step()), RandomStream::kSample);
+  return r;
+}
+
+SampledToken Sampler::sampled_on_device(int32_t code, int32_t token) const {
+  token_from_argmax_code(code);  // sample()'s error for a row it refuses
+  ROWLM_CHECK(token >= 0 && token < vocab_size_, "a token sampled on the device is outside the vocabulary");
   return {token, std::nullopt};
 }
 

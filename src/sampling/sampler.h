@@ -22,6 +22,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/row_sampling.h"
 #include "sampling/logprobs.h"
 #include "sampling/philox.h"
 #include "sampling/sampling_params.h"
@@ -81,6 +82,18 @@ class Sampler {
   // (backend/argmax_code.h), or the error it throws for that row. Only when
   // argmax_is_enough().
   SampledToken sample_argmax(int32_t code) const;
+
+  // The row's description for Backend::sample_rows (backend/row_sampling.h),
+  // which gives the token sample() gives, on the device that holds the
+  // logits; nullopt where sample() needs more than those steps (a
+  // constraint, logprobs, top_p < 1): such a row is sampled here. Its edits
+  // are appended to `edits`, which its edit range indexes; its `row` is the
+  // caller's to set.
+  std::optional<RowSampling> device_plan(std::vector<RowSamplingEdit>& edits) const;
+  // What sample() returns for a row whose raw argmax code (argmax_rows) is
+  // `code` and which sample_rows sampled to `token`: the token, or sample()'s
+  // error for that row.
+  SampledToken sampled_on_device(int32_t code, int32_t token) const;
 
   // `token` as chosen from these logits by some other rule (speculative
   // verification), with its logprobs attached when params ask for them.

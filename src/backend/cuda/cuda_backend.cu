@@ -17,6 +17,7 @@
 #include "backend/cuda/kv_kernels.h"
 #include "backend/cuda/launch_queue.h"
 #include "backend/cuda/pinned_output_pool.h"
+#include "backend/cuda/sampling_kernels.h"
 #include "backend/kv_block_layout.h"
 #include "backend/kv_checks.h"
 #include "backend/moe_routing.h"
@@ -717,6 +718,39 @@ class CudaBackend final : public Backend {
     require_here(codes, "argmax_rows: codes");
     DeviceGuard guard(device_);
     queue_.launch("argmax_rows", &cuda::argmax_rows, x.data<float>(), x.dim(0), x.dim(1), codes.data<int32_t>());
+  }
+
+  void sample_rows(Tensor& x, std::span<const RowSampling> rows, std::span<const RowSamplingEdit> edits,
+                   Tensor& tokens) override {
+    require_here(x, "sample_rows: x");
+    require_here(tokens, "sample_rows: tokens");
+    ROWLM_REQUIRE(x.dtype() == DType::F32 && x.rank() == 2 && x.dim(1) > 0,
+                  "sample_rows: x must be f32 [n, V], got " + describe(x));
+    ROWLM_REQUIRE(tokens.dtype() == DType::I32 && tokens.shape() == Shape{int64_t(rows.size())},
+                  "sample_rows: tokens must be i32 [" + std::to_string(rows.size()) + "], got " + describe(tokens));
+    for (const RowSampling& r : rows)
+      ROWLM_REQUIRE(r.row >= 0 && r.row < x.dim(0) && r.edits_begin >= 0 && r.edits_begin <= r.edits_end &&
+                        std::size_t(r.edits_end) <= edits.size() && r.temperature >= 0.0f && r.u >= 0.0 && r.u < 1.0,
+                    "sample_rows: a row's description is out of range (row " + std::to_string(r.row) + ")");
+    for (const RowSamplingEdit& e : edits)
+      ROWLM_REQUIRE(e.id >= 0 && e.id < x.dim(1), "sample_rows: edit of token " + std::to_string(e.id) +
+                                                      " outside the row of " + std::to_string(x.dim(1)));
+    if (rows.empty()) return;
+    DeviceGuard guard(device_);
+    // The descriptions and edits in one copy.
+    const std::size_t row_bytes = rows.size_bytes(), edit_offset = (row_bytes + 15) / 16 * 16;
+    std::vector<std::byte> packed(edit_offset + edits.size_bytes());
+    std::memcpy(packed.data(), rows.data(), row_bytes);
+    if (!edits.empty()) std::memcpy(packed.data() + edit_offset, edits.data(), edits.size_bytes());
+    Tensor staged = workspace_.tensor(DType::U8, {int64_t(packed.size())});
+    copy_from_host(packed.data(), staged);
+    const int64_t blocks = (x.dim(1) + 1023) / 1024;
+    Tensor sums = workspace_.tensor(DType::F32, {int64_t(rows.size()) * blocks});
+    const auto* base = static_cast<const std::byte*>(staged.raw());
+    queue_.launch("sample_rows", &cuda::sample_rows, x.data<float>(), x.dim(1),
+                  reinterpret_cast<const RowSampling*>(base), int64_t(rows.size()),
+                  reinterpret_cast<const RowSamplingEdit*>(base + edit_offset), sums.data<float>(),
+                  tokens.data<int32_t>());
   }
 
   void scatter_add_rows(Tensor& dst, const Tensor& rows, const Tensor& weights, const Tensor& src) override {

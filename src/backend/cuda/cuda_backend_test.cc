@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -27,6 +28,7 @@
 #include "kv/row_cache.h"
 #include "model/model.h"
 #include "model/weight_binder.h"
+#include "sampling/sampler.h"
 
 namespace rowlm {
 namespace {
@@ -685,6 +687,7 @@ TEST_F(CudaVsCpu, ArgmaxCodesAndArgmaxOnlyRowsEqualTheCpu) {
     opt.layers = model->kv_layers(kv::parse_codec("bf16"));
     opt.block_size = 4;
     auto run = [&](const std::vector<uint8_t>& marks, Tensor& logits, std::vector<int32_t>& codes) {
+      RowPicks picks;
       kv::KvCache cache(opt, *gpu);
       ForwardBatch batch;
       for (int r = 0; r < 3; ++r) {
@@ -692,7 +695,8 @@ TEST_F(CudaVsCpu, ArgmaxCodesAndArgmaxOnlyRowsEqualTheCpu) {
         for (int p = 0; p < 3; ++p) batch.add(row, p, 5 + 7 * r + 3 * p, true);
       }
       batch.argmax_only = marks;
-      model->forward(batch, cache, logits, nullptr, &codes);
+      model->forward(batch, cache, logits, nullptr, &picks);
+      codes = picks.argmax;
     };
     Tensor full, part;
     std::vector<int32_t> none, codes;
@@ -711,6 +715,69 @@ TEST_F(CudaVsCpu, ArgmaxCodesAndArgmaxOnlyRowsEqualTheCpu) {
       ++kept;
     }
   }
+}
+
+// Rows sampled on the GPU (sample_rows, from Sampler::device_plan) give the
+// token the host's sampler gives for the same row, parameters, history and
+// seed: greedy with bias and penalties, temperatures, top-k (ties at the
+// k-th value included), min-p, at a Gemma vocabulary and odd sizes; every
+// row of a batch alike. Rows the device cannot sample (top-p, logprobs)
+// have no plan.
+TEST_F(CudaVsCpu, RowsSampledOnTheGpuGiveTheHostSamplersTokens) {
+  using sampling::Sampler;
+  using sampling::SamplingParams;
+  const float inf = std::numeric_limits<float>::infinity();
+  int64_t compared = 0, drawn_apart_from_argmax = 0;
+  for (int64_t V : {17, 1000, 4099, 262144}) {
+    for (int round = 0; round < 4; ++round) {
+      constexpr int kRows = 16;
+      Tensor x = random({kRows, V}, 3.0f);
+      std::vector<Sampler> samplers;
+      std::vector<RowSampling> plans;
+      std::vector<RowSamplingEdit> edits;
+      std::uniform_int_distribution<int32_t> id(0, int32_t(V - 1));
+      for (int r = 0; r < kRows; ++r) {
+        float* row = x.data<float>() + int64_t(r) * V;
+        if (r % 4 == 1) row[id(rng)] = -inf;                                   // a removed token
+        if (r % 4 == 2) for (int j = 0; j < 6; ++j) row[id(rng)] = 7.5f;        // ties at the top
+        SamplingParams p;
+        p.seed = uint64_t(1000 * round + r);
+        const int kind = (round * kRows + r) % 8;
+        p.temperature = kind == 0 ? 0.0f : std::vector<float>{0.3f, 0.7f, 1.0f, 1.6f}[std::size_t(r % 4)];
+        if (kind == 1 || kind == 5) p.top_k = std::vector<int32_t>{1, 5, 40, int32_t(V) - 1}[std::size_t(r % 4)];
+        if (kind == 2 || kind == 5) p.min_p = r % 2 ? 0.05f : 0.3f;
+        if (kind == 3 || kind == 0) p.repetition_penalty = 1.3f, p.presence_penalty = 0.5f, p.frequency_penalty = 0.4f;
+        if (kind == 4 || kind == 0) p.logit_bias[id(rng)] = 6.0f, p.logit_bias[id(rng)] = -4.0f;
+        std::vector<int32_t> prompt;
+        for (int j = 0; j < 30; ++j) prompt.push_back(id(rng) % std::max<int32_t>(1, int32_t(V) / 3));
+        samplers.emplace_back(p, V, prompt);
+        for (int j = 0; j < 5; ++j) samplers.back().accept(j % 2 ? prompt[std::size_t(j)] : id(rng));  // counts 1 and more
+        std::optional<RowSampling> plan = samplers.back().device_plan(edits);
+        ASSERT_TRUE(plan) << "kind " << kind;
+        plan->row = r;
+        plans.push_back(*plan);
+      }
+      Tensor on_gpu = up(x), tokens = up(Tensor(DType::I32, {kRows}));
+      gpu->sample_rows(on_gpu, plans, edits, tokens);
+      const Tensor got = down(tokens);
+      for (int r = 0; r < kRows; ++r) {
+        const std::span<const float> row(x.data<float>() + int64_t(r) * V, std::size_t(V));
+        const int32_t want = samplers[std::size_t(r)].sample(row).token;
+        EXPECT_EQ(got.data<int32_t>()[r], want) << "V " << V << " round " << round << " row " << r;
+        ++compared;
+        if (want != int32_t(std::max_element(row.begin(), row.end()) - row.begin())) ++drawn_apart_from_argmax;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 4 * 4 * 16);
+  EXPECT_GT(drawn_apart_from_argmax, 64) << "the draws must not all land on the largest logit";
+  SamplingParams nucleus;
+  nucleus.top_p = 0.9f;
+  std::vector<RowSamplingEdit> edits;
+  EXPECT_FALSE(sampling::Sampler(nucleus, 100).device_plan(edits));
+  SamplingParams with_logprobs;
+  with_logprobs.logprobs = 2;
+  EXPECT_FALSE(sampling::Sampler(with_logprobs, 100).device_plan(edits));
 }
 
 // Decode steps of one shape go out as one CUDA graph from their second

@@ -17,18 +17,6 @@ __device__ __forceinline__ float load_weight(const void* w, Storage s, int64_t i
   }
 }
 
-// The canonical 16-lane tree of a half-warp's accumulators (lane 0 gets it):
-// (j, j+8), then (j, j+4), (j, j+2), (j, j+1), each an IEEE add.
-__device__ __forceinline__ float half_warp_tree(float acc, unsigned mask) {
-  acc = acc + __shfl_down_sync(mask, acc, 8, 16);
-  acc = acc + __shfl_down_sync(mask, acc, 4, 16);
-  acc = acc + __shfl_down_sync(mask, acc, 2, 16);
-  acc = acc + __shfl_down_sync(mask, acc, 1, 16);
-  return acc;
-}
-
-__device__ __forceinline__ unsigned half_warp_mask() { return 0xffffu << (threadIdx.x & 16); }
-
 // One half-warp per output element.
 __global__ void matmul_f32_kernel(const float* x, const void* w, Storage ws, float* y, int64_t M, int64_t N,
                                   int64_t K) {

@@ -35,6 +35,19 @@ __device__ __forceinline__ void allow_dependents() {
 }
 
 __device__ __forceinline__ float bits_to_float(uint32_t u) { return __uint_as_float(u); }
+
+// The canonical 16-lane tree of a half-warp's accumulators (lane 0 gets it):
+// (j, j+8), then (j, j+4), (j, j+2), (j, j+1), each an IEEE add (the CPU
+// kernels' V::reduce).
+__device__ __forceinline__ float half_warp_tree(float acc, unsigned mask) {
+  acc = acc + __shfl_down_sync(mask, acc, 8, 16);
+  acc = acc + __shfl_down_sync(mask, acc, 4, 16);
+  acc = acc + __shfl_down_sync(mask, acc, 2, 16);
+  acc = acc + __shfl_down_sync(mask, acc, 1, 16);
+  return acc;
+}
+
+__device__ __forceinline__ unsigned half_warp_mask() { return 0xffffu << (threadIdx.x & 16); }
 __device__ __forceinline__ uint32_t float_to_bits(float f) { return __float_as_uint(f); }
 
 __device__ __forceinline__ float bf16_to_f32(uint16_t h) { return bits_to_float(uint32_t(h) << 16); }

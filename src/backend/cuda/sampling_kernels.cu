@@ -1,0 +1,171 @@
+#include "backend/cuda/sampling_kernels.h"
+
+#include "backend/cuda/device_math.cuh"
+
+namespace rowlm::cuda {
+namespace {
+
+constexpr int kThreads = 1024;             // one block per row
+constexpr int64_t kMassBlock = 1024;       // sampling/logits_processor.h kMassBlock
+constexpr int kHalfWarps = kThreads / 16;
+
+// Order-preserving map of a float to an unsigned key (logits_processor.cc).
+__device__ __forceinline__ uint32_t sortable_key(float x) {
+  const uint32_t u = float_to_bits(x);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float key_value(uint32_t k) {
+  return bits_to_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+// exp_blocks' mass of one processed entry (shift 0): 0 below −87.
+__device__ __forceinline__ float mass_of(float y) { return y < -87.0f ? 0.0f : exp_neg(y); }
+
+__device__ void remove_below(float* row, int64_t V, float t) {
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
+    if (row[i] < t) row[i] = -INFINITY;
+  __syncthreads();
+}
+
+// The row's largest value (NaN aside) and its first index, to every thread.
+__device__ void block_argmax(const float* row, int64_t V, float& max, int64_t& index) {
+  __shared__ float s_v[kThreads];
+  __shared__ int64_t s_i[kThreads];
+  float best = -INFINITY;
+  int64_t best_i = V;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+    const float v = row[i];
+    if (v > best || (best_i == V && v == best)) best = v, best_i = i;
+  }
+  const int t = threadIdx.x;
+  s_v[t] = best, s_i[t] = best_i;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (t < half) {
+      const float b = s_v[t + half];
+      const int64_t bi = s_i[t + half];
+      if (b > s_v[t] || (b == s_v[t] && bi < s_i[t])) s_v[t] = b, s_i[t] = bi;
+    }
+    __syncthreads();
+  }
+  max = s_v[0], index = s_i[0];
+  __syncthreads();
+}
+
+// The k-th largest value of the row (0 < k < V), counting repeats: a radix
+// select over the sortable keys, 8 bits a pass. Keys order floats as `<`
+// does except that −0 sorts below +0, which `<` calls equal, so the value
+// compares as the sampler's heap finds it.
+__device__ float kth_largest(const float* row, int64_t V, int64_t k) {
+  __shared__ unsigned s_hist[256];
+  __shared__ uint32_t s_prefix;
+  __shared__ int64_t s_k;
+  if (threadIdx.x == 0) s_prefix = 0, s_k = k;
+  uint32_t mask = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) s_hist[b] = 0;
+    __syncthreads();
+    const uint32_t prefix = s_prefix;
+    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+      const uint32_t key = sortable_key(row[i]);
+      if ((key & mask) == prefix) atomicAdd(&s_hist[(key >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int64_t left = s_k;
+      int b = 255;
+      for (; b > 0 && int64_t(s_hist[b]) < left; --b) left -= s_hist[b];
+      s_k = left;
+      s_prefix = prefix | (uint32_t(b) << shift);
+    }
+    mask |= 255u << shift;
+    __syncthreads();
+  }
+  return key_value(s_prefix);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    sample_rows_kernel(float* x, int64_t V, const RowSampling* rows, const RowSamplingEdit* edits, float* block_sums,
+                       int32_t* tokens) {
+  const RowSampling r = rows[blockIdx.x];
+  float* row = x + int64_t(r.row) * V;
+  const int64_t blocks = (V + kMassBlock - 1) / kMassBlock;
+  float* sums = block_sums + int64_t(blockIdx.x) * blocks;
+
+  // 1. Bias, repetition, presence and frequency, per distinct id.
+  for (int e = r.edits_begin + int(threadIdx.x); e < r.edits_end; e += blockDim.x) {
+    const RowSamplingEdit ed = edits[e];
+    float v = row[ed.id];
+    if (ed.has_bias) v = v + ed.bias;
+    if (ed.repeated && r.repetition_penalty != 1.0f) v = v > 0 ? v / r.repetition_penalty : v * r.repetition_penalty;
+    if (ed.count > 0 && (r.presence != 0.0f || r.frequency != 0.0f)) v -= r.presence + r.frequency * float(ed.count);
+    row[ed.id] = v;
+  }
+  __syncthreads();
+
+  // 2. Greedy: the first largest value.
+  float max;
+  int64_t first;
+  block_argmax(row, V, max, first);
+  if (r.temperature == 0.0f) {
+    if (threadIdx.x == 0) tokens[blockIdx.x] = int32_t(first);
+    return;
+  }
+  // 3. Temperature (the two roundings).
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) row[i] = (row[i] - max) / r.temperature;
+  __syncthreads();
+  // 4. Top-k, 5. min-p.
+  if (r.top_k > 0 && r.top_k < V) remove_below(row, V, kth_largest(row, V, r.top_k));
+  if (r.min_p_floor > -INFINITY) remove_below(row, V, r.min_p_floor);
+
+  // 6. Each 1024-entry block's mass by a half-warp, in the canonical order:
+  // lane j adds the entries ≡ j (mod 16) in rising order, then the tree.
+  const int lane = threadIdx.x & 15, half_warp = threadIdx.x >> 4;
+  for (int64_t b = half_warp; b < blocks; b += kHalfWarps) {
+    const int64_t end = min(V, (b + 1) * kMassBlock);
+    float acc = 0.0f;
+    for (int64_t i = b * kMassBlock + lane; i < end; i += 16) acc = acc + mass_of(row[i]);
+    acc = half_warp_tree(acc, half_warp_mask());
+    if (lane == 0) sums[b] = acc;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  // The inverse-CDF walk (sampler.cc walk_masses), in double.
+  double total = 0;
+  for (int64_t b = 0; b < blocks; ++b) total += double(sums[b]);
+  const double target = r.u * total;
+  double cumulative = 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    if (cumulative + double(sums[b]) <= target) {
+      cumulative += double(sums[b]);
+      continue;
+    }
+    const int64_t end = min(V, (b + 1) * kMassBlock);
+    for (int64_t i = b * kMassBlock; i < end; ++i) {
+      const float m = mass_of(row[i]);
+      if (m <= 0) continue;
+      cumulative += double(m);
+      if (cumulative > target) {
+        tokens[blockIdx.x] = int32_t(i);
+        return;
+      }
+    }
+  }
+  // Rounding kept the sum at or below the target: the last possible token.
+  for (int64_t i = V - 1; i >= 0; --i)
+    if (mass_of(row[i]) > 0) {
+      tokens[blockIdx.x] = int32_t(i);
+      return;
+    }
+  tokens[blockIdx.x] = 0;
+}
+
+}  // namespace
+
+void sample_rows(float* x, int64_t V, const RowSampling* rows, int64_t n, const RowSamplingEdit* edits,
+                 float* block_sums, int32_t* tokens, cudaStream_t stream) {
+  if (n == 0) return;
+  sample_rows_kernel<<<unsigned(n), kThreads, 0, stream>>>(x, V, rows, edits, block_sums, tokens);
+}
+
+}  // namespace rowlm::cuda

@@ -1,0 +1,19 @@
+#pragma once
+// The CUDA kernel of Backend::sample_rows (backend/row_sampling.h): a block
+// per sampled row performs the sampler's steps in the sampler's arithmetic.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/row_sampling.h"
+
+namespace rowlm::cuda {
+
+// rows[j] samples row rows[j].row of x ([*, V] f32, processed in place) into
+// tokens[j]; edits are the rows' edit lists; block_sums is scratch of
+// n · ceil(V / 1024) floats.
+void sample_rows(float* x, int64_t V, const RowSampling* rows, int64_t n, const RowSamplingEdit* edits,
+                 float* block_sums, int32_t* tokens, cudaStream_t stream);
+
+}  // namespace rowlm::cuda

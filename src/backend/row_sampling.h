@@ -1,0 +1,48 @@
+#pragma once
+// A row of logits sampled where it lies (Backend::sample_rows): the steps of
+// sampling/logits_processor.h for one request, prepared on the host by its
+// sampling::Sampler (device_plan), so that on a GPU only the chosen token
+// crosses back. The backend performs the sampler's arithmetic in the
+// sampler's order (the same floats, the same double sums), so a row gives
+// the token sampling::Sampler::sample gives for it, bit for bit.
+//
+// The steps, in order:
+//   1. edits: per distinct id, x += bias (when has_bias); then, when
+//      repeated and repetition_penalty != 1, x = x > 0 ? x / r : x · r; then,
+//      when count > 0 and (presence or frequency), x −= presence +
+//      frequency · count;
+//   2. greedy (temperature 0): the first index of the largest value; done;
+//   3. x = (x − max) / temperature;
+//   4. top_k (0 < k < V): entries below the k-th largest value become −inf;
+//   5. min_p_floor (> −inf): entries below it become −inf (the sampler's
+//      bound for max 0, which step 3 leaves as the row's max);
+//   6. masses exp(x) (exp_neg; 0 below −87) summed per 1024-entry block in
+//      the CPU kernels' canonical order, the blocks' sums added in double
+//      in order, and the inverse-CDF walk for u (sampler.cc walk_masses).
+// top_p < 1 is not among them: such rows are sampled on the host.
+
+#include <cstdint>
+#include <limits>
+
+namespace rowlm {
+
+struct RowSamplingEdit {
+  int32_t id = 0;
+  float bias = 0.0f;
+  int32_t count = 0;      // times generated (presence/frequency)
+  uint8_t has_bias = 0;   // in logit_bias
+  uint8_t repeated = 0;   // seen in the prompt or generated (repetition penalty)
+};
+
+struct RowSampling {
+  int32_t row = 0;  // the logits row (index into the rows sample_rows is given)
+  // The row's edits: [edits_begin, edits_end) of the edit list, ids distinct.
+  int32_t edits_begin = 0, edits_end = 0;
+  float repetition_penalty = 1.0f, presence = 0.0f, frequency = 0.0f;
+  float temperature = 0.0f;  // 0: greedy
+  int32_t top_k = 0;         // 0: off
+  float min_p_floor = -std::numeric_limits<float>::infinity();
+  double u = 0.0;            // the draw, in [0, 1)
+};
+
+}  // namespace rowlm
