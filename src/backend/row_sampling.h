@@ -14,12 +14,15 @@
 //   2. greedy (temperature 0): the first index of the largest value; done;
 //   3. x = (x − max) / temperature;
 //   4. top_k (0 < k < V): entries below the k-th largest value become −inf;
-//   5. min_p_floor (> −inf): entries below it become −inf (the sampler's
-//      bound for max 0, which step 3 leaves as the row's max);
+//   5. top_p (< 1): masses exp(x) in fixed point (top_p_mass), their exact
+//      total, the boundary's value: the largest v whose entries at or above
+//      it (among those above top_p_floor, from top_p_log_tail) hold p ·
+//      total; entries below it become −inf, unless none reaches it;
+//      then min_p_floor (> −inf): entries below it become −inf (the
+//      sampler's bound for max 0, which steps 3-5 leave as the row's max);
 //   6. masses exp(x) (exp_neg; 0 below −87) summed per 1024-entry block in
 //      the CPU kernels' canonical order, the blocks' sums added in double
 //      in order, and the inverse-CDF walk for u (sampler.cc walk_masses).
-// top_p < 1 is not among them: such rows are sampled on the host.
 
 #include <cstdint>
 #include <limits>
@@ -41,6 +44,8 @@ struct RowSampling {
   float repetition_penalty = 1.0f, presence = 0.0f, frequency = 0.0f;
   float temperature = 0.0f;  // 0: greedy
   int32_t top_k = 0;         // 0: off
+  float top_p = 1.0f;                // 1: off
+  double top_p_log_tail = 0.0;       // log((1 − top_p) / V), the host's (top_p_floor)
   float min_p_floor = -std::numeric_limits<float>::infinity();
   double u = 0.0;            // the draw, in [0, 1)
 };

@@ -107,10 +107,6 @@ void keep_top_k(std::span<float> logits, int32_t k) {
   remove_below(logits, heap.front());
 }
 
-// Rows shorter than this sort their candidates directly; a mass histogram
-// pays off only on long rows.
-constexpr std::size_t kBucketedTopPMinSize = 4096;
-
 // Order-preserving map of a float to an unsigned key (larger value, larger key).
 uint32_t sortable_key(float x) {
   const uint32_t u = std::bit_cast<uint32_t>(x);
@@ -121,52 +117,66 @@ void keep_top_p(std::span<float> logits, float p) {
   if (p >= 1.0f) return;
   std::vector<float> mass(logits.size());
   std::vector<double> block_mass;
-  const RowMasses z = exp_masses(logits, mass, block_mass);
-  const double total = z.total;
+  const float max = exp_masses(logits, mass, block_mass).max;
+  // Masses in fixed point (top_p_mass): their sums are exact, so any order
+  // of summing, the GPU's included, gives the same kept set.
+  uint64_t total = 0;
+  for (float m : mass) total += top_p_mass(m);
+  const uint64_t target = top_p_target(p, total);
   std::vector<int32_t> ids;  // the candidates for the boundary, sorted below
-  double above = 0;          // mass of the tokens known to be more likely than all of ids
-  if (logits.size() < kBucketedTopPMinSize) {
+  uint64_t above = 0;        // mass of the tokens known to be more likely than all of ids
+  const int64_t n = int64_t(logits.size());
+  if (n < kTopPBucketedMinSize) {
     for (std::size_t i = 0; i < logits.size(); ++i)
       if (logits[i] != kNegInf) ids.push_back(int32_t(i));
   } else {
-    // Tokens at or below `floor` hold less than 1 − p of the mass together
-    // (fewer than n of them, each below e^(floor − max), with a factor e to
-    // spare for the rounding of the masses and their sums), so the boundary
-    // lies above it and they are removed with everything below the boundary;
-    // only the tokens above it are looked at (found by the kernels' vector
-    // search; a few hundred of a 262k row on a language model's logits).
-    const int64_t n = int64_t(logits.size());
-    const float floor = p <= 0.999f ? float(double(z.max) + std::log((1.0 - double(p)) * total / double(n)) - 1.0)
-                                    : -std::numeric_limits<float>::infinity();
+    // Only the tokens above top_p_floor can hold the boundary (found by the
+    // kernels' vector search; a few hundred of a 262k row on a language
+    // model's logits). One pass buckets each of those tokens' mass by the
+    // top 16 bits of its value's sortable key (128 buckets per octave);
+    // walking the buckets from the most likely finds the one holding the
+    // boundary, and only that bucket's tokens are sorted. O(vocab), where
+    // sorting the row would not be.
+    const float floor = top_p_floor(p, n, total, max);
     auto for_each_above_floor = [&](auto&& f) {
       for (int64_t i = 0; (i += row_kernels().first_above(logits.data() + i, n - i, floor)) < n; ++i) f(i);
     };
-    // One pass buckets each of those tokens' mass by the top 16 bits of its
-    // value's sortable key (128 buckets per octave); walking the buckets from
-    // the most likely finds the one holding the boundary, and only that
-    // bucket's tokens are sorted. O(vocab), where sorting the row would not be.
     constexpr int kShift = 16;
-    std::vector<double> bucket_mass(std::size_t(1) << (32 - kShift), 0.0);
+    std::vector<uint64_t> bucket_mass(std::size_t(1) << (32 - kShift), 0);
     uint32_t lo = ~0u, hi = 0;
     for_each_above_floor([&](int64_t i) {
       const uint32_t b = sortable_key(logits[std::size_t(i)]) >> kShift;
-      bucket_mass[b] += mass[std::size_t(i)];
+      bucket_mass[b] += top_p_mass(mass[std::size_t(i)]);
       lo = std::min(lo, b), hi = std::max(hi, b);
     });
-    const double target = double(p) * total;
     uint32_t boundary = hi;
     for (; boundary > lo && above + bucket_mass[boundary] < target; --boundary) above += bucket_mass[boundary];
     for_each_above_floor([&](int64_t i) {
       if (sortable_key(logits[std::size_t(i)]) >> kShift == boundary) ids.push_back(int32_t(i));
     });
   }
-  const double target = double(p) * total;
   std::sort(ids.begin(), ids.end(), MoreLikely{logits});
   for (int32_t i : ids) {
-    above += mass[std::size_t(i)];
+    above += top_p_mass(mass[std::size_t(i)]);
     if (above >= target) return remove_below(logits, logits[i]);
   }
-  // Rounding left the target just out of reach: keep everything.
+  // The tokens above the floor hold less than the target (rounding): keep everything.
+}
+
+double top_p_log_tail(float p, int64_t n) { return std::log((1.0 - double(p)) / double(n)); }
+
+uint64_t top_p_mass(float mass) { return uint64_t(mass * 0x1p36f); }
+
+uint64_t top_p_target(float p, uint64_t total) { return uint64_t(double(p) * double(total)); }
+
+float top_p_floor(float p, int64_t n, uint64_t total, float max) {
+  if (n < kTopPBucketedMinSize || p > 0.999f) return kNegInf;
+  // Tokens at or below the floor hold less than (1 − p)/e of the mass
+  // together: fewer than n of them, each below e^floor <= (1 − p)·total /
+  // (n·e), with total bounded below by its highest set bit (exact, so every
+  // backend finds the same floor) and the 2^−36 of top_p_mass.
+  const int msb = 63 - std::countl_zero(total);
+  return float(double(max) + top_p_log_tail(p, n) + 0.69314718055994530942 * double(msb - 36) - 1.0);
 }
 
 float min_p_floor(float max, float min_p) {

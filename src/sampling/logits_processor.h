@@ -14,7 +14,8 @@
 //   4. temperature          l = (l - max l) / T   (the shift changes no probability)
 //   5. top_k                keep tokens whose logit >= the k-th largest
 //   6. top_p                keep the most likely tokens, in order, until their
-//                           mass reaches top_p (over the survivors of 5)
+//                           mass reaches top_p (over the survivors of 5; masses
+//                           in fixed point, top_p_mass)
 //   7. min_p                keep tokens with p >= min_p * max p
 //
 // Filters keep ties: a token as likely as the last one kept is kept too, so
@@ -41,6 +42,20 @@ void apply_temperature(std::span<float> logits, float temperature);
 void keep_top_k(std::span<float> logits, int32_t k);
 void keep_top_p(std::span<float> logits, float p);
 void keep_min_p(std::span<float> logits, float min_p);
+
+// Top-p's arithmetic, shared with the GPU's (backend/row_sampling.h): a
+// token's mass (exp_masses') in fixed point, mass · 2^36 truncated, so that
+// sums are exact whatever their order; the mass the kept tokens must reach,
+// p · total; and, for a row whose largest value is `max`, the floor at or
+// below which tokens cannot hold the boundary (−inf for rows shorter than
+// kTopPBucketedMinSize or p > 0.999).
+inline constexpr int64_t kTopPBucketedMinSize = 4096;
+uint64_t top_p_mass(float mass);
+uint64_t top_p_target(float p, uint64_t total);
+float top_p_floor(float p, int64_t n, uint64_t total, float max);
+// The floor's one logarithm, log((1 − p) / n): the host computes it for the
+// GPU's floor, which is then the same float.
+double top_p_log_tail(float p, int64_t n);
 // keep_min_p's threshold for a row whose max is `max` (min_p > 0): entries
 // below it are removed.
 float min_p_floor(float max, float min_p);

@@ -137,7 +137,7 @@ SampledToken Sampler::sample_argmax(int32_t code) const {
 }
 
 std::optional<RowSampling> Sampler::device_plan(std::vector<RowSamplingEdit>& edits) const {
-  if (constraint_ || params_.logprobs || params_.top_p < 1.0f) return std::nullopt;
+  if (constraint_ || params_.logprobs) return std::nullopt;
   RowSampling r;
   r.edits_begin = int32_t(edits.size());
   std::unordered_map<int32_t, std::size_t> at;  // id -> its edit
@@ -163,6 +163,8 @@ std::optional<RowSampling> Sampler::device_plan(std::vector<RowSamplingEdit>& ed
   r.frequency = params_.frequency_penalty;
   r.temperature = params_.temperature;
   r.top_k = params_.top_k;
+  r.top_p = params_.top_p;
+  if (params_.top_p < 1.0f) r.top_p_log_tail = top_p_log_tail(params_.top_p, vocab_size_);
   // Temperature leaves the row's max at 0 and top-k keeps it (logits_processor.h).
   if (params_.min_p > 0.0f) r.min_p_floor = min_p_floor(0.0f, params_.min_p);
   if (!params_.greedy()) r.u = uniform01(seed_, uint64_t(step()), RandomStream::kSample);

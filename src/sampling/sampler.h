@@ -86,7 +86,7 @@ class Sampler {
   // The row's description for Backend::sample_rows (backend/row_sampling.h),
   // which gives the token sample() gives, on the device that holds the
   // logits; nullopt where sample() needs more than those steps (a
-  // constraint, logprobs, top_p < 1): such a row is sampled here. Its edits
+  // constraint, logprobs): such a row is sampled here. Its edits
   // are appended to `edits`, which its edit range indexes; its `row` is the
   // caller's to set.
   std::optional<RowSampling> device_plan(std::vector<RowSamplingEdit>& edits) const;

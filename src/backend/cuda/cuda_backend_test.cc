@@ -720,9 +720,9 @@ TEST_F(CudaVsCpu, ArgmaxCodesAndArgmaxOnlyRowsEqualTheCpu) {
 // Rows sampled on the GPU (sample_rows, from Sampler::device_plan) give the
 // token the host's sampler gives for the same row, parameters, history and
 // seed: greedy with bias and penalties, temperatures, top-k (ties at the
-// k-th value included), min-p, at a Gemma vocabulary and odd sizes; every
-// row of a batch alike. Rows the device cannot sample (top-p, logprobs)
-// have no plan.
+// k-th value included), top-p (with and without its floor), min-p, at a
+// Gemma vocabulary and odd sizes; every row of a batch alike. Rows the
+// device cannot sample (logprobs) have no plan.
 TEST_F(CudaVsCpu, RowsSampledOnTheGpuGiveTheHostSamplersTokens) {
   using sampling::Sampler;
   using sampling::SamplingParams;
@@ -748,6 +748,8 @@ TEST_F(CudaVsCpu, RowsSampledOnTheGpuGiveTheHostSamplersTokens) {
         if (kind == 2 || kind == 5) p.min_p = r % 2 ? 0.05f : 0.3f;
         if (kind == 3 || kind == 0) p.repetition_penalty = 1.3f, p.presence_penalty = 0.5f, p.frequency_penalty = 0.4f;
         if (kind == 4 || kind == 0) p.logit_bias[id(rng)] = 6.0f, p.logit_bias[id(rng)] = -4.0f;
+        if (kind == 6 || kind == 7) p.top_p = std::vector<float>{0.5f, 0.9f, 0.95f, 0.9995f}[std::size_t((r + round) % 4)];
+        if (kind == 7) p.top_k = 40, p.min_p = 0.02f;
         std::vector<int32_t> prompt;
         for (int j = 0; j < 30; ++j) prompt.push_back(id(rng) % std::max<int32_t>(1, int32_t(V) / 3));
         samplers.emplace_back(p, V, prompt);
@@ -771,10 +773,7 @@ TEST_F(CudaVsCpu, RowsSampledOnTheGpuGiveTheHostSamplersTokens) {
   }
   EXPECT_EQ(compared, 4 * 4 * 16);
   EXPECT_GT(drawn_apart_from_argmax, 64) << "the draws must not all land on the largest logit";
-  SamplingParams nucleus;
-  nucleus.top_p = 0.9f;
   std::vector<RowSamplingEdit> edits;
-  EXPECT_FALSE(sampling::Sampler(nucleus, 100).device_plan(edits));
   SamplingParams with_logprobs;
   with_logprobs.logprobs = 2;
   EXPECT_FALSE(sampling::Sampler(with_logprobs, 100).device_plan(edits));

@@ -8,6 +8,7 @@ namespace {
 constexpr int kThreads = 1024;             // one block per row
 constexpr int64_t kMassBlock = 1024;       // sampling/logits_processor.h kMassBlock
 constexpr int kHalfWarps = kThreads / 16;
+constexpr int64_t kTopPBucketedMinSize = 4096;  // sampling/logits_processor.h
 
 // Order-preserving map of a float to an unsigned key (logits_processor.cc).
 __device__ __forceinline__ uint32_t sortable_key(float x) {
@@ -66,10 +67,18 @@ __device__ float kth_largest(const float* row, int64_t V, int64_t k) {
     for (int b = threadIdx.x; b < 256; b += blockDim.x) s_hist[b] = 0;
     __syncthreads();
     const uint32_t prefix = s_prefix;
+    // A thread's entries tend to share a bin (most of a row in the first
+    // passes): it counts a run of one bin in a register and adds it once.
+    uint32_t run_bin = 0;
+    unsigned run = 0;
     for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
       const uint32_t key = sortable_key(row[i]);
-      if ((key & mask) == prefix) atomicAdd(&s_hist[(key >> shift) & 255u], 1u);
+      if ((key & mask) != prefix) continue;
+      const uint32_t b = (key >> shift) & 255u;
+      if (run > 0 && b != run_bin) atomicAdd(&s_hist[run_bin], run), run = 0;
+      run_bin = b, ++run;
     }
+    if (run > 0) atomicAdd(&s_hist[run_bin], run);
     __syncthreads();
     if (threadIdx.x == 0) {
       int64_t left = s_k;
@@ -82,6 +91,86 @@ __device__ float kth_largest(const float* row, int64_t V, int64_t k) {
     __syncthreads();
   }
   return key_value(s_prefix);
+}
+
+// sampling/logits_processor.h top_p_mass: mass · 2^36, truncated.
+__device__ __forceinline__ uint64_t top_p_mass(float mass) { return uint64_t(mass * 0x1p36f); }
+
+__device__ uint64_t block_sum(uint64_t v) {
+  __shared__ uint64_t s[kThreads];
+  s[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) s[threadIdx.x] += s[threadIdx.x + half];
+    __syncthreads();
+  }
+  const uint64_t total = s[0];
+  __syncthreads();
+  return total;
+}
+
+// Top-p (logits_processor.cc keep_top_p) on a row whose max is 0: the
+// boundary is the largest key K whose entries above the floor with keys >= K
+// hold the target mass (the first token, in (value desc, index asc) order,
+// at which the host's walk reaches it has that key); a weighted radix
+// select, 8 bits a pass, over exact fixed-point sums.
+__device__ void keep_top_p(float* row, int64_t V, float p, double log_tail) {
+  uint64_t local = 0;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) local += top_p_mass(mass_of(row[i]));
+  const uint64_t total = block_sum(local);
+  float floor = -INFINITY;
+  if (V >= kTopPBucketedMinSize && p <= 0.999f) {
+    const int msb = 63 - __clzll((long long)total);
+    floor = float(0.0 + log_tail + 0.69314718055994530942 * double(msb - 36) - 1.0);
+  }
+  const uint64_t target = uint64_t(double(p) * double(total));
+  __shared__ unsigned s_count[256];
+  __shared__ uint64_t s_mass[256];
+  __shared__ uint32_t s_prefix;
+  __shared__ uint64_t s_above;
+  __shared__ int s_found;
+  if (threadIdx.x == 0) s_prefix = 0, s_above = 0, s_found = 1;
+  uint32_t mask = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) s_count[b] = 0, s_mass[b] = 0;
+    __syncthreads();
+    const uint32_t prefix = s_prefix;
+    // Runs of one bin summed in registers first, as in kth_largest (the
+    // sums are exact, so how they are grouped changes nothing).
+    uint32_t run_bin = 0;
+    unsigned run = 0;
+    uint64_t run_mass = 0;
+    auto flush = [&] {
+      atomicAdd(&s_count[run_bin], run);
+      atomicAdd(reinterpret_cast<unsigned long long*>(&s_mass[run_bin]), (unsigned long long)run_mass);
+      run = 0, run_mass = 0;
+    };
+    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+      const float v = row[i];
+      if (!(v > floor)) continue;
+      const uint32_t key = sortable_key(v);
+      if ((key & mask) != prefix) continue;
+      const uint32_t b = (key >> shift) & 255u;
+      if (run > 0 && b != run_bin) flush();
+      run_bin = b, ++run, run_mass += top_p_mass(mass_of(v));
+    }
+    if (run > 0) flush();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int b = 255;
+      for (; b >= 0; --b) {
+        if (s_count[b] == 0) continue;
+        if (s_above + s_mass[b] >= target) break;
+        s_above += s_mass[b];
+      }
+      if (b < 0) s_found = 0;  // the tokens above the floor hold less: keep everything
+      else s_prefix = prefix | (uint32_t(b) << shift);
+    }
+    mask |= 255u << shift;
+    __syncthreads();
+    if (!s_found) return;
+  }
+  remove_below(row, V, key_value(s_prefix));
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -114,8 +203,9 @@ __global__ void __launch_bounds__(kThreads)
   // 3. Temperature (the two roundings).
   for (int64_t i = threadIdx.x; i < V; i += blockDim.x) row[i] = (row[i] - max) / r.temperature;
   __syncthreads();
-  // 4. Top-k, 5. min-p.
+  // 4. Top-k, 5. top-p and min-p.
   if (r.top_k > 0 && r.top_k < V) remove_below(row, V, kth_largest(row, V, r.top_k));
+  if (r.top_p < 1.0f) keep_top_p(row, V, r.top_p, r.top_p_log_tail);
   if (r.min_p_floor > -INFINITY) remove_below(row, V, r.min_p_floor);
 
   // 6. Each 1024-entry block's mass by a half-warp, in the canonical order:
