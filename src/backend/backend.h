@@ -209,16 +209,18 @@ class Backend {
   // with 0 < V <= argmax_code::kMaxRow, codes [n] i32. The greedy rows of a
   // step need no more of their logits.
   virtual void argmax_rows(const Tensor& x, Tensor& codes) = 0;
-  // Samples rows of x ([n, V] f32, processed in place) where they lie, as
-  // row_sampling.h defines (the token sampling::Sampler::sample gives):
-  // tokens[j] ([rows.size()] i32) for rows[j]; `edits` holds the rows' edit
-  // lists. Rows must hold no NaN or +inf (argmax_rows says which do; such a
-  // row's token is unspecified). For a backend whose logits are not in host
-  // memory; the default (the CPU backend, whose rows the engine samples in
-  // place) is an Error.
+  // Samples rows of x ([n, V] f32; a sampled row is left processed unless
+  // it asks for logprobs) where they lie, as row_sampling.h defines (the
+  // token sampling::Sampler::sample gives): tokens[j] ([rows.size()] i32)
+  // for rows[j], and for a row asking for logprobs its RowLogprobStats at
+  // stats[j] (a u8 tensor of rows.size() of them; needed only then).
+  // `edits` holds the rows' edit lists. Rows must hold no NaN or +inf
+  // (argmax_rows says which do; such a row's results are unspecified). For a
+  // backend whose logits are not in host memory; the default (the CPU
+  // backend, whose rows the engine samples in place) is an Error.
   virtual void sample_rows(Tensor& x, std::span<const RowSampling> rows, std::span<const RowSamplingEdit> edits,
-                           Tensor& tokens) {
-    (void)x, (void)rows, (void)edits, (void)tokens;
+                           Tensor& tokens, Tensor* stats) {
+    (void)x, (void)rows, (void)edits, (void)tokens, (void)stats;
     throw Error("sample_rows: " + name() + " leaves its logits rows to the host's sampler");
   }
 

@@ -23,6 +23,11 @@
 //   6. masses exp(x) (exp_neg; 0 below −87) summed per 1024-entry block in
 //      the CPU kernels' canonical order, the blocks' sums added in double
 //      in order, and the inverse-CDF walk for u (sampler.cc walk_masses).
+// A row with logprobs >= 0 also reports, of its raw row (before step 1),
+// what sampling/logprobs.cc needs besides one logarithm, which the host
+// takes: the row's max, the double total of exp(x − max) summed as in step
+// 6, the chosen token's logit, and the `logprobs` most likely entries
+// (value desc, index asc) with their logits.
 
 #include <cstdint>
 #include <limits>
@@ -48,6 +53,19 @@ struct RowSampling {
   double top_p_log_tail = 0.0;       // log((1 − top_p) / V), the host's (top_p_floor)
   float min_p_floor = -std::numeric_limits<float>::infinity();
   double u = 0.0;            // the draw, in [0, 1)
+  int32_t logprobs = -1;     // -1: none; else alternatives to report (<= kMaxRowLogprobs)
+};
+
+inline constexpr int kMaxRowLogprobs = 20;  // sampling::kMaxTopLogprobs
+
+// What sample_rows reports of a row's raw logits (see above).
+struct RowLogprobStats {
+  double total = 0.0;
+  float max = 0.0f;
+  float chosen_logit = 0.0f;
+  int32_t count = 0;  // alternatives below
+  int32_t top[kMaxRowLogprobs] = {};
+  float top_logit[kMaxRowLogprobs] = {};
 };
 
 }  // namespace rowlm

@@ -96,6 +96,7 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
   out.state_row.assign(plan.feeds.size(), -1);
   out.argmax.assign(plan.feeds.size(), std::nullopt);
   out.sampled.assign(plan.feeds.size(), std::nullopt);
+  out.logprob_stats.assign(plan.feeds.size(), nullptr);
   const bool logits_off_host = !cache_->backend().device().is_host();
   std::vector<std::size_t> sampled_feed;  // per batch.sample_on_device entry
   int64_t crossing = 0;          // logits rows that cross whole so far
@@ -152,7 +153,10 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
     f.request->computed += f.tokens;
     if (keep_state && out.state_row[i] >= 0) keep_target_state(*f.request, out.state_row[i]);
   }
-  for (std::size_t j = 0; j < sampled_feed.size(); ++j) out.sampled[sampled_feed[j]] = picks_.sampled[j];
+  for (std::size_t j = 0; j < sampled_feed.size(); ++j) {
+    out.sampled[sampled_feed[j]] = picks_.sampled[j];
+    if (!picks_.logprob_stats.empty()) out.logprob_stats[sampled_feed[j]] = &picks_.logprob_stats[j];
+  }
   return out;
 }
 

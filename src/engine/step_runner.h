@@ -58,6 +58,9 @@ struct StepLogits {
   // that get one; and for those sampled on the device, the token.
   std::vector<std::optional<int32_t>> argmax;
   std::vector<std::optional<int32_t>> sampled;
+  // Per feed sampled on the device that asked for logprobs: what the device
+  // reported of its raw row (null otherwise).
+  std::vector<const RowLogprobStats*> logprob_stats;
 
   const float* row(std::size_t feed) const {
     return first_row[feed] < 0 ? nullptr : logits.data<float>() + first_row[feed] * logits.dim(1);

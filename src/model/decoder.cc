@@ -350,11 +350,18 @@ void DecoderModel::head(const Tensor& normed, const ForwardBatch* batch, Tensor&
     Tensor picked = be_.workspace().tensor(DType::I32, {n + s});
     Tensor codes = picked.rows(0, n), tokens = picked.rows(n, n + s);
     be_.argmax_rows(out, codes);
-    if (s > 0) be_.sample_rows(out, batch->sample_on_device, batch->sampling_edits, tokens);
+    const bool logprobs = std::any_of(batch->sample_on_device.begin(), batch->sample_on_device.end(),
+                                      [](const RowSampling& r) { return r.logprobs >= 0; });
+    Tensor stats = logprobs ? be_.workspace().tensor(DType::U8, {s * int64_t(sizeof(RowLogprobStats))}) : Tensor();
+    if (s > 0) be_.sample_rows(out, batch->sample_on_device, batch->sampling_edits, tokens, logprobs ? &stats : nullptr);
     std::vector<int32_t> host(std::size_t(n + s));
     be_.copy_to_host(picked, host.data());
     picks->argmax.assign(host.begin(), host.begin() + n);
     picks->sampled.assign(host.begin() + n, host.end());
+    if (logprobs) {
+      picks->logprob_stats.resize(std::size_t(s));
+      be_.copy_to_host(stats, picks->logprob_stats.data());
+    }
     if (kept.empty()) return;
     if (be_.device().is_host()) {
       be_.gather_rows(out, ids_tensor(kept), logits);

@@ -57,8 +57,11 @@ struct RowPicks {
   // When any row is marked argmax_only: the argmax code of every logits row
   // (Backend::argmax_rows, of the row as the model computed it); else empty.
   std::vector<int32_t> argmax;
-  // Per ForwardBatch::sample_on_device entry, its token (Backend::sample_rows).
+  // Per ForwardBatch::sample_on_device entry, its token (Backend::sample_rows),
+  // and when any entry asks for logprobs, each entry's RowLogprobStats
+  // (meaningful for those that ask).
   std::vector<int32_t> sampled;
+  std::vector<RowLogprobStats> logprob_stats;
 };
 
 class Model {

@@ -10,13 +10,27 @@
 
 namespace rowlm::sampling {
 
+namespace {
+// log Σ exp(x): the row's max plus the log of the total of exp(x − max).
+double log_partition(float max, double total) { return double(max) + std::log(total); }
+float logprob_of(float logit, double log_z) { return float(double(logit) - log_z); }
+}  // namespace
+
+RawLogprobs raw_logprobs(const RowLogprobStats& stats) {
+  const double log_z = log_partition(stats.max, stats.total);
+  RawLogprobs out{logprob_of(stats.chosen_logit, log_z), {}};
+  ROWLM_CHECK(stats.count >= 0 && stats.count <= kMaxRowLogprobs, "raw_logprobs: a device's count is out of range");
+  for (int k = 0; k < stats.count; ++k) out.top.push_back({stats.top[k], logprob_of(stats.top_logit[k], log_z)});
+  return out;
+}
+
 RawLogprobs raw_logprobs(std::span<const float> logits, int32_t token, int32_t top_n) {
   ROWLM_CHECK(token >= 0 && std::size_t(token) < logits.size(), "raw_logprobs: token outside the row");
   ROWLM_CHECK(top_n >= 0, "raw_logprobs: negative top_n");
   std::vector<double> block_mass;
   const RowMasses z = exp_masses(logits, {}, block_mass);
-  const double log_z = double(z.max) + std::log(z.total);
-  auto logprob = [&](int32_t i) { return float(double(logits[i]) - log_z); };
+  const double log_z = log_partition(z.max, z.total);
+  auto logprob = [&](int32_t i) { return logprob_of(logits[i], log_z); };
 
   RawLogprobs out{logprob(token), {}};
   const std::size_t n = std::min<std::size_t>(std::size_t(top_n), logits.size());

@@ -9,6 +9,8 @@
 #include <span>
 #include <vector>
 
+#include "backend/row_sampling.h"
+
 namespace rowlm::sampling {
 
 struct TokenLogprob {
@@ -24,5 +26,10 @@ struct RawLogprobs {
 
 // One pass of log-sum-exp over the row, then a partial sort for the top n.
 RawLogprobs raw_logprobs(std::span<const float> logits, int32_t token, int32_t top_n);
+
+// The same from what Backend::sample_rows reports of a row it sampled
+// (backend/row_sampling.h): its max, mass total, chosen logit and most likely
+// entries; the logarithm is taken here, so the values are raw_logprobs'.
+RawLogprobs raw_logprobs(const RowLogprobStats& stats);
 
 }  // namespace rowlm::sampling

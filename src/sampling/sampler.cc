@@ -137,7 +137,7 @@ SampledToken Sampler::sample_argmax(int32_t code) const {
 }
 
 std::optional<RowSampling> Sampler::device_plan(std::vector<RowSamplingEdit>& edits) const {
-  if (constraint_ || params_.logprobs) return std::nullopt;
+  if (constraint_) return std::nullopt;
   RowSampling r;
   r.edits_begin = int32_t(edits.size());
   std::unordered_map<int32_t, std::size_t> at;  // id -> its edit
@@ -168,13 +168,20 @@ std::optional<RowSampling> Sampler::device_plan(std::vector<RowSamplingEdit>& ed
   // Temperature leaves the row's max at 0 and top-k keeps it (logits_processor.h).
   if (params_.min_p > 0.0f) r.min_p_floor = min_p_floor(0.0f, params_.min_p);
   if (!params_.greedy()) r.u = uniform01(seed_, uint64_t(step()), RandomStream::kSample);
+  r.logprobs = params_.logprobs ? *params_.logprobs : -1;
   return r;
 }
 
-SampledToken Sampler::sampled_on_device(int32_t code, int32_t token) const {
+SampledToken Sampler::sampled_on_device(int32_t code, int32_t token, const RowLogprobStats* stats) const {
   token_from_argmax_code(code);  // sample()'s error for a row it refuses
   ROWLM_CHECK(token >= 0 && token < vocab_size_, "a token sampled on the device is outside the vocabulary");
-  return {token, std::nullopt};
+  SampledToken out{token, std::nullopt};
+  if (params_.logprobs) {
+    ROWLM_CHECK(stats && stats->count == std::min<int64_t>(*params_.logprobs, vocab_size_),
+                "a row sampled on the device came back without the logprobs it asked for");
+    out.logprobs = raw_logprobs(*stats);
+  }
+  return out;
 }
 
 SampledToken Sampler::chosen(std::span<const float> logits, int32_t token) const {

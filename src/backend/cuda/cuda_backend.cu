@@ -721,7 +721,7 @@ class CudaBackend final : public Backend {
   }
 
   void sample_rows(Tensor& x, std::span<const RowSampling> rows, std::span<const RowSamplingEdit> edits,
-                   Tensor& tokens) override {
+                   Tensor& tokens, Tensor* stats) override {
     require_here(x, "sample_rows: x");
     require_here(tokens, "sample_rows: tokens");
     ROWLM_REQUIRE(x.dtype() == DType::F32 && x.rank() == 2 && x.dim(1) > 0,
@@ -732,6 +732,15 @@ class CudaBackend final : public Backend {
       ROWLM_REQUIRE(r.row >= 0 && r.row < x.dim(0) && r.edits_begin >= 0 && r.edits_begin <= r.edits_end &&
                         std::size_t(r.edits_end) <= edits.size() && r.temperature >= 0.0f && r.u >= 0.0 && r.u < 1.0,
                     "sample_rows: a row's description is out of range (row " + std::to_string(r.row) + ")");
+    const bool logprobs = std::any_of(rows.begin(), rows.end(), [](const RowSampling& r) { return r.logprobs >= 0; });
+    for (const RowSampling& r : rows)
+      ROWLM_REQUIRE(r.logprobs <= kMaxRowLogprobs, "sample_rows: more than 20 logprobs asked for");
+    if (logprobs) {
+      ROWLM_REQUIRE(stats != nullptr, "sample_rows: rows ask for logprobs and no stats tensor was given");
+      require_here(*stats, "sample_rows: stats");
+      ROWLM_REQUIRE(std::size_t(stats->nbytes()) == rows.size() * sizeof(RowLogprobStats),
+                    "sample_rows: stats must hold " + std::to_string(rows.size()) + " RowLogprobStats");
+    }
     for (const RowSamplingEdit& e : edits)
       ROWLM_REQUIRE(e.id >= 0 && e.id < x.dim(1), "sample_rows: edit of token " + std::to_string(e.id) +
                                                       " outside the row of " + std::to_string(x.dim(1)));
@@ -746,11 +755,14 @@ class CudaBackend final : public Backend {
     copy_from_host(packed.data(), staged);
     const int64_t blocks = (x.dim(1) + 1023) / 1024;
     Tensor sums = workspace_.tensor(DType::F32, {int64_t(rows.size()) * blocks});
+    // A row asking for logprobs is processed in a copy: its raw logits stay.
+    Tensor copies = logprobs ? workspace_.tensor(DType::F32, {int64_t(rows.size()), x.dim(1)}) : Tensor();
     const auto* base = static_cast<const std::byte*>(staged.raw());
     queue_.launch("sample_rows", &cuda::sample_rows, x.data<float>(), x.dim(1),
                   reinterpret_cast<const RowSampling*>(base), int64_t(rows.size()),
                   reinterpret_cast<const RowSamplingEdit*>(base + edit_offset), sums.data<float>(),
-                  tokens.data<int32_t>());
+                  logprobs ? copies.data<float>() : nullptr, tokens.data<int32_t>(),
+                  logprobs ? static_cast<RowLogprobStats*>(stats->raw()) : nullptr);
   }
 
   void scatter_add_rows(Tensor& dst, const Tensor& rows, const Tensor& weights, const Tensor& src) override {

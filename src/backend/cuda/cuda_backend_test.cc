@@ -721,13 +721,13 @@ TEST_F(CudaVsCpu, ArgmaxCodesAndArgmaxOnlyRowsEqualTheCpu) {
 // token the host's sampler gives for the same row, parameters, history and
 // seed: greedy with bias and penalties, temperatures, top-k (ties at the
 // k-th value included), top-p (with and without its floor), min-p, at a
-// Gemma vocabulary and odd sizes; every row of a batch alike. Rows the
-// device cannot sample (logprobs) have no plan.
+// Gemma vocabulary and odd sizes; every row of a batch alike; and the raw
+// logprobs of rows that ask for them, bit for bit.
 TEST_F(CudaVsCpu, RowsSampledOnTheGpuGiveTheHostSamplersTokens) {
   using sampling::Sampler;
   using sampling::SamplingParams;
   const float inf = std::numeric_limits<float>::infinity();
-  int64_t compared = 0, drawn_apart_from_argmax = 0;
+  int64_t compared = 0, drawn_apart_from_argmax = 0, with_logprobs = 0;
   for (int64_t V : {17, 1000, 4099, 262144}) {
     for (int round = 0; round < 4; ++round) {
       constexpr int kRows = 16;
@@ -750,6 +750,7 @@ TEST_F(CudaVsCpu, RowsSampledOnTheGpuGiveTheHostSamplersTokens) {
         if (kind == 4 || kind == 0) p.logit_bias[id(rng)] = 6.0f, p.logit_bias[id(rng)] = -4.0f;
         if (kind == 6 || kind == 7) p.top_p = std::vector<float>{0.5f, 0.9f, 0.95f, 0.9995f}[std::size_t((r + round) % 4)];
         if (kind == 7) p.top_k = 40, p.min_p = 0.02f;
+        if ((r + round) % 3 == 0) p.logprobs = (r + round) % 2 ? 5 : 0;  // raw logprobs, with and without alternatives
         std::vector<int32_t> prompt;
         for (int j = 0; j < 30; ++j) prompt.push_back(id(rng) % std::max<int32_t>(1, int32_t(V) / 3));
         samplers.emplace_back(p, V, prompt);
@@ -759,24 +760,33 @@ TEST_F(CudaVsCpu, RowsSampledOnTheGpuGiveTheHostSamplersTokens) {
         plan->row = r;
         plans.push_back(*plan);
       }
-      Tensor on_gpu = up(x), tokens = up(Tensor(DType::I32, {kRows}));
-      gpu->sample_rows(on_gpu, plans, edits, tokens);
-      const Tensor got = down(tokens);
+      Tensor on_gpu = up(x), tokens = up(Tensor(DType::I32, {kRows})), codes = up(Tensor(DType::I32, {kRows}));
+      Tensor stats = up(Tensor(DType::U8, {kRows * int64_t(sizeof(RowLogprobStats))}));
+      gpu->argmax_rows(on_gpu, codes);
+      gpu->sample_rows(on_gpu, plans, edits, tokens, &stats);
+      const Tensor got = down(tokens), got_codes = down(codes), got_stats = down(stats);
       for (int r = 0; r < kRows; ++r) {
         const std::span<const float> row(x.data<float>() + int64_t(r) * V, std::size_t(V));
-        const int32_t want = samplers[std::size_t(r)].sample(row).token;
+        const sampling::SampledToken want_all = samplers[std::size_t(r)].sample(row);
+        const int32_t want = want_all.token;
+        const sampling::SampledToken from_gpu = samplers[std::size_t(r)].sampled_on_device(
+            got_codes.data<int32_t>()[r], got.data<int32_t>()[r],
+            reinterpret_cast<const RowLogprobStats*>(got_stats.raw()) + r);
         EXPECT_EQ(got.data<int32_t>()[r], want) << "V " << V << " round " << round << " row " << r;
+        ASSERT_EQ(from_gpu.logprobs.has_value(), want_all.logprobs.has_value());
+        if (want_all.logprobs) {
+          EXPECT_EQ(bits(from_gpu.logprobs->chosen), bits(want_all.logprobs->chosen)) << "V " << V << " row " << r;
+          EXPECT_EQ(from_gpu.logprobs->top, want_all.logprobs->top) << "V " << V << " row " << r;
+          ++with_logprobs;
+        }
         ++compared;
         if (want != int32_t(std::max_element(row.begin(), row.end()) - row.begin())) ++drawn_apart_from_argmax;
       }
     }
   }
   EXPECT_EQ(compared, 4 * 4 * 16);
+  EXPECT_GT(with_logprobs, 60);
   EXPECT_GT(drawn_apart_from_argmax, 64) << "the draws must not all land on the largest logit";
-  std::vector<RowSamplingEdit> edits;
-  SamplingParams with_logprobs;
-  with_logprobs.logprobs = 2;
-  EXPECT_FALSE(sampling::Sampler(with_logprobs, 100).device_plan(edits));
 }
 
 // Decode steps of one shape go out as one CUDA graph from their second

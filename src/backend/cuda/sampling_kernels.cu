@@ -173,13 +173,93 @@ __device__ void keep_top_p(float* row, int64_t V, float p, double log_tail) {
   remove_below(row, V, key_value(s_prefix));
 }
 
+// Each 1024-entry block's sum of exp(x − shift) (0 below −87) by a
+// half-warp in the CPU kernels' canonical order (exp_blocks): lane j adds
+// the entries ≡ j (mod 16) in rising order, then the tree; then, by thread
+// 0, their double total in order, to every thread.
+__device__ double block_masses(const float* row, int64_t V, float shift, float* sums) {
+  const int64_t blocks = (V + kMassBlock - 1) / kMassBlock;
+  const int lane = threadIdx.x & 15, half_warp = threadIdx.x >> 4;
+  for (int64_t b = half_warp; b < blocks; b += kHalfWarps) {
+    const int64_t end = min(V, (b + 1) * kMassBlock);
+    float acc = 0.0f;
+    for (int64_t i = b * kMassBlock + lane; i < end; i += 16) acc = acc + mass_of(row[i] - shift);
+    acc = half_warp_tree(acc, half_warp_mask());
+    if (lane == 0) sums[b] = acc;
+  }
+  __syncthreads();
+  __shared__ double s_total;
+  if (threadIdx.x == 0) {
+    double total = 0;
+    for (int64_t b = 0; b < blocks; ++b) total += double(sums[b]);
+    s_total = total;
+  }
+  __syncthreads();
+  const double total = s_total;
+  __syncthreads();
+  return total;
+}
+
+// logprobs.cc's inputs from a raw row: max, the total of exp(x − max), and
+// the n most likely entries (value desc, index asc), one block argmax each
+// over the entries after the previous one in that order.
+__device__ void raw_stats(const float* row, int64_t V, int n, float* sums, RowLogprobStats& out) {
+  float max;
+  int64_t first;
+  block_argmax(row, V, max, first);
+  const double total = block_masses(row, V, max, sums);
+  __shared__ float s_v[kThreads];
+  __shared__ int64_t s_i[kThreads];
+  float prev = INFINITY;
+  int64_t prev_i = -1;
+  const int count = int(min(int64_t(n), V));
+  for (int k = 0; k < count; ++k) {
+    float best = -INFINITY;
+    int64_t best_i = V;
+    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+      const float v = row[i];
+      const bool after = v < prev || (v == prev && i > prev_i);  // later in (value desc, index asc)
+      if (after && (v > best || (v == best && i < best_i))) best = v, best_i = i;
+    }
+    const int t = threadIdx.x;
+    s_v[t] = best, s_i[t] = best_i;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+      if (t < half) {
+        const float b = s_v[t + half];
+        const int64_t bi = s_i[t + half];
+        if (b > s_v[t] || (b == s_v[t] && bi < s_i[t])) s_v[t] = b, s_i[t] = bi;
+      }
+      __syncthreads();
+    }
+    prev = s_v[0], prev_i = s_i[0];
+    __syncthreads();
+    if (t == 0) out.top[k] = int32_t(prev_i), out.top_logit[k] = prev;
+  }
+  if (threadIdx.x == 0) out.total = total, out.max = max, out.count = count;
+  __syncthreads();
+}
+
 __global__ void __launch_bounds__(kThreads)
     sample_rows_kernel(float* x, int64_t V, const RowSampling* rows, const RowSamplingEdit* edits, float* block_sums,
-                       int32_t* tokens) {
+                       float* copies, int32_t* tokens, RowLogprobStats* stats) {
   const RowSampling r = rows[blockIdx.x];
+  const float* raw = x + int64_t(r.row) * V;
   float* row = x + int64_t(r.row) * V;
   const int64_t blocks = (V + kMassBlock - 1) / kMassBlock;
   float* sums = block_sums + int64_t(blockIdx.x) * blocks;
+  if (r.logprobs >= 0) {
+    // The raw row's statistics, then the sampling on a copy.
+    raw_stats(raw, V, r.logprobs, sums, stats[blockIdx.x]);
+    row = copies + int64_t(blockIdx.x) * V;
+    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) row[i] = raw[i];
+    __syncthreads();
+  }
+  // The token, and for a row asking for logprobs its raw logit.
+  auto choose = [&](int64_t token) {
+    tokens[blockIdx.x] = int32_t(token);
+    if (r.logprobs >= 0) stats[blockIdx.x].chosen_logit = raw[token];
+  };
 
   // 1. Bias, repetition, presence and frequency, per distinct id.
   for (int e = r.edits_begin + int(threadIdx.x); e < r.edits_end; e += blockDim.x) {
@@ -197,7 +277,7 @@ __global__ void __launch_bounds__(kThreads)
   int64_t first;
   block_argmax(row, V, max, first);
   if (r.temperature == 0.0f) {
-    if (threadIdx.x == 0) tokens[blockIdx.x] = int32_t(first);
+    if (threadIdx.x == 0) choose(first);
     return;
   }
   // 3. Temperature (the two roundings).
@@ -208,21 +288,10 @@ __global__ void __launch_bounds__(kThreads)
   if (r.top_p < 1.0f) keep_top_p(row, V, r.top_p, r.top_p_log_tail);
   if (r.min_p_floor > -INFINITY) remove_below(row, V, r.min_p_floor);
 
-  // 6. Each 1024-entry block's mass by a half-warp, in the canonical order:
-  // lane j adds the entries ≡ j (mod 16) in rising order, then the tree.
-  const int lane = threadIdx.x & 15, half_warp = threadIdx.x >> 4;
-  for (int64_t b = half_warp; b < blocks; b += kHalfWarps) {
-    const int64_t end = min(V, (b + 1) * kMassBlock);
-    float acc = 0.0f;
-    for (int64_t i = b * kMassBlock + lane; i < end; i += 16) acc = acc + mass_of(row[i]);
-    acc = half_warp_tree(acc, half_warp_mask());
-    if (lane == 0) sums[b] = acc;
-  }
-  __syncthreads();
+  // 6. The masses (shift 0: the row's max is 0), and the inverse-CDF walk
+  // (sampler.cc walk_masses) in double.
+  const double total = block_masses(row, V, 0.0f, sums);
   if (threadIdx.x != 0) return;
-  // The inverse-CDF walk (sampler.cc walk_masses), in double.
-  double total = 0;
-  for (int64_t b = 0; b < blocks; ++b) total += double(sums[b]);
   const double target = r.u * total;
   double cumulative = 0;
   for (int64_t b = 0; b < blocks; ++b) {
@@ -236,7 +305,7 @@ __global__ void __launch_bounds__(kThreads)
       if (m <= 0) continue;
       cumulative += double(m);
       if (cumulative > target) {
-        tokens[blockIdx.x] = int32_t(i);
+        choose(i);
         return;
       }
     }
@@ -244,18 +313,18 @@ __global__ void __launch_bounds__(kThreads)
   // Rounding kept the sum at or below the target: the last possible token.
   for (int64_t i = V - 1; i >= 0; --i)
     if (mass_of(row[i]) > 0) {
-      tokens[blockIdx.x] = int32_t(i);
+      choose(i);
       return;
     }
-  tokens[blockIdx.x] = 0;
+  choose(0);
 }
 
 }  // namespace
 
 void sample_rows(float* x, int64_t V, const RowSampling* rows, int64_t n, const RowSamplingEdit* edits,
-                 float* block_sums, int32_t* tokens, cudaStream_t stream) {
+                 float* block_sums, float* copies, int32_t* tokens, RowLogprobStats* stats, cudaStream_t stream) {
   if (n == 0) return;
-  sample_rows_kernel<<<unsigned(n), kThreads, 0, stream>>>(x, V, rows, edits, block_sums, tokens);
+  sample_rows_kernel<<<unsigned(n), kThreads, 0, stream>>>(x, V, rows, edits, block_sums, copies, tokens, stats);
 }
 
 }  // namespace rowlm::cuda
