@@ -214,13 +214,14 @@ class Backend {
   // token sampling::Sampler::sample gives): tokens[j] ([rows.size()] i32)
   // for rows[j], and for a row asking for logprobs its RowLogprobStats at
   // stats[j] (a u8 tensor of rows.size() of them; needed only then).
-  // `edits` holds the rows' edit lists. Rows must hold no NaN or +inf
-  // (argmax_rows says which do; such a row's results are unspecified). For a
-  // backend whose logits are not in host memory; the default (the CPU
-  // backend, whose rows the engine samples in place) is an Error.
+  // `edits` holds the rows' edit lists, `masks` their grammar masks. A row
+  // that holds NaN or +inf, or no finite entry, where its mask leaves it,
+  // gets its argmax code (< 0) for a token. For a backend whose logits are
+  // not in host memory; the default (the CPU backend, whose rows the engine
+  // samples in place) is an Error.
   virtual void sample_rows(Tensor& x, std::span<const RowSampling> rows, std::span<const RowSamplingEdit> edits,
-                           Tensor& tokens, Tensor* stats) {
-    (void)x, (void)rows, (void)edits, (void)tokens, (void)stats;
+                           std::span<const uint64_t> masks, Tensor& tokens, Tensor* stats) {
+    (void)x, (void)rows, (void)edits, (void)masks, (void)tokens, (void)stats;
     throw Error("sample_rows: " + name() + " leaves its logits rows to the host's sampler");
   }
 

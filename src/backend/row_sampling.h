@@ -7,6 +7,9 @@
 // the token sampling::Sampler::sample gives for it, bit for bit.
 //
 // The steps, in order:
+//   0. a grammar's mask (mask_begin >= 0): entries whose bit is clear become
+//      −inf; then the row must hold no NaN or +inf and some finite entry,
+//      else the token is the row's argmax code (backend/argmax_code.h: < 0);
 //   1. edits: per distinct id, x += bias (when has_bias); then, when
 //      repeated and repetition_penalty != 1, x = x > 0 ? x / r : x · r; then,
 //      when count > 0 and (presence or frequency), x −= presence +
@@ -54,6 +57,9 @@ struct RowSampling {
   float min_p_floor = -std::numeric_limits<float>::infinity();
   double u = 0.0;            // the draw, in [0, 1)
   int32_t logprobs = -1;     // -1: none; else alternatives to report (<= kMaxRowLogprobs)
+  // The row's allowed tokens, a bit each, from this index of the mask words
+  // ((V + 63) / 64 of them); -1: all allowed.
+  int32_t mask_begin = -1;
 };
 
 inline constexpr int kMaxRowLogprobs = 20;  // sampling::kMaxTopLogprobs

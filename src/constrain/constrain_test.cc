@@ -242,6 +242,44 @@ std::shared_ptr<const Grammar> weather_calls() {
   return Grammar::for_tool_calls(calls, {Syntax::kGemma4});
 }
 
+// allowed() (the set a GPU masks rows with) is mask()'s set, taken by the
+// definition (TokenConstraint's own allowed(): mask() of a row of zeros), at
+// every step of random walks through a schema's values, complete or not.
+TEST(JsonConstraint, AllowedBitsAreTheTokensMaskLeaves) {
+  std::mt19937 rng(11);
+  std::vector<std::string> pieces = random_tokens(rng, 700);
+  pieces.push_back("");  // the terminator: no bytes
+  auto table = std::make_shared<const TokenTable>(pieces);
+  const int64_t V = int64_t(pieces.size());
+  MaskCache cache(table);
+  auto g = Grammar::from_schema(
+      Json::parse(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}},"required":["a"]})"));
+  int steps = 0, some = 0;
+  for (int walk = 0; walk < 20; ++walk) {
+    JsonConstraint c(g, cache, {int32_t(V - 1)});
+    for (int step = 0; step < 30; ++step, ++steps) {
+      std::vector<uint64_t> got(std::size_t((V + 63) / 64), 0), want(got.size(), 0);
+      const sampling::Allowed a = c.allowed(V, got);
+      const sampling::Allowed b = c.sampling::TokenConstraint::allowed(V, want);
+      ASSERT_EQ(a == sampling::Allowed::None, b == sampling::Allowed::None) << "walk " << walk << " step " << step;
+      if (a == sampling::Allowed::None) break;
+      if (a == sampling::Allowed::Some) ++some;
+      if (a == sampling::Allowed::Some && b == sampling::Allowed::Some) {
+        ASSERT_EQ(got, want) << "walk " << walk;
+      }
+      // The next token: one the mask leaves, at random.
+      std::vector<int32_t> ok;
+      for (int32_t t = 0; t < V; ++t)
+        if (b == sampling::Allowed::All || (want[std::size_t(t) >> 6] >> (t & 63) & 1)) ok.push_back(t);
+      ASSERT_FALSE(ok.empty());
+      const int32_t t = ok[rng() % ok.size()];
+      if (t == V - 1) break;  // the value ended
+      c.accept(t);
+    }
+  }
+  EXPECT_GT(some, 100) << steps << " steps";
+}
+
 TEST(Automaton, Gemma4CallsTakeAToolNameAndArgumentsOfItsSchema) {
   auto g = weather_calls();
   for (const char* text : {"call:get_weather{city:\xffParis\xff}", "call:get_weather{ days:2 , city:\xff\xff}",

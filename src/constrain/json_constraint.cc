@@ -55,6 +55,21 @@ void JsonConstraint::mask(std::span<float> logits) {
   for (const auto& [t, v] : kept) logits[std::size_t(t)] = v;
 }
 
+sampling::Allowed JsonConstraint::allowed(int64_t vocab, std::span<uint64_t> words) {
+  if (dormant()) return sampling::Allowed::All;
+  const TokenMask& m = current();
+  ROWLM_CHECK(vocab == cache_.table().vocab_size() && words.size() == m.words.size(),
+              "allowed: the vocabulary and the token table differ in size");
+  const bool can_end = complete();
+  if (m.count == 0 && !can_end) return sampling::Allowed::None;
+  std::copy(m.words.begin(), m.words.end(), words.begin());
+  // Terminators have no bytes, so the mask never holds them (mask() keeps them where the value is complete).
+  if (can_end)
+    for (int32_t t : terminators_)
+      if (t >= 0 && t < vocab) words[std::size_t(t) >> 6] |= uint64_t(1) << (t & 63);
+  return sampling::Allowed::Some;
+}
+
 void JsonConstraint::accept(int32_t token) {
   State next = states_.back();
   if (dormant()) {

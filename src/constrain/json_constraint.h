@@ -64,6 +64,8 @@ class JsonConstraint final : public sampling::TokenConstraint {
   JsonConstraint(std::shared_ptr<const Grammar> grammar, MaskCache& cache, CallTokens calls);
 
   void mask(std::span<float> logits) override;
+  // mask()'s set from the cached mask's words, without a row.
+  sampling::Allowed allowed(int64_t vocab, std::span<uint64_t> words) override;
   void accept(int32_t token) override;
   void rollback(std::size_t n) override;
 

@@ -326,7 +326,7 @@ void EngineImpl::apply_logits(const StepPlan& plan, std::span<DraftJob> jobs, co
     const sampling::Sampler& sampler = plan.feeds[std::size_t(i)].request->sampler;
     const std::optional<int32_t>& on_device = out.sampled[std::size_t(i)];
     try {
-      sampled[std::size_t(i)] = on_device ? sampler.sampled_on_device(*code, *on_device, out.logprob_stats[std::size_t(i)])
+      sampled[std::size_t(i)] = on_device ? sampler.sampled_on_device(*on_device, out.logprob_stats[std::size_t(i)])
                                 : code    ? sampler.sample_argmax(*code)
                                           : sampler.sample(std::span(logits, vocab));
     } catch (const std::exception& e) {

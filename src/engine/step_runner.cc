@@ -107,7 +107,7 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
     const bool ends = r.computed + f.tokens == r.sequence_length();  // the feed has a logits row
     std::optional<RowSampling> device;
     if (ends && f.job < 0 && logits_off_host && !r.sampler.argmax_is_enough())
-      device = r.sampler.device_plan(batch.sampling_edits);
+      device = f.request->sampler.device_plan(batch.sampling_edits, batch.sampling_masks);
     const bool only_argmax = f.job < 0 && (device || r.sampler.argmax_is_enough());
     for (int64_t p = r.computed; p < r.computed + f.tokens; ++p) {
       const bool last = p + 1 == r.sequence_length();

@@ -353,7 +353,8 @@ void DecoderModel::head(const Tensor& normed, const ForwardBatch* batch, Tensor&
     const bool logprobs = std::any_of(batch->sample_on_device.begin(), batch->sample_on_device.end(),
                                       [](const RowSampling& r) { return r.logprobs >= 0; });
     Tensor stats = logprobs ? be_.workspace().tensor(DType::U8, {s * int64_t(sizeof(RowLogprobStats))}) : Tensor();
-    if (s > 0) be_.sample_rows(out, batch->sample_on_device, batch->sampling_edits, tokens, logprobs ? &stats : nullptr);
+    if (s > 0) be_.sample_rows(out, batch->sample_on_device, batch->sampling_edits, batch->sampling_masks, tokens,
+                               logprobs ? &stats : nullptr);
     std::vector<int32_t> host(std::size_t(n + s));
     be_.copy_to_host(picked, host.data());
     picks->argmax.assign(host.begin(), host.begin() + n);

@@ -30,10 +30,11 @@ struct ForwardBatch {
   // on a GPU its logits then never cross to the host).
   std::vector<uint8_t> argmax_only;
   // Rows sampled where the logits are (Backend::sample_rows), each naming
-  // its logits row (RowSampling::row), which must be marked argmax_only (its
-  // code says whether the row was fit to sample); their edit lists.
+  // its logits row (RowSampling::row), which must be marked argmax_only;
+  // their edit lists and grammar masks.
   std::vector<RowSampling> sample_on_device;
   std::vector<RowSamplingEdit> sampling_edits;
+  std::vector<uint64_t> sampling_masks;
 
   // Appends a token: it extends the last run when it is the next position of
   // the same row, else starts a new run.

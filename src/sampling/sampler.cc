@@ -136,9 +136,19 @@ SampledToken Sampler::sample_argmax(int32_t code) const {
   return {token, std::nullopt};
 }
 
-std::optional<RowSampling> Sampler::device_plan(std::vector<RowSamplingEdit>& edits) const {
-  if (constraint_) return std::nullopt;
+std::optional<RowSampling> Sampler::device_plan(std::vector<RowSamplingEdit>& edits, std::vector<uint64_t>& masks) {
   RowSampling r;
+  if (constraint_) {
+    const std::size_t words = std::size_t((vocab_size_ + 63) / 64), begin = masks.size();
+    masks.resize(begin + words);
+    const Allowed a = constraint_->allowed(vocab_size_, std::span(masks).subspan(begin, words));
+    if (a == Allowed::None) {
+      masks.resize(begin);
+      return std::nullopt;
+    }
+    if (a == Allowed::All) masks.resize(begin);
+    else r.mask_begin = int32_t(begin);
+  }
   r.edits_begin = int32_t(edits.size());
   std::unordered_map<int32_t, std::size_t> at;  // id -> its edit
   auto edit = [&](int32_t id) -> RowSamplingEdit& {
@@ -172,9 +182,9 @@ std::optional<RowSampling> Sampler::device_plan(std::vector<RowSamplingEdit>& ed
   return r;
 }
 
-SampledToken Sampler::sampled_on_device(int32_t code, int32_t token, const RowLogprobStats* stats) const {
-  token_from_argmax_code(code);  // sample()'s error for a row it refuses
-  ROWLM_CHECK(token >= 0 && token < vocab_size_, "a token sampled on the device is outside the vocabulary");
+SampledToken Sampler::sampled_on_device(int32_t token, const RowLogprobStats* stats) const {
+  token_from_argmax_code(token);  // sample()'s error for a row it refuses
+  ROWLM_CHECK(token < vocab_size_, "a token sampled on the device is outside the vocabulary");
   SampledToken out{token, std::nullopt};
   if (params_.logprobs) {
     ROWLM_CHECK(stats && stats->count == std::min<int64_t>(*params_.logprobs, vocab_size_),

@@ -85,16 +85,15 @@ class Sampler {
 
   // The row's description for Backend::sample_rows (backend/row_sampling.h),
   // which gives the token sample() gives, on the device that holds the
-  // logits; nullopt where sample() needs more than those steps (a
-  // constraint): such a row is sampled here. Its edits
-  // are appended to `edits`, which its edit range indexes; its `row` is the
-  // caller's to set.
-  std::optional<RowSampling> device_plan(std::vector<RowSamplingEdit>& edits) const;
-  // What sample() returns for a row whose raw argmax code (argmax_rows) is
-  // `code` and which sample_rows sampled to `token` (with `stats` when the
-  // params ask for logprobs): the token and its logprobs, or sample()'s
-  // error for that row.
-  SampledToken sampled_on_device(int32_t code, int32_t token, const RowLogprobStats* stats) const;
+  // logits. Its edits are appended to `edits` and its constraint's mask to
+  // `masks`, which its ranges index; its `row` is the caller's to set.
+  // nullopt when the constraint allows no token: sample() then gives the
+  // error.
+  std::optional<RowSampling> device_plan(std::vector<RowSamplingEdit>& edits, std::vector<uint64_t>& masks);
+  // What sample() returns for a row that sample_rows sampled to `token`
+  // (with `stats` when the params ask for logprobs): the token and its
+  // logprobs, or, for a token < 0 (the row's argmax code), sample()'s error.
+  SampledToken sampled_on_device(int32_t token, const RowLogprobStats* stats) const;
 
   // `token` as chosen from these logits by some other rule (speculative
   // verification), with its logprobs attached when params ask for them.

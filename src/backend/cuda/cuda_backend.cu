@@ -721,7 +721,7 @@ class CudaBackend final : public Backend {
   }
 
   void sample_rows(Tensor& x, std::span<const RowSampling> rows, std::span<const RowSamplingEdit> edits,
-                   Tensor& tokens, Tensor* stats) override {
+                   std::span<const uint64_t> masks, Tensor& tokens, Tensor* stats) override {
     require_here(x, "sample_rows: x");
     require_here(tokens, "sample_rows: tokens");
     ROWLM_REQUIRE(x.dtype() == DType::F32 && x.rank() == 2 && x.dim(1) > 0,
@@ -733,8 +733,12 @@ class CudaBackend final : public Backend {
                         std::size_t(r.edits_end) <= edits.size() && r.temperature >= 0.0f && r.u >= 0.0 && r.u < 1.0,
                     "sample_rows: a row's description is out of range (row " + std::to_string(r.row) + ")");
     const bool logprobs = std::any_of(rows.begin(), rows.end(), [](const RowSampling& r) { return r.logprobs >= 0; });
-    for (const RowSampling& r : rows)
+    const int64_t mask_words = (x.dim(1) + 63) / 64;
+    for (const RowSampling& r : rows) {
       ROWLM_REQUIRE(r.logprobs <= kMaxRowLogprobs, "sample_rows: more than 20 logprobs asked for");
+      ROWLM_REQUIRE(r.mask_begin < 0 || int64_t(r.mask_begin) + mask_words <= int64_t(masks.size()),
+                    "sample_rows: a row's mask lies outside the mask words");
+    }
     if (logprobs) {
       ROWLM_REQUIRE(stats != nullptr, "sample_rows: rows ask for logprobs and no stats tensor was given");
       require_here(*stats, "sample_rows: stats");
@@ -746,11 +750,13 @@ class CudaBackend final : public Backend {
                                                       " outside the row of " + std::to_string(x.dim(1)));
     if (rows.empty()) return;
     DeviceGuard guard(device_);
-    // The descriptions and edits in one copy.
+    // The descriptions, edits and masks in one copy.
     const std::size_t row_bytes = rows.size_bytes(), edit_offset = (row_bytes + 15) / 16 * 16;
-    std::vector<std::byte> packed(edit_offset + edits.size_bytes());
+    const std::size_t mask_offset = (edit_offset + edits.size_bytes() + 15) / 16 * 16;
+    std::vector<std::byte> packed(mask_offset + masks.size_bytes());
     std::memcpy(packed.data(), rows.data(), row_bytes);
     if (!edits.empty()) std::memcpy(packed.data() + edit_offset, edits.data(), edits.size_bytes());
+    if (!masks.empty()) std::memcpy(packed.data() + mask_offset, masks.data(), masks.size_bytes());
     Tensor staged = workspace_.tensor(DType::U8, {int64_t(packed.size())});
     copy_from_host(packed.data(), staged);
     const int64_t blocks = (x.dim(1) + 1023) / 1024;
@@ -760,7 +766,8 @@ class CudaBackend final : public Backend {
     const auto* base = static_cast<const std::byte*>(staged.raw());
     queue_.launch("sample_rows", &cuda::sample_rows, x.data<float>(), x.dim(1),
                   reinterpret_cast<const RowSampling*>(base), int64_t(rows.size()),
-                  reinterpret_cast<const RowSamplingEdit*>(base + edit_offset), sums.data<float>(),
+                  reinterpret_cast<const RowSamplingEdit*>(base + edit_offset),
+                  reinterpret_cast<const uint64_t*>(base + mask_offset), sums.data<float>(),
                   logprobs ? copies.data<float>() : nullptr, tokens.data<int32_t>(),
                   logprobs ? static_cast<RowLogprobStats*>(stats->raw()) : nullptr);
   }

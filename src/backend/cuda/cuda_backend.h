@@ -27,11 +27,11 @@
 // (fused with their neighbours where the decoder asks) are built for speed;
 // a forward step's launches are held and issued together, a repeated step
 // (decode at one batch shape) as one CUDA graph (launch_queue.h). Greedy
-// rows bring back their argmax code (argmax_rows); rows the sampler can
-// describe (all but grammars) are sampled here (sample_rows: the host
-// sampler's arithmetic in its order, so its token and logprobs) and only the
-// token and the logprobs' inputs come back; grammar rows and speculative
-// verification bring their logits to the host's sampler. Host data is staged in pinned
+// rows bring back their argmax code (argmax_rows); other rows are sampled
+// here (sample_rows: the host sampler's arithmetic in its order, grammar
+// masks included, so its token and logprobs) and only the token and the
+// logprobs' inputs come back; speculative verification brings its rows'
+// logits to the host. Host data is staged in pinned
 // memory and copied asynchronously; kernels check the indices they read and
 // raise an error flag reported at the next synchronisation (a copy to the
 // host, or the next step's workspace reset).

@@ -723,6 +723,22 @@ TEST_F(CudaVsCpu, ArgmaxCodesAndArgmaxOnlyRowsEqualTheCpu) {
 // k-th value included), top-p (with and without its floor), min-p, at a
 // Gemma vocabulary and odd sizes; every row of a batch alike; and the raw
 // logprobs of rows that ask for them, bit for bit.
+// Allows the tokens ≡ k (mod 3): a grammar for the tests, masked on the GPU
+// through TokenConstraint's own allowed() (mask() of a row of zeros).
+class EveryThirdToken final : public sampling::TokenConstraint {
+ public:
+  explicit EveryThirdToken(int k) : k_(k) {}
+  void mask(std::span<float> logits) override {
+    for (std::size_t t = 0; t < logits.size(); ++t)
+      if (int(t % 3) != k_) logits[t] = -std::numeric_limits<float>::infinity();
+  }
+  void accept(int32_t) override {}
+  void rollback(std::size_t) override {}
+
+ private:
+  int k_;
+};
+
 TEST_F(CudaVsCpu, RowsSampledOnTheGpuGiveTheHostSamplersTokens) {
   using sampling::Sampler;
   using sampling::SamplingParams;
@@ -735,6 +751,7 @@ TEST_F(CudaVsCpu, RowsSampledOnTheGpuGiveTheHostSamplersTokens) {
       std::vector<Sampler> samplers;
       std::vector<RowSampling> plans;
       std::vector<RowSamplingEdit> edits;
+      std::vector<uint64_t> masks;
       std::uniform_int_distribution<int32_t> id(0, int32_t(V - 1));
       for (int r = 0; r < kRows; ++r) {
         float* row = x.data<float>() + int64_t(r) * V;
@@ -754,8 +771,16 @@ TEST_F(CudaVsCpu, RowsSampledOnTheGpuGiveTheHostSamplersTokens) {
         std::vector<int32_t> prompt;
         for (int j = 0; j < 30; ++j) prompt.push_back(id(rng) % std::max<int32_t>(1, int32_t(V) / 3));
         samplers.emplace_back(p, V, prompt);
+        if ((r + round) % 5 == 4) {  // a grammar
+          samplers.back().set_constraint(std::make_unique<EveryThirdToken>(r % 3));
+          // A NaN where it forbids the token changes nothing (but the raw
+          // logprobs, NaN then on both, in NaNs of other payloads).
+          int64_t forbidden = id(rng) / 3 * 3 + (r % 3 + 1) % 3;  // ≢ r (mod 3)
+          if (forbidden >= V) forbidden -= 3;
+          if (forbidden >= 0 && !p.logprobs) row[forbidden] = std::numeric_limits<float>::quiet_NaN();
+        }
         for (int j = 0; j < 5; ++j) samplers.back().accept(j % 2 ? prompt[std::size_t(j)] : id(rng));  // counts 1 and more
-        std::optional<RowSampling> plan = samplers.back().device_plan(edits);
+        std::optional<RowSampling> plan = samplers.back().device_plan(edits, masks);
         ASSERT_TRUE(plan) << "kind " << kind;
         plan->row = r;
         plans.push_back(*plan);
@@ -763,15 +788,14 @@ TEST_F(CudaVsCpu, RowsSampledOnTheGpuGiveTheHostSamplersTokens) {
       Tensor on_gpu = up(x), tokens = up(Tensor(DType::I32, {kRows})), codes = up(Tensor(DType::I32, {kRows}));
       Tensor stats = up(Tensor(DType::U8, {kRows * int64_t(sizeof(RowLogprobStats))}));
       gpu->argmax_rows(on_gpu, codes);
-      gpu->sample_rows(on_gpu, plans, edits, tokens, &stats);
+      gpu->sample_rows(on_gpu, plans, edits, masks, tokens, &stats);
       const Tensor got = down(tokens), got_codes = down(codes), got_stats = down(stats);
       for (int r = 0; r < kRows; ++r) {
         const std::span<const float> row(x.data<float>() + int64_t(r) * V, std::size_t(V));
         const sampling::SampledToken want_all = samplers[std::size_t(r)].sample(row);
         const int32_t want = want_all.token;
         const sampling::SampledToken from_gpu = samplers[std::size_t(r)].sampled_on_device(
-            got_codes.data<int32_t>()[r], got.data<int32_t>()[r],
-            reinterpret_cast<const RowLogprobStats*>(got_stats.raw()) + r);
+            got.data<int32_t>()[r], reinterpret_cast<const RowLogprobStats*>(got_stats.raw()) + r);
         EXPECT_EQ(got.data<int32_t>()[r], want) << "V " << V << " round " << round << " row " << r;
         ASSERT_EQ(from_gpu.logprobs.has_value(), want_all.logprobs.has_value());
         if (want_all.logprobs) {
@@ -786,6 +810,41 @@ TEST_F(CudaVsCpu, RowsSampledOnTheGpuGiveTheHostSamplersTokens) {
   }
   EXPECT_EQ(compared, 4 * 4 * 16);
   EXPECT_GT(with_logprobs, 60);
+  // Rows the sampler refuses (a NaN, a +inf where the grammar allows it):
+  // the GPU's token is the row's code, which gives sample()'s error.
+  const int64_t V = 300;
+  Tensor x = random({2, V});
+  x.data<float>()[7] = std::numeric_limits<float>::quiet_NaN();
+  x.data<float>()[V + 9] = std::numeric_limits<float>::infinity();  // 9 ≡ 0 (mod 3): allowed
+  std::vector<Sampler> refusing;
+  refusing.emplace_back(SamplingParams{}, V);
+  refusing.emplace_back(SamplingParams{}, V);
+  refusing[1].set_constraint(std::make_unique<EveryThirdToken>(0));
+  std::vector<RowSampling> plans;
+  std::vector<RowSamplingEdit> edits;
+  std::vector<uint64_t> masks;
+  for (int r = 0; r < 2; ++r) {
+    plans.push_back(*refusing[std::size_t(r)].device_plan(edits, masks));
+    plans.back().row = r;
+  }
+  Tensor tokens = up(Tensor(DType::I32, {2})), on_gpu = up(x);
+  gpu->sample_rows(on_gpu, plans, edits, masks, tokens, nullptr);
+  const Tensor got = down(tokens);
+  for (int r = 0; r < 2; ++r) {
+    std::string want, from_gpu;
+    try {
+      refusing[std::size_t(r)].sample(std::span<const float>(x.data<float>() + r * V, std::size_t(V)));
+    } catch (const Error& e) {
+      want = e.what();
+    }
+    try {
+      refusing[std::size_t(r)].sampled_on_device(got.data<int32_t>()[r], nullptr);
+    } catch (const Error& e) {
+      from_gpu = e.what();
+    }
+    EXPECT_FALSE(want.empty()) << r;
+    EXPECT_EQ(from_gpu, want) << r;
+  }
   EXPECT_GT(drawn_apart_from_argmax, 64) << "the draws must not all land on the largest logit";
 }
 

@@ -19,6 +19,12 @@ __device__ __forceinline__ float key_value(uint32_t k) {
   return bits_to_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
+// The block's reduction scratch, shared by the steps (one at a time).
+struct Scratch {
+  float v[kThreads];
+  int64_t i[kThreads];
+};
+
 // exp_blocks' mass of one processed entry (shift 0): 0 below −87.
 __device__ __forceinline__ float mass_of(float y) { return y < -87.0f ? 0.0f : exp_neg(y); }
 
@@ -29,9 +35,9 @@ __device__ void remove_below(float* row, int64_t V, float t) {
 }
 
 // The row's largest value (NaN aside) and its first index, to every thread.
-__device__ void block_argmax(const float* row, int64_t V, float& max, int64_t& index) {
-  __shared__ float s_v[kThreads];
-  __shared__ int64_t s_i[kThreads];
+__device__ void block_argmax(const float* row, int64_t V, float& max, int64_t& index, Scratch& sc) {
+  float* s_v = sc.v;
+  int64_t* s_i = sc.i;
   float best = -INFINITY;
   int64_t best_i = V;
   for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
@@ -96,8 +102,8 @@ __device__ float kth_largest(const float* row, int64_t V, int64_t k) {
 // sampling/logits_processor.h top_p_mass: mass · 2^36, truncated.
 __device__ __forceinline__ uint64_t top_p_mass(float mass) { return uint64_t(mass * 0x1p36f); }
 
-__device__ uint64_t block_sum(uint64_t v) {
-  __shared__ uint64_t s[kThreads];
+__device__ uint64_t block_sum(uint64_t v, Scratch& sc) {
+  auto* s = reinterpret_cast<uint64_t*>(sc.i);
   s[threadIdx.x] = v;
   __syncthreads();
   for (int half = blockDim.x / 2; half > 0; half /= 2) {
@@ -114,10 +120,10 @@ __device__ uint64_t block_sum(uint64_t v) {
 // hold the target mass (the first token, in (value desc, index asc) order,
 // at which the host's walk reaches it has that key); a weighted radix
 // select, 8 bits a pass, over exact fixed-point sums.
-__device__ void keep_top_p(float* row, int64_t V, float p, double log_tail) {
+__device__ void keep_top_p(float* row, int64_t V, float p, double log_tail, Scratch& sc) {
   uint64_t local = 0;
   for (int64_t i = threadIdx.x; i < V; i += blockDim.x) local += top_p_mass(mass_of(row[i]));
-  const uint64_t total = block_sum(local);
+  const uint64_t total = block_sum(local, sc);
   float floor = -INFINITY;
   if (V >= kTopPBucketedMinSize && p <= 0.999f) {
     const int msb = 63 - __clzll((long long)total);
@@ -203,13 +209,13 @@ __device__ double block_masses(const float* row, int64_t V, float shift, float* 
 // logprobs.cc's inputs from a raw row: max, the total of exp(x − max), and
 // the n most likely entries (value desc, index asc), one block argmax each
 // over the entries after the previous one in that order.
-__device__ void raw_stats(const float* row, int64_t V, int n, float* sums, RowLogprobStats& out) {
+__device__ void raw_stats(const float* row, int64_t V, int n, float* sums, RowLogprobStats& out, Scratch& sc) {
   float max;
   int64_t first;
-  block_argmax(row, V, max, first);
+  block_argmax(row, V, max, first, sc);
   const double total = block_masses(row, V, max, sums);
-  __shared__ float s_v[kThreads];
-  __shared__ int64_t s_i[kThreads];
+  float* s_v = sc.v;
+  int64_t* s_i = sc.i;
   float prev = INFINITY;
   int64_t prev_i = -1;
   const int count = int(min(int64_t(n), V));
@@ -240,9 +246,35 @@ __device__ void raw_stats(const float* row, int64_t V, int n, float* sums, RowLo
   __syncthreads();
 }
 
+// The row's argmax code's verdict (backend/argmax_code.h): < 0 for the
+// first NaN or +inf, or for no finite entry; 0 for a row fit to sample.
+__device__ int32_t block_check(const float* row, int64_t V, Scratch& sc) {
+  int64_t* s_bad = sc.i;
+  float* s_finite = sc.v;  // 0 or 1
+  int64_t bad = 2 * V;
+  bool finite = false;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+    const float v = row[i];
+    if (isnan(v) || v == INFINITY) bad = min(bad, 2 * i + (isnan(v) ? 0 : 1));
+    finite = finite || isfinite(v);
+  }
+  const int t = threadIdx.x;
+  s_bad[t] = bad, s_finite[t] = finite ? 1.0f : 0.0f;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (t < half) s_bad[t] = min(s_bad[t], s_bad[t + half]), s_finite[t] = fmaxf(s_finite[t], s_finite[t + half]);
+    __syncthreads();
+  }
+  const int32_t code = s_bad[0] < 2 * V ? int32_t(-2 - s_bad[0]) : s_finite[0] == 0.0f ? -1 : 0;
+  __syncthreads();
+  return code;
+}
+
 __global__ void __launch_bounds__(kThreads)
-    sample_rows_kernel(float* x, int64_t V, const RowSampling* rows, const RowSamplingEdit* edits, float* block_sums,
-                       float* copies, int32_t* tokens, RowLogprobStats* stats) {
+    sample_rows_kernel(float* x, int64_t V, const RowSampling* rows, const RowSamplingEdit* edits,
+                       const uint64_t* masks, float* block_sums, float* copies, int32_t* tokens,
+                       RowLogprobStats* stats) {
+  __shared__ Scratch sc;
   const RowSampling r = rows[blockIdx.x];
   const float* raw = x + int64_t(r.row) * V;
   float* row = x + int64_t(r.row) * V;
@@ -250,10 +282,21 @@ __global__ void __launch_bounds__(kThreads)
   float* sums = block_sums + int64_t(blockIdx.x) * blocks;
   if (r.logprobs >= 0) {
     // The raw row's statistics, then the sampling on a copy.
-    raw_stats(raw, V, r.logprobs, sums, stats[blockIdx.x]);
+    raw_stats(raw, V, r.logprobs, sums, stats[blockIdx.x], sc);
     row = copies + int64_t(blockIdx.x) * V;
     for (int64_t i = threadIdx.x; i < V; i += blockDim.x) row[i] = raw[i];
     __syncthreads();
+  }
+  // 0. The grammar's mask, then the checks (the host sampler's order).
+  if (r.mask_begin >= 0) {
+    const uint64_t* words = masks + r.mask_begin;
+    for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
+      if (!(words[i >> 6] >> (i & 63) & 1)) row[i] = -INFINITY;
+    __syncthreads();
+  }
+  if (const int32_t code = block_check(row, V, sc); code < 0) {
+    if (threadIdx.x == 0) tokens[blockIdx.x] = code;
+    return;
   }
   // The token, and for a row asking for logprobs its raw logit.
   auto choose = [&](int64_t token) {
@@ -275,7 +318,7 @@ __global__ void __launch_bounds__(kThreads)
   // 2. Greedy: the first largest value.
   float max;
   int64_t first;
-  block_argmax(row, V, max, first);
+  block_argmax(row, V, max, first, sc);
   if (r.temperature == 0.0f) {
     if (threadIdx.x == 0) choose(first);
     return;
@@ -285,7 +328,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   // 4. Top-k, 5. top-p and min-p.
   if (r.top_k > 0 && r.top_k < V) remove_below(row, V, kth_largest(row, V, r.top_k));
-  if (r.top_p < 1.0f) keep_top_p(row, V, r.top_p, r.top_p_log_tail);
+  if (r.top_p < 1.0f) keep_top_p(row, V, r.top_p, r.top_p_log_tail, sc);
   if (r.min_p_floor > -INFINITY) remove_below(row, V, r.min_p_floor);
 
   // 6. The masses (shift 0: the row's max is 0), and the inverse-CDF walk
@@ -322,9 +365,11 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void sample_rows(float* x, int64_t V, const RowSampling* rows, int64_t n, const RowSamplingEdit* edits,
-                 float* block_sums, float* copies, int32_t* tokens, RowLogprobStats* stats, cudaStream_t stream) {
+                 const uint64_t* masks, float* block_sums, float* copies, int32_t* tokens, RowLogprobStats* stats,
+                 cudaStream_t stream) {
   if (n == 0) return;
-  sample_rows_kernel<<<unsigned(n), kThreads, 0, stream>>>(x, V, rows, edits, block_sums, copies, tokens, stats);
+  sample_rows_kernel<<<unsigned(n), kThreads, 0, stream>>>(x, V, rows, edits, masks, block_sums, copies, tokens,
+                                                           stats);
 }
 
 }  // namespace rowlm::cuda
