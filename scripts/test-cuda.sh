@@ -9,7 +9,12 @@
 #   4. the CLI contract tests (the rowlm command picks the GPU by itself),
 #   5. rowlm serve on the GPU (curl: /v1/models and /metrics name the
 #      device, a chat completion), then the server tests with the official
-#      SDKs when Node and the SDKs (tests/server/node_modules) are present.
+#      SDKs when Node and the SDKs (tests/server/node_modules) are present,
+#   6. rows sampled on the GPU against the host's sampler, end to end: with
+#      f32 matmuls (the CPU's logits, bit for bit) rowlm generate gives the
+#      same tokens, logprobs and JSON on the GPU and the CPU (sampled with
+#      top-k, top-p and a repetition penalty; greedy with logprobs; a JSON
+#      Schema).
 # On the accelerator machine, first: source .device/bootstrap.sh (see
 # ../shared/device/README.md). CMAKE_CUDA_ARCHITECTURES defaults to the
 # GPU's own.
@@ -76,8 +81,10 @@ if command -v node >/dev/null && [ -d tests/server/node_modules/openai ]; then
 else
   echo "Node or the SDKs (tests/server/node_modules, installed by tests/server/run.sh) are missing: the SDK tests were not run" >&2
 fi
+echo "== 6. sampling on the GPU equals the host's" >&2
+scripts/compare-sampling.sh build-cuda/rowlm cuda cpu || status=1
 if [ "$status" -ne 0 ]; then
-  echo "== GPU suite FAILED: the engine tests (stage 3) did not pass" >&2
+  echo "== GPU suite FAILED: the engine tests (stage 3) or the sampling comparison (stage 6) did not pass" >&2
   exit 1
 fi
 echo "== GPU suite passed" >&2
