@@ -269,8 +269,7 @@ int run_bench(const std::vector<std::string>& argv) {
       .option("kv-quantize-after", "N", "with --concurrency: re-encode a request's KV in --kv-quantize-to at N positions")
       .option("kv-quantize-to", "CODEC", "with --concurrency: the codec of --kv-quantize-after (default q8)")
       .option("temperature", "T", "with --concurrency: sampling temperature (request c is seeded with c)", "0")
-      .option("top-p", "P", "with --concurrency: nucleus sampling (on a GPU, rows with top-p < 1 are sampled on the host)",
-              "1")
+      .option("top-p", "P", "with --concurrency: nucleus sampling", "1")
       .option("json-schema", "FILE",
               "with --concurrency and --model: hold every request to this JSON Schema (it ends where its value "
               "does, or at --gen-tokens)")
@@ -384,12 +383,12 @@ int run_bench(const std::vector<std::string>& argv) {
     // a shared machine the bandwidth moves from second to second, so a step
     // is judged against the ceiling of its moment; the median round counts.
     // One decode step of every row; the seconds of its forward.
-    RowPicks codes;
+    RowPicks picks;
     auto decode_step = [&] {
       ForwardBatch b;
       for (kv::RowId r : rows) b.add(r, cache.length(r), next_token(), true, argmax_only);
       const auto t0 = Clock::now();
-      model->forward(b, cache, logits, nullptr, &codes);
+      model->forward(b, cache, logits, nullptr, &picks);
       return seconds_since(t0);
     };
     const int64_t rounds = bandwidth > 0 ? std::min<int64_t>(3, steps) : 1;
