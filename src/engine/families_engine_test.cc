@@ -131,8 +131,7 @@ TEST_P(ConvertedGgufTokenizer, EncodesAsTheHuggingFaceTokenizer) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ConvertedGgufTokenizer,
-                         // Llama's file is committed (see gguf_families_test.cc for the others).
-                         ::testing::Values("llama"),
+                         ::testing::Values("llama", "qwen2", "mistral", "gemma3", "qwen3_moe"),
                          [](const auto& p) { return std::string(p.param); });
 
 }  // namespace

@@ -531,11 +531,7 @@ TEST_P(ConvertedByLlamaCpp, MatchesTransformersAndTheSafetensorsModel) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ConvertedByLlamaCpp,
-                         // Llama's file is committed; the other families' first converter run
-                         // stopped at Qwen 2 (Qwen's tokenizer class adds an <|endoftext|> past the
-                         // 128-token vocabulary; the script now names an unknown token) and has not
-                         // run again: their layouts are checked by LineageFromGguf above.
-                         ::testing::Values("llama"),
+                         ::testing::Values("llama", "qwen2", "mistral", "gemma3", "qwen3_moe"),
                          [](const auto& p) { return std::string(p.param); });
 
 std::string load_error(const GgufBuilder& g) {
