@@ -196,6 +196,14 @@ class Backend {
   }
   // out = act(gate) ⊙ up, elementwise; all [M, I] f32. out may alias gate.
   virtual void gated_activation(const Tensor& gate, const Tensor& up, Activation act, Tensor& out) = 0;
+  // matmul(act(gate) ⊙ up, w, y) where the gated product has no other use
+  // (gate's contents are left unspecified): the same bits. A backend whose
+  // tensor-core matmul reads bf16 activations (the CUDA backend) writes the
+  // product rounded to bf16 straight from the activation's kernel.
+  virtual void gated_matmul(Tensor& gate, const Tensor& up, Activation act, const Weight& w, Tensor& y) {
+    gated_activation(gate, up, act, gate);
+    matmul(gate, w, y);
+  }
   // dst = src (same dtype and element count; no overlap).
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
   virtual void add(Tensor& y, const Tensor& x) = 0;  // y += x (same shape)

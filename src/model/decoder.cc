@@ -129,6 +129,12 @@ class DecoderModel final : public Model {
     if (!bias.empty()) be_.add_bias(y, bias);
     return y;
   }
+  // The linear of act(gate) ⊙ up (a product with no other use; gate is scratch).
+  Tensor gated_linear(Tensor& gate, const Tensor& up, Activation act, const Weight& w) {
+    Tensor y = scratch({gate.dim(0), w.rows});
+    be_.gated_matmul(gate, up, act, w, y);
+    return y;
+  }
   // Linears of rms_norm(x, norm_weight) (a normed input with no other use),
   // in one go where the backend can (rms_norm_matmul_each).
   template <std::size_t N>
@@ -480,8 +486,7 @@ void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch,
 Tensor DecoderModel::mlp(const LayerWeights& lw, Activation act, const Tensor& h, const Tensor& norm_weight) {
   const Tensor none;
   auto [gate, up] = normed_linears<2>(h, norm_weight, {&lw.gate_proj, &lw.up_proj}, {&none, &none});
-  be_.gated_activation(gate, up, act, gate);
-  return linear(gate, lw.down_proj);
+  return gated_linear(gate, up, act, lw.down_proj);
 }
 
 Tensor DecoderModel::feed_forward(const LayerConfig& lc, const LayerWeights& lw, const Tensor& h) {
@@ -558,8 +563,7 @@ void DecoderModel::per_layer_input(int l, const Step& step, Tensor& h) {
   const Tensor ple = step.per_layer.rows(int64_t(l) * T, int64_t(l + 1) * T);
   // Gated into the stream.
   Tensor gate = linear(h, lw.per_layer_gate);
-  be_.gated_activation(gate, ple, cfg_.layers[std::size_t(l)].ffn.activation, gate);
-  Tensor proj = linear(gate, lw.per_layer_projection);
+  Tensor proj = gated_linear(gate, ple, cfg_.layers[std::size_t(l)].ffn.activation, lw.per_layer_projection);
   be_.add_rms_norm(h, proj, &lw.per_layer_norm, eps(), cfg_.norm_kind);
 }
 

@@ -4,7 +4,10 @@
 // One thread block takes one (query token, KV head, group of up to
 // kSplitHeads query heads of that KV head) and one split of
 // kSplitPositions positions (split mode), or every split of the query in
-// turn (inline mode). A split's K and V head sections are staged in shared
+// turn (inline mode). Split mode takes smaller groups (down to one head)
+// while the blocks would not fill the GPU twice over: a decode step of one
+// row then runs on heads × splits blocks instead of splits. Each head's
+// arithmetic is its own, whichever group it is in. A split's K and V head sections are staged in shared
 // memory by cp.async (all loads in flight at once; in chunks of whole KV
 // blocks when they exceed kStageBytes). Within a split:
 //   scores   thread (slot i, part j) sums q[d]·k[d] over d ≡ j (mod 4) in
@@ -14,10 +17,10 @@
 //            butterfly over lanes (xor 16, 8, 4, 2, 1);
 //   values   thread d sums e_i · v_i[d] over the split's slots in order (fmaf).
 // Then the split's (m, l, o) is merged into the query's running state in
-// split order (merge_split): in registers (inline mode), or by the combine
-// kernel reading the splits' partials (split mode). Both modes perform the
-// same operations on the same values, so the launcher may pick either from
-// the batch's size without changing a bit.
+// split order (merge_split): in registers (inline mode), or, in split mode,
+// by the last of a query's split blocks to finish, reading the splits'
+// partials. Both modes perform the same operations on the same values, so
+// the launcher may pick either from the batch's size without changing a bit.
 
 #include <cstdint>
 
@@ -57,7 +60,7 @@ __device__ __forceinline__ float value_of(const KvLayout& L, const uint8_t* rec,
 
 // The query's running state (M, L, O) after one more split (m, l, o), in
 // split order; M = −inf: nothing merged yet. Both modes merge through these
-// (inline mode in registers, the combine kernel from the partials), with
+// (inline mode in registers, split mode's last block from the partials), with
 // explicit roundings, so they perform the same operations.
 __device__ __forceinline__ float merge_scale(float from, float to) {
   return from == neg_inf() ? 0.0f : attention_exp(__fsub_rn(from, to));
@@ -80,7 +83,9 @@ __device__ __forceinline__ float merge_output(float O, float o, MergeStep step) 
 struct SplitArgs {
   float* part_o = nullptr;   // split mode: [T·heads][splits][head_dim]
   float* part_ml = nullptr;  // split mode: [T·heads][splits][2] (m, l)
+  int* arrivals = nullptr;   // split mode: a count per block column (grid.x), zero before and after
   int splits = 1;            // grid.y in split mode: at least every query's split count
+  int heads_per_block = kSplitHeads;  // query heads of a group (at most kSplitHeads)
   int head_groups = 1;       // blocks per (token, KV head)
 };
 
@@ -90,7 +95,8 @@ __device__ __forceinline__ int64_t split_count(int64_t lo, int64_t hi) {
 
 // Shared memory: q [kSplitHeads][head_dim], the score parts
 // [kSplitParts][kSplitHeads][P], e [kSplitHeads][P], m and l [kSplitHeads],
-// then the staged K/V sections (stage_bytes: kStageBytes, or one section
+// whether this block is its query's last (split mode), then the staged K/V
+// sections (stage_bytes: kStageBytes, or one section
 // where a KV block's head section is larger).
 constexpr int kStageBytes = 64 * 1024;
 struct SplitSmem {
@@ -99,12 +105,13 @@ struct SplitSmem {
   float* e;
   float* m;
   float* l;
+  int* last;
   uint8_t* stage;
 };
 __host__ __device__ __forceinline__ int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 __host__ __device__ __forceinline__ int64_t split_floats(int hd) {
   return int64_t(kSplitHeads) * hd + kSplitParts * kSplitHeads * kSplitPositions + kSplitHeads * kSplitPositions +
-         2 * kSplitHeads;
+         2 * kSplitHeads + 1;
 }
 __device__ __forceinline__ SplitSmem carve(float* base, int hd) {
   SplitSmem s;
@@ -113,6 +120,7 @@ __device__ __forceinline__ SplitSmem carve(float* base, int hd) {
   s.e = s.parts + kSplitParts * kSplitHeads * kSplitPositions;
   s.m = s.e + kSplitHeads * kSplitPositions;
   s.l = s.m + kSplitHeads;
+  s.last = reinterpret_cast<int*>(s.l + kSplitHeads);
   s.stage = reinterpret_cast<uint8_t*>(base) + round16(split_floats(hd) * int64_t(sizeof(float)));
   return s;
 }
@@ -124,7 +132,9 @@ std::size_t split_smem_bytes(const KvLayout& L) {
   return std::size_t(round16(split_floats(L.head_dim) * int64_t(sizeof(float))) + stage_bytes(L));
 }
 
-template <int kCodec, bool kInline>
+// kHeads: the most query heads a block takes (sa.heads_per_block), the size
+// of the per-head register arrays.
+template <int kCodec, bool kInline, int kHeads>
 __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout L, KvBlocks blocks, AttentionArgs a,
                                                                    SplitArgs sa) {
   allow_dependents();
@@ -137,15 +147,15 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout
   x /= sa.head_groups;
   const int kvh = int(x % L.kv_heads);
   const int64_t t = x / L.kv_heads;
-  const int h0 = kvh * G + group * kSplitHeads;
-  const int nh = min(kSplitHeads, G - group * kSplitHeads);
+  const int h0 = kvh * G + group * sa.heads_per_block;
+  const int nh = min(sa.heads_per_block, G - group * sa.heads_per_block);
   const int64_t lo = a.lo[t], hi = a.hi[t];
   const int64_t n_splits = split_count(lo, hi);
   float* out = a.out + (t * a.heads + h0) * hd;
   if (n_splits == 0) {
-    if (kInline)
+    if (kInline || blockIdx.y == 0)
       for (int i = tid; i < nh * hd; i += kSplitThreads) out[i] = 0.0f;
-    return;  // split mode: the combine kernel writes the zeros
+    return;
   }
   const int64_t s_begin = kInline ? 0 : blockIdx.y;
   const int64_t s_end = kInline ? n_splits : s_begin + 1;
@@ -155,9 +165,9 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout
   for (int i = tid; i < nh * hd; i += kSplitThreads) sm.q[i] = q[i];
 
   // The running state (inline mode) of this thread's features, per head.
-  float run_o[kSplitHeads][kSplitFeatures], run_m[kSplitHeads], run_l[kSplitHeads];
+  float run_o[kHeads][kSplitFeatures], run_m[kHeads], run_l[kHeads];
 #pragma unroll
-  for (int h = 0; h < kSplitHeads; ++h) {
+  for (int h = 0; h < kHeads; ++h) {
     run_m[h] = neg_inf();
     run_l[h] = 0.0f;
 #pragma unroll
@@ -187,9 +197,9 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout
       }
     };
     // Scores, in parts.
-    float dot[kSplitHeads];
+    float dot[kHeads];
 #pragma unroll
-    for (int h = 0; h < kSplitHeads; ++h) dot[h] = 0.0f;
+    for (int h = 0; h < kHeads; ++h) dot[h] = 0.0f;
     const int64_t p = first + slot;
     const int64_t b_slot = p / bs;
     const int i_slot = int(p % bs);
@@ -206,13 +216,13 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout
         for (int d = part; d < hd; d += kSplitParts) {
           const float k = key_of<kCodec>(L, kh, i_slot, d);
 #pragma unroll
-          for (int h = 0; h < kSplitHeads; ++h)
+          for (int h = 0; h < kHeads; ++h)
             if (h < nh) dot[h] = fmaf(sm.q[h * hd + d], k, dot[h]);
         }
       }
     }
 #pragma unroll
-    for (int h = 0; h < kSplitHeads; ++h)
+    for (int h = 0; h < kHeads; ++h)
       if (h < nh) sm.parts[(part * kSplitHeads + h) * kSplitPositions + slot] = dot[h];
     __syncthreads();
     // Softmax over the split, one warp per head.
@@ -248,9 +258,9 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout
       }
     }
     // Values, over the split's positions in order.
-    float o[kSplitHeads][kSplitFeatures];
+    float o[kHeads][kSplitFeatures];
 #pragma unroll
-    for (int h = 0; h < kSplitHeads; ++h)
+    for (int h = 0; h < kHeads; ++h)
 #pragma unroll
       for (int f = 0; f < kSplitFeatures; ++f) o[h][f] = 0.0f;
     for (int64_t c0 = b_first; c0 <= b_last; c0 += chunk_blocks) {
@@ -273,14 +283,14 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout
           if (d >= hd) break;
           const float v = value_of<kCodec>(L, rec, d);
 #pragma unroll
-          for (int h = 0; h < kSplitHeads; ++h)
+          for (int h = 0; h < kHeads; ++h)
             if (h < nh) o[h][f] = fmaf(sm.e[h * kSplitPositions + i], v, o[h][f]);
         }
       }
     }
     if (kInline) {
 #pragma unroll
-      for (int h = 0; h < kSplitHeads; ++h) {
+      for (int h = 0; h < kHeads; ++h) {
         if (h >= nh) break;
         const MergeStep step = merge_split(run_m[h], run_l[h], sm.m[h], sm.l[h]);
 #pragma unroll
@@ -303,7 +313,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout
   }
   if (kInline) {
 #pragma unroll
-    for (int h = 0; h < kSplitHeads; ++h) {
+    for (int h = 0; h < kHeads; ++h) {
       if (h >= nh) break;
 #pragma unroll
       for (int f = 0; f < kSplitFeatures; ++f) {
@@ -311,28 +321,35 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout
         if (d < hd) out[h * hd + d] = __fdiv_rn(run_o[h][f], run_l[h]);
       }
     }
+    return;
   }
-}
-
-// Split mode's second step: one block per (token, head), the splits' partials
-// merged in split order exactly as inline mode merges them.
-__global__ void __launch_bounds__(kSplitThreads) attention_combine_kernel(KvLayout L, AttentionArgs a, SplitArgs sa) {
-  allow_dependents();
-  const int hd = L.head_dim, tid = int(threadIdx.x);
-  const int64_t th = blockIdx.x, t = th / a.heads;
-  const int64_t n_splits = split_count(a.lo[t], a.hi[t]);
-  float* out = a.out + th * hd;
+  // Split mode: the last of the query's split blocks to finish merges the
+  // splits' partials in split order, exactly as inline mode merges them, and
+  // leaves its arrival count at zero for the next launch.
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    int& count = sa.arrivals[blockIdx.x];
+    *sm.last = atomicAdd(&count, 1) == int(n_splits) - 1;
+    if (*sm.last) count = 0;
+  }
+  __syncthreads();
+  if (!*sm.last) return;
+  __threadfence();
+  for (int h = 0; h < nh; ++h) {
+    const int64_t th = t * a.heads + h0 + h;
 #pragma unroll
-  for (int f = 0; f < kSplitFeatures; ++f) {
-    const int d = tid + f * kSplitThreads;
-    if (d >= hd) break;
-    float M = neg_inf(), Lsum = 0.0f, O = 0.0f;
-    for (int64_t s = 0; s < n_splits; ++s) {
-      const int64_t at = th * sa.splits + s;
-      const MergeStep step = merge_split(M, Lsum, sa.part_ml[2 * at], sa.part_ml[2 * at + 1]);
-      O = merge_output(O, sa.part_o[at * hd + d], step);
+    for (int f = 0; f < kSplitFeatures; ++f) {
+      const int d = tid + f * kSplitThreads;
+      if (d >= hd) break;
+      float M = neg_inf(), Lsum = 0.0f, O = 0.0f;
+      for (int64_t s = 0; s < n_splits; ++s) {
+        const int64_t at = th * sa.splits + s;
+        const MergeStep step = merge_split(M, Lsum, __ldcg(sa.part_ml + 2 * at), __ldcg(sa.part_ml + 2 * at + 1));
+        O = merge_output(O, __ldcg(sa.part_o + at * hd + d), step);
+      }
+      out[h * hd + d] = __fdiv_rn(O, Lsum);
     }
-    out[d] = n_splits == 0 ? 0.0f : __fdiv_rn(O, Lsum);
   }
 }
 
@@ -342,14 +359,16 @@ void launch_split(const KvLayout& L, KvBlocks blocks, const AttentionArgs& args,
   const std::size_t smem = split_smem_bytes(L);
   const dim3 grid(unsigned(args.T * L.kv_heads * sa.head_groups), inline_mode ? 1u : unsigned(sa.splits));
   if (inline_mode) {
-    auto kernel = attention_split_kernel<kCodec, true>;
+    auto kernel = attention_split_kernel<kCodec, true, kSplitHeads>;
     if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     kernel<<<grid, kSplitThreads, smem, stream>>>(L, blocks, args, sa);
   } else {
-    auto kernel = attention_split_kernel<kCodec, false>;
+    auto kernel = sa.heads_per_block == 1   ? attention_split_kernel<kCodec, false, 1>
+                  : sa.heads_per_block == 2 ? attention_split_kernel<kCodec, false, 2>
+                  : sa.heads_per_block == 4 ? attention_split_kernel<kCodec, false, 4>
+                                            : attention_split_kernel<kCodec, false, kSplitHeads>;
     if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     kernel<<<grid, kSplitThreads, smem, stream>>>(L, blocks, args, sa);
-    attention_combine_kernel<<<unsigned(args.T * args.heads), kSplitThreads, 0, stream>>>(L, args, sa);
   }
 }
 
@@ -357,9 +376,9 @@ void launch_split(const KvLayout& L, KvBlocks blocks, const AttentionArgs& args,
 
 std::size_t attention_split_smem_bytes(const KvLayout& layout) { return split_smem_bytes(layout); }
 
-int attention_split_head_groups(int heads, int kv_heads) {
+int attention_split_head_groups(int heads, int kv_heads, int heads_per_block) {
   const int G = heads / kv_heads;
-  return (G + kSplitHeads - 1) / kSplitHeads;
+  return (G + heads_per_block - 1) / heads_per_block;
 }
 
 std::size_t attention_split_scratch_floats(int64_t T, int heads, int head_dim, int splits) {
@@ -367,13 +386,20 @@ std::size_t attention_split_scratch_floats(int64_t T, int heads, int head_dim, i
 }
 
 void attention_split(const KvLayout& layout, KvBlocks blocks, const AttentionArgs& args, int splits, float* scratch,
-                     cudaStream_t stream) {
+                     int* arrivals, cudaStream_t stream) {
   if (args.T == 0) return;
   SplitArgs sa;
-  sa.head_groups = attention_split_head_groups(args.heads, layout.kv_heads);
   sa.splits = splits;
   const bool inline_mode = scratch == nullptr;
+  // Split mode: halve the groups while the grid is under kFillBlocks.
+  constexpr int64_t kFillBlocks = 256;
+  while (!inline_mode && sa.heads_per_block > 1 &&
+         args.T * layout.kv_heads * attention_split_head_groups(args.heads, layout.kv_heads, sa.heads_per_block) *
+                 splits < kFillBlocks)
+    sa.heads_per_block /= 2;
+  sa.head_groups = attention_split_head_groups(args.heads, layout.kv_heads, sa.heads_per_block);
   if (!inline_mode) {
+    sa.arrivals = arrivals;
     sa.part_o = scratch;
     sa.part_ml = scratch + std::size_t(args.T) * args.heads * splits * layout.head_dim;
   }

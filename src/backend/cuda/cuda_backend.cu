@@ -212,20 +212,14 @@ class CudaKvArena final : public KvArena {
   // A clear error, rather than a fault in a kernel, for a block whose chunk
   // was given back (the KV books never name one; this guards their bugs).
   // Nothing to check, and no cost, while no chunk is given back.
+  bool present(int32_t block) const { return released_chunks_ == 0 || chunks_[std::size_t(block / chunk_blocks_)]; }
   void require_present(int32_t block, const char* op) const {
-    if (released_chunks_ > 0 && !chunks_[std::size_t(block / chunk_blocks_)])
+    if (!present(block))
       throw Error(std::string(op) + ": block " + std::to_string(block) + " was given back and not reclaimed");
   }
   void require_present(std::span<const int64_t> slots, const char* op) const {
     if (released_chunks_ > 0)
       for (int64_t s : slots) require_present(int32_t(s / layout_.block_size), op);
-  }
-  void require_present(const AttentionBatch& batch) const {
-    if (released_chunks_ == 0) return;
-    const int bs = layout_.block_size;
-    for (const KvKeyRange& r : batch.queries)
-      for (int64_t b = r.lo / bs; r.hi >= r.lo && b <= r.hi / bs; ++b)
-        require_present(batch.tables[std::size_t(r.table)][std::size_t(b)], "attention");
   }
 
   cuda::KvBlocks device_blocks() const {
@@ -362,6 +356,11 @@ class CudaBackend final : public Backend {
     // its kernels. The probe kernel's synchronisation below covers this.
     check(cudaMemsetAsync(gemm_arrivals_.get(), 0, std::size_t(cuda::kGemmArrivals) * sizeof(int), stream_),
           "GEMM arrivals");
+    // Split attention's arrival counters, the same way.
+    attention_arrivals_ = device_alloc(device_, std::size_t(cuda::kAttentionArrivals) * sizeof(int),
+                                       "attention arrivals", queue_.released());
+    check(cudaMemsetAsync(attention_arrivals_.get(), 0, std::size_t(cuda::kAttentionArrivals) * sizeof(int), stream_),
+          "attention arrivals");
     // The kernels' index errors land in mapped host memory, read after a sync.
     void* flag = nullptr;
     check(cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped), "error flag");
@@ -657,6 +656,27 @@ class CudaBackend final : public Backend {
                            out.numel());
   }
 
+  void gated_matmul(Tensor& gate, const Tensor& up, Activation act, const Weight& w, Tensor& y) override {
+    if (!on_tensor_cores(w)) {
+      Backend::gated_matmul(gate, up, act, w, y);
+      return;
+    }
+    require_here(gate, "gated_matmul: gate");
+    require_here(up, "gated_matmul: up");
+    ROWLM_REQUIRE(gate.dtype() == DType::F32 && up.dtype() == DType::F32 && gate.rank() == 2 && up.shape() == gate.shape(),
+                  "gated_matmul: gate and up must be f32 [M, K] of one shape, got " + describe(gate) + ", " +
+                      describe(up));
+    check_matmul(gate, w, y);
+    DeviceGuard guard(device_);
+    const int64_t M = gate.dim(0), K = gate.dim(1);
+    Tensor xb = workspace_.tensor(DType::BF16, {M, K});
+    queue_.launch("gated_activation", &cuda::gated_activation_bf16, gate.data<float>(), up.data<float>(),
+                  act == Activation::Silu ? 1 : 0, xb.data<uint16_t>(), M * K);
+    const Weight* wp = &w;
+    Tensor* yp = &y;
+    gemm_bf16_rounded(xb, outputs_of({&wp, 1}, {&yp, 1}));
+  }
+
   void copy(const Tensor& src, Tensor& dst) override {
     require_here(src, "copy: src");
     require_here(dst, "copy: dst");
@@ -879,8 +899,7 @@ class CudaBackend final : public Backend {
       queue_.launch("gather_rows", &cuda::gather_rows, x.raw(), rows.data<int32_t>(), n, H * int64_t(sizeof(float)), T, xt.raw(), error_device_);
       matmul(xt, bank.gate[std::size_t(e)], gt);
       matmul(xt, bank.up[std::size_t(e)], ut);
-      gated_activation(gt, ut, act, gt);
-      matmul(gt, bank.down[std::size_t(e)], yt);
+      gated_matmul(gt, ut, act, bank.down[std::size_t(e)], yt);
       queue_.launch("scatter_add_rows", &cuda::scatter_add_rows, out.data<float>(), rows.data<int32_t>(), row_weights.data<float>(), yt.data<float>(), n,
                              H, T, error_device_);
     }
@@ -976,8 +995,7 @@ class CudaBackend final : public Backend {
     ROWLM_REQUIRE(out.dtype() == DType::F32 && out.numel() == expect && !overlaps(out, q),
                   "attention: out must be f32 with q's shape and separate from q, got " + describe(out));
     if (T == 0) return;
-    check_attention_batch(a, batch);
-    a.require_present(batch);
+    check_attention_batch(a, batch, [&a](int32_t block) { return a.present(block); });
     const cuda::KvLayout layout = a.kernel_layout();
     const std::size_t smem = precision_ == MatmulPrecision::Bf16 ? cuda::attention_split_smem_bytes(layout)
                                                                   : cuda::attention_smem_bytes(layout);
@@ -1039,12 +1057,15 @@ class CudaBackend final : public Backend {
     const int64_t query_blocks =
         T * spec.kv_heads * cuda::attention_split_head_groups(params.num_heads, spec.kv_heads);
     const std::size_t scratch_floats = cuda::attention_split_scratch_floats(T, params.num_heads, spec.head_dim, splits);
+    // (At most kSplitHeads times query_blocks count arrivals: one per query head.)
     const bool per_split = query_blocks < 4 * int64_t(props_.multiProcessorCount) &&
+                           query_blocks * cuda::kSplitHeads <= cuda::kAttentionArrivals &&
                            scratch_floats * sizeof(float) <= (std::size_t(128) << 20);
     Tensor scratch;
     if (per_split) scratch = workspace_.tensor(DType::F32, {int64_t(scratch_floats)});
     queue_.launch("attention", &cuda::attention_split, layout, a.device_blocks(), args, splits,
-                  per_split ? scratch.data<float>() : static_cast<float*>(nullptr));
+                  per_split ? scratch.data<float>() : static_cast<float*>(nullptr),
+                  static_cast<int*>(attention_arrivals_.get()));
   }
 
  private:
@@ -1284,6 +1305,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<PinnedOutputPool> outputs_ = PinnedOutputPool::create();
   std::shared_ptr<void> sink_;
   std::shared_ptr<void> gemm_arrivals_;
+  std::shared_ptr<void> attention_arrivals_;
   std::shared_ptr<int> error_host_;
   int* error_device_ = nullptr;
 };

@@ -493,6 +493,31 @@ TEST_F(CudaVsCpu, FusedNormAndMatmulsEqualTheSeparateCalls) {
   }
 }
 
+// Under the tensor-core precision: the gated activation written rounded for
+// the matmul after it (gated_matmul) gives that matmul's bits, for both
+// activations and through the MoE experts' path's shapes.
+TEST_F(CudaVsCpu, GatedMatmulEqualsTheSeparateCalls) {
+  auto tc = make_cuda_backend(0, BackendOptions{});
+  ASSERT_EQ(tc->matmul_precision(), MatmulPrecision::Bf16);
+  const int64_t K = 704, N = 320;
+  const Weight w = tc->prepare_weight(Weight::dense(random({N, K}, 0.05f, DType::BF16)));
+  for (Activation act : {Activation::Silu, Activation::GeluTanh})
+    for (int64_t M : {1, 7, 130}) {
+      const Tensor gate = tc->upload(random({M, K}, 2.0f)), up = tc->upload(random({M, K}, 2.0f));
+      Tensor g1 = tc->upload(Tensor(DType::F32, {M, K})), g2 = tc->upload(Tensor(DType::F32, {M, K}));
+      tc->copy(gate, g1);
+      tc->copy(gate, g2);
+      Tensor want = tc->upload(Tensor(DType::F32, {M, N})), got = tc->upload(Tensor(DType::F32, {M, N}));
+      tc->gated_activation(g1, up, act, g1);
+      tc->matmul(g1, w, want);
+      tc->gated_matmul(g2, up, act, w, got);
+      Tensor w_host(DType::F32, {M, N}), g_host(DType::F32, {M, N});
+      tc->copy_to_host(want, w_host.raw());
+      tc->copy_to_host(got, g_host.raw());
+      expect_bitwise(g_host, w_host, "gated_matmul M" + std::to_string(M) + (act == Activation::Silu ? " silu" : " gelu"));
+    }
+}
+
 // The tensor-core precision's attention (keys in fixed splits, kv_kernels.h):
 // a query's output is the same bits alone (a block per split and a merging
 // kernel), in a prefill of hundreds of queries (a block per query walking its

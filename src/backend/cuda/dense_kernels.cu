@@ -1,6 +1,7 @@
 #include "backend/cuda/dense_kernels.h"
 
 #include "backend/cuda/device_math.cuh"
+#include "backend/cuda/launch_dependent.h"
 
 namespace rowlm::cuda {
 namespace {
@@ -125,11 +126,33 @@ __global__ void rms_norm_kernel(const float* x, const void* w, Storage ws, int n
 constexpr int kNormThreads = 128;
 constexpr int64_t kNormMaxStaged = 12 * 1024;  // floats: 48 KiB
 
+// The norm weights of a thread's first kNormPrefetched elements (i = thread
+// + n · kNormThreads), loaded before waiting for the kernels before this one
+// (weights are written by no kernel), so that their latency overlaps them.
+constexpr int kNormPrefetched = 24;  // rows up to 3,072 wide
+struct NormWeights {
+  float g[kNormPrefetched];
+};
+__device__ __forceinline__ NormWeights prefetch_norm_weights(const void* __restrict__ w, Storage ws, int norm,
+                                                            int64_t D) {
+  NormWeights p;
+#pragma unroll
+  for (int n = 0; n < kNormPrefetched; ++n) {
+    const int64_t i = threadIdx.x + int64_t(n) * kNormThreads;
+    p.g[n] = i < D && norm != 2 ? load_weight(w, ws, i) : 0.0f;
+  }
+  return p;
+}
+
 // One row's norm with the block's kNormThreads threads: the row staged in
 // `row` (shared memory), the sum of squares in the canonical order, then
 // row[i] = (x[i] · inv) · g (or (1 + g), or nothing), in place in `row`.
+// Launched as a programmatic dependent (launch_dependent.h): the weights are
+// requested first, then it waits for the kernels before it.
 __device__ __forceinline__ void norm_row_staged(const float* xr, const void* __restrict__ w, Storage ws, int norm,
                                                 float eps, int64_t D, float* row, float& sum_of_squares) {
+  const NormWeights pre = prefetch_norm_weights(w, ws, norm, D);
+  wait_for_producers();
   constexpr int kBatch = 8;  // loads issued together before their uses: one latency per batch, not per element
   for (int64_t i0 = threadIdx.x; i0 < D; i0 += kNormThreads * kBatch) {
     float v[kBatch];
@@ -168,7 +191,17 @@ __device__ __forceinline__ void norm_row_staged(const float* xr, const void* __r
   __syncthreads();
   const float mean = sum_of_squares / float(D);
   const float inv = 1.0f / sqrtf(mean + eps);
-  for (int64_t i0 = threadIdx.x; i0 < D; i0 += kNormThreads * kBatch) {
+  auto scale_element = [&](int64_t i, float g) {
+    float v = row[i] * inv;
+    if (norm != 2) v = v * (norm == 1 ? 1.0f + g : g);
+    row[i] = v;
+  };
+#pragma unroll
+  for (int n = 0; n < kNormPrefetched; ++n) {
+    const int64_t i = threadIdx.x + int64_t(n) * kNormThreads;
+    if (i < D) scale_element(i, pre.g[n]);
+  }
+  for (int64_t i0 = threadIdx.x + int64_t(kNormPrefetched) * kNormThreads; i0 < D; i0 += kNormThreads * kBatch) {
     float g[kBatch];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
@@ -178,10 +211,7 @@ __device__ __forceinline__ void norm_row_staged(const float* xr, const void* __r
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int64_t i = i0 + int64_t(j) * kNormThreads;
-      if (i >= D) break;
-      float v = row[i] * inv;
-      if (norm != 2) v = v * (norm == 1 ? 1.0f + g[j] : g[j]);
-      row[i] = v;
+      if (i < D) scale_element(i, g[j]);
     }
   }
   __syncthreads();
@@ -250,12 +280,21 @@ __global__ void rope_kernel(float* x, const int32_t* positions, int64_t T, int64
   head[k + half] = b * c + a * s;
 }
 
+__device__ __forceinline__ float gated(float g, float u, int act) { return (act == 1 ? silu(g) : gelu_tanh(g)) * u; }
+
 __global__ void gated_kernel(const float* gate, const float* up, int act, float* out, int64_t n) {
   allow_dependents();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const float g = gate[i], u = up[i];
-  out[i] = (act == 1 ? silu(g) : gelu_tanh(g)) * u;
+  out[i] = gated(gate[i], up[i], act);
+}
+
+// gated_kernel's value rounded to bf16 (round_to_bf16's rounding).
+__global__ void gated_bf16_kernel(const float* gate, const float* up, int act, uint16_t* out, int64_t n) {
+  allow_dependents();
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  out[i] = f32_to_bf16(gated(gate[i], up[i], act));
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
@@ -392,8 +431,8 @@ void launch_rms_norm(const float* x, const void* w, Storage ws, int norm, float 
                      bool accumulate, cudaStream_t stream) {
   if (rows == 0) return;
   if (D <= kNormMaxStaged)
-    rms_norm_staged_kernel<<<unsigned(rows), kNormThreads, std::size_t(D) * sizeof(float), stream>>>(
-        x, w, ws, norm, eps, y, D, accumulate);
+    launch_dependent(rms_norm_staged_kernel, dim3(unsigned(rows)), dim3(kNormThreads), std::size_t(D) * sizeof(float),
+                     stream, x, w, ws, norm, eps, y, D, accumulate);
   else
     rms_norm_kernel<<<blocks_for(rows * 16), kThreads, 0, stream>>>(x, w, ws, norm, eps, y, rows, D, accumulate);
 }
@@ -414,16 +453,17 @@ bool staged_norm_fits(int64_t D) { return D <= kNormMaxStaged; }
 void rms_norm_bf16(const float* x, const void* w, Storage ws, int norm, float eps, uint16_t* y, int64_t rows, int64_t D,
                    cudaStream_t stream) {
   if (rows == 0) return;
-  rms_norm_bf16_kernel<<<unsigned(rows), kNormThreads, std::size_t(D) * sizeof(float), stream>>>(x, w, ws, norm, eps,
-                                                                                                  y, D);
+  launch_dependent(rms_norm_bf16_kernel, dim3(unsigned(rows)), dim3(kNormThreads), std::size_t(D) * sizeof(float),
+                   stream, x, w, ws, norm, eps, y, D);
 }
 
 void rms_norm_rope(float* x, const void* w, Storage ws, int norm, float eps, const int32_t* positions, int64_t T,
                    int64_t heads, int64_t half, const float* cos_sin, int64_t reserved, int* error,
                    cudaStream_t stream) {
   if (T * heads == 0) return;
-  norm_rope_kernel<<<unsigned(T * heads), kNormThreads, std::size_t(2 * half) * sizeof(float), stream>>>(
-      x, w, ws, norm, eps, positions, heads, half, cos_sin, reserved, error);
+  launch_dependent(norm_rope_kernel, dim3(unsigned(T * heads)), dim3(kNormThreads),
+                   std::size_t(2 * half) * sizeof(float), stream, x, w, ws, norm, eps, positions, heads, half, cos_sin,
+                   reserved, error);
 }
 
 void rope(float* x, const int32_t* positions, int64_t T, int64_t heads, int64_t half, const float* cos_sin,
@@ -431,6 +471,12 @@ void rope(float* x, const int32_t* positions, int64_t T, int64_t heads, int64_t 
   if (T * heads * half == 0) return;
   rope_kernel<<<blocks_for(T * heads * half), kThreads, 0, stream>>>(x, positions, T, heads, half, cos_sin, reserved,
                                                                      error);
+}
+
+void gated_activation_bf16(const float* gate, const float* up, int act, uint16_t* out, int64_t n,
+                           cudaStream_t stream) {
+  if (n == 0) return;
+  gated_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gate, up, act, out, n);
 }
 
 void gated_activation(const float* gate, const float* up, int act, float* out, int64_t n, cudaStream_t stream) {

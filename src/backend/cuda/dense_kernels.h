@@ -54,6 +54,10 @@ void rope(float* x, const int32_t* positions, int64_t T, int64_t heads, int64_t 
           int64_t reserved, int* error, cudaStream_t stream);
 // act: 0 gelu_tanh, 1 silu. out may alias gate or up.
 void gated_activation(const float* gate, const float* up, int act, float* out, int64_t n, cudaStream_t stream);
+// gated_activation's value rounded to bf16 (as round_to_bf16 rounds it): the
+// activations of a tensor-core matmul.
+void gated_activation_bf16(const float* gate, const float* up, int act, uint16_t* out, int64_t n,
+                           cudaStream_t stream);
 void add(float* y, const float* x, int64_t n, cudaStream_t stream);
 void scale(float* y, float s, int64_t n, cudaStream_t stream);
 void softcap(float* y, float cap, int64_t n, cudaStream_t stream);

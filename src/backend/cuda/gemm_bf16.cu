@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/cuda/device_math.cuh"
+#include "backend/cuda/launch_dependent.h"
 
 namespace rowlm::cuda {
 namespace {
@@ -41,7 +42,7 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], 
 
 // --- The kernel, one template for every configuration
 
-template <int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_>
+template <int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_, bool kSumsInLastBlock = BM_ * BN_ <= 16 * 64>
 struct Config {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, STAGES = STAGES_;
   static constexpr int kThreads = 32 * WM * WN;
@@ -54,8 +55,9 @@ struct Config {
   static constexpr int kSmemBytes = STAGES * kStageElems * 2;
   // A split launch adds its chunk sums in its last block where the tile is
   // small (no second launch: decode); a large tile's sums would leave one
-  // block working alone, so they run in a second kernel over the whole output.
-  static constexpr bool kSumsInKernel = BM * BN <= 16 * 64;
+  // block working alone, so by default they run in a second kernel over the
+  // whole output.
+  static constexpr bool kSumsInKernel = kSumsInLastBlock;
   static_assert(BM % (16 * WM) == 0 && BN % (16 * WN) == 0, "warp tiles are whole 16×16 tiles");
   static_assert(kGemmChunk % BK == 0 && BK % 16 == 0, "chunks are whole k tiles");
 };
@@ -63,6 +65,19 @@ struct Config {
 using SmallTile = Config<16, 64, 64, 1, 4, 4>;     // M ≤ 16 (decode): bandwidth
 using MediumTile = Config<64, 64, 64, 2, 2, 3>;    // M ≤ 128
 using LargeTile = Config<128, 128, 32, 2, 4, 3>;   // prefill: tensor-core rate
+// Decode candidates (gemm_bench weighs them against SmallTile).
+using SmallNarrowTile = Config<16, 32, 64, 1, 2, 8>;      // twice the blocks, a whole chunk in flight
+using SmallDeepTile = Config<16, 64, 128, 1, 4, 4>;       // a chunk in four k-tiles
+using SmallNarrowDeepTile = Config<16, 32, 128, 1, 2, 4>;
+using SmallStagedTile = Config<16, 64, 64, 1, 4, 8>;      // a whole chunk in flight
+using MediumWideTile = Config<64, 128, 64, 2, 4, 3>;      // eight warps of 32 × 32
+using MediumShortTile = Config<32, 64, 64, 1, 4, 4>;      // half the rows: twice the blocks at M = 64
+using MediumSumsTile = Config<64, 64, 64, 2, 2, 3, true>;  // the chunk sums in the last block
+using MediumStagedTile = Config<64, 64, 64, 2, 2, 6>;      // five k-tiles in flight
+using MediumDeepTile = Config<64, 64, 128, 2, 2, 3>;       // k-tiles of 128
+using LargeDeepTile = Config<128, 128, 64, 2, 4, 3>;      // k-tiles of 64
+using LargeStagedTile = Config<128, 128, 32, 2, 4, 4>;
+using LargeNarrowTile = Config<128, 64, 64, 2, 2, 4>;     // four warps of 64 × 32
 
 // Copies rows [row0, row0 + ROWS) × k [k0, k0 + BK) of a [rows, K] bf16
 // matrix into shared memory (zeros outside). kAligned: K % 8 == 0 and the
@@ -253,15 +268,6 @@ __global__ void sum_chunks_kernel(const float* __restrict__ partials, float* __r
 
 int64_t chunks_of(int64_t K) { return (K + kGemmChunk - 1) / kGemmChunk; }
 
-// Programmatic dependent launch needs compute capability 9.0 (the current
-// device's, asked each launch: the runtime caches it).
-bool programmatic_launch_supported() {
-  int device = 0, major = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
-  return major >= 9;
-}
-
 template <class C>
 int64_t column_tiles(const GemmOutputs& outs) {
   int64_t tiles = 0;
@@ -283,18 +289,8 @@ void launch(bool split, const uint16_t* x, const GemmOutputs& outs, int64_t M, i
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
   // Launched as a programmatic dependent of the kernel before it where the
   // GPU has that (Hopper on): its weight loads overlap that kernel's end.
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = dim3(C::kThreads);
-  config.dynamicSmemBytes = C::kSmemBytes;
-  config.stream = stream;
-  cudaLaunchAttribute pdl[1];
-  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = pdl;
-  config.numAttrs = programmatic_launch_supported() ? 1 : 0;
   float* partials = split ? scratch : nullptr;
-  cudaLaunchKernelEx(&config, kernel, x, outs, partials, arrivals, M, K);
+  launch_dependent(kernel, grid, dim3(C::kThreads), C::kSmemBytes, stream, x, outs, partials, arrivals, M, K);
   if (split && !C::kSumsInKernel) {
     int64_t cols_before = 0;
     for (int s = 0; s < outs.count; ++s) {
@@ -306,18 +302,36 @@ void launch(bool split, const uint16_t* x, const GemmOutputs& outs, int64_t M, i
   }
 }
 
-GemmTile tile_for(int64_t M) {
-  if (M <= 16) return GemmTile::Small;
-  if (M <= 128) return GemmTile::Medium;
-  return GemmTile::Large;
+template <class C>
+int64_t tiles_of(int64_t M, const GemmOutputs& outs) {
+  return ((M + C::BM - 1) / C::BM) * column_tiles<C>(outs);
+}
+
+// Calls f with a value of the configuration's type.
+template <class F>
+decltype(auto) with_config(GemmTile tile, F&& f) {
+  switch (tile) {
+    case GemmTile::Small: return f(SmallTile{});
+    case GemmTile::Medium: return f(MediumTile{});
+    case GemmTile::SmallNarrow: return f(SmallNarrowTile{});
+    case GemmTile::SmallDeep: return f(SmallDeepTile{});
+    case GemmTile::SmallNarrowDeep: return f(SmallNarrowDeepTile{});
+    case GemmTile::SmallStaged: return f(SmallStagedTile{});
+    case GemmTile::MediumWide: return f(MediumWideTile{});
+    case GemmTile::MediumShort: return f(MediumShortTile{});
+    case GemmTile::MediumSums: return f(MediumSumsTile{});
+    case GemmTile::MediumStaged: return f(MediumStagedTile{});
+    case GemmTile::MediumDeep: return f(MediumDeepTile{});
+    case GemmTile::LargeDeep: return f(LargeDeepTile{});
+    case GemmTile::LargeStaged: return f(LargeStagedTile{});
+    case GemmTile::LargeNarrow: return f(LargeNarrowTile{});
+    case GemmTile::Large: break;
+  }
+  return f(LargeTile{});
 }
 
 int64_t tiles_of(GemmTile tile, int64_t M, const GemmOutputs& outs) {
-  switch (tile) {
-    case GemmTile::Small: return ((M + SmallTile::BM - 1) / SmallTile::BM) * column_tiles<SmallTile>(outs);
-    case GemmTile::Medium: return ((M + MediumTile::BM - 1) / MediumTile::BM) * column_tiles<MediumTile>(outs);
-    default: return ((M + LargeTile::BM - 1) / LargeTile::BM) * column_tiles<LargeTile>(outs);
-  }
+  return with_config(tile, [&](auto c) { return tiles_of<decltype(c)>(M, outs); });
 }
 
 int64_t total_columns(const GemmOutputs& outs) {
@@ -326,10 +340,32 @@ int64_t total_columns(const GemmOutputs& outs) {
   return n;
 }
 
-// Split over K when the tiles alone would leave SMs idle (fewer than four
-// waves' worth of blocks).
-bool should_split(int64_t M, const GemmOutputs& outs, int64_t K, int sms) {
-  return chunks_of(K) > 1 && tiles_of(tile_for(M), M, outs) < 4 * int64_t(sms);
+// The configuration for a shape. Any of them gives the same bits; these
+// choices are what gemm_bench measured fastest on an H200 (one graph of
+// launches over cold weights, Gemma 4 E2B and E4B shapes):
+//   M ≤ 16:   the decode tile, split over K when the tiles alone would leave
+//             SMs idle (fewer than four waves' worth of blocks); the deep
+//             decode tile where that still makes fewer than two blocks per
+//             SM (q_proj, o_proj: 14-17% faster; slower on the MLP and head);
+//   M ≤ 128:  the medium tile, split the same way; unsplit (the head), the
+//             wide medium tile (13% faster on the head at M = 64);
+//   M > 128:  never split (the split's partials and their sums cost more
+//             than idle SMs: 1.3-2× slower at M = 512 and 4,096); the narrow
+//             large tile up to M = 1,024 (best or within 10% at M = 512),
+//             the deep large tile above (20-50% faster than the large tile
+//             at M = 4,096).
+struct GemmPlan {
+  GemmTile tile;
+  bool split;
+};
+GemmPlan plan_for(int64_t M, const GemmOutputs& outs, int64_t K, int sms) {
+  if (M > 128) return {M <= 1024 ? GemmTile::LargeNarrow : GemmTile::LargeDeep, false};
+  const GemmTile tile = M <= 16 ? GemmTile::Small : GemmTile::Medium;
+  const int64_t tiles = tiles_of(tile, M, outs);
+  const bool split = chunks_of(K) > 1 && tiles < 4 * int64_t(sms);
+  if (tile == GemmTile::Medium) return {split ? tile : GemmTile::MediumWide, split};
+  const int64_t blocks = tiles * (split ? chunks_of(K) : 1);
+  return {blocks < 2 * int64_t(sms) ? GemmTile::SmallDeep : tile, split};
 }
 
 GemmOutputs one_output(const uint16_t* w, float* y, int64_t N) {
@@ -371,17 +407,38 @@ std::size_t gemm_bf16_scratch_bytes(int64_t M, int64_t N, int64_t K, int sms) {
 }
 
 std::size_t gemm_bf16_scratch_bytes(int64_t M, const GemmOutputs& outs, int64_t K, int sms) {
-  return should_split(M, outs, K, sms) ? gemm_bf16_split_scratch_bytes(M, total_columns(outs), K) : 0;
+  return plan_for(M, outs, K, sms).split ? gemm_bf16_split_scratch_bytes(M, total_columns(outs), K) : 0;
 }
 
 void gemm_bf16_with(GemmTile tile, bool split, const uint16_t* x, const GemmOutputs& outs, int64_t M, int64_t K,
                     float* scratch, int* arrivals, cudaStream_t stream) {
   if (M == 0 || total_columns(outs) == 0) return;
+  with_config(tile, [&](auto c) { launch<decltype(c)>(split, x, outs, M, K, scratch, arrivals, stream); });
+}
+
+const char* gemm_tile_name(GemmTile tile) {
   switch (tile) {
-    case GemmTile::Small: launch<SmallTile>(split, x, outs, M, K, scratch, arrivals, stream); break;
-    case GemmTile::Medium: launch<MediumTile>(split, x, outs, M, K, scratch, arrivals, stream); break;
-    case GemmTile::Large: launch<LargeTile>(split, x, outs, M, K, scratch, arrivals, stream); break;
+    case GemmTile::Small: return "small";
+    case GemmTile::Medium: return "medium";
+    case GemmTile::Large: return "large";
+    case GemmTile::SmallNarrow: return "small_narrow";
+    case GemmTile::SmallDeep: return "small_deep";
+    case GemmTile::SmallNarrowDeep: return "small_narrow_deep";
+    case GemmTile::SmallStaged: return "small_staged";
+    case GemmTile::MediumWide: return "medium_wide";
+    case GemmTile::MediumShort: return "medium_short";
+    case GemmTile::MediumSums: return "medium_sums";
+    case GemmTile::MediumStaged: return "medium_staged";
+    case GemmTile::MediumDeep: return "medium_deep";
+    case GemmTile::LargeDeep: return "large_deep";
+    case GemmTile::LargeStaged: return "large_staged";
+    case GemmTile::LargeNarrow: return "large_narrow";
   }
+  return "?";
+}
+
+int64_t gemm_tile_rows(GemmTile tile) {
+  return with_config(tile, [](auto c) { return int64_t(decltype(c)::BM); });
 }
 
 void gemm_bf16_with(GemmTile tile, bool split, const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N,
@@ -391,7 +448,8 @@ void gemm_bf16_with(GemmTile tile, bool split, const uint16_t* x, const uint16_t
 
 void gemm_bf16(const uint16_t* x, const GemmOutputs& outs, int64_t M, int64_t K, float* scratch, int* arrivals, int sms,
                cudaStream_t stream) {
-  gemm_bf16_with(tile_for(M), should_split(M, outs, K, sms), x, outs, M, K, scratch, arrivals, stream);
+  const GemmPlan plan = plan_for(M, outs, K, sms);
+  gemm_bf16_with(plan.tile, plan.split, x, outs, M, K, scratch, arrivals, stream);
 }
 
 void gemm_bf16(const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N, int64_t K, float* scratch,

@@ -61,7 +61,33 @@ double mma_chains(int64_t iters, float* sink, int sms, cudaStream_t stream);
 
 // The configurations, exposed so the tests can run each one on the same
 // inputs and check the bits agree (gemm_bf16 picks among them by shape).
-enum class GemmTile : int { Small, Medium, Large };
+// Small is the decode tile (M ≤ 16), Medium M ≤ 128, Large prefill; the
+// others are tiles of other shapes (narrower or wider columns, fewer rows,
+// deeper k-tiles, more stages) that the benchmark weighs on cold weights,
+// and that the dispatcher picks where they measured faster.
+enum class GemmTile : int {
+  Small,
+  Medium,
+  Large,
+  SmallNarrow,
+  SmallDeep,
+  SmallNarrowDeep,
+  SmallStaged,
+  MediumWide,
+  MediumShort,
+  MediumSums,
+  MediumStaged,
+  MediumDeep,
+  LargeDeep,
+  LargeStaged,
+  LargeNarrow,
+};
+inline constexpr GemmTile kGemmTiles[] = {
+    GemmTile::Small,      GemmTile::Medium,      GemmTile::Large,     GemmTile::SmallNarrow,
+    GemmTile::SmallDeep,  GemmTile::SmallNarrowDeep, GemmTile::SmallStaged, GemmTile::MediumWide,
+    GemmTile::MediumShort, GemmTile::MediumSums, GemmTile::MediumStaged, GemmTile::MediumDeep, GemmTile::LargeDeep,  GemmTile::LargeStaged, GemmTile::LargeNarrow};
+int64_t gemm_tile_rows(GemmTile tile);  // the tile's M extent
+const char* gemm_tile_name(GemmTile tile);
 void gemm_bf16_with(GemmTile tile, bool split, const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N,
                     int64_t K, float* scratch, int* arrivals, cudaStream_t stream);
 void gemm_bf16_with(GemmTile tile, bool split, const uint16_t* x, const GemmOutputs& outs, int64_t M, int64_t K,

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -119,12 +120,12 @@ TEST_F(GemmBf16, EveryConfigurationGivesTheSameBitsWithinFloatRoundingOfTheExact
           ++bad;
         }
       }
-    for (cuda::GemmTile tile : {cuda::GemmTile::Small, cuda::GemmTile::Medium, cuda::GemmTile::Large})
+    for (cuda::GemmTile tile : cuda::kGemmTiles)
       for (bool split : {false, true}) {
         const std::vector<float> got = run(tile, split, x, w, s.M, s.N, s.K);
         int64_t diff = 0;
         for (std::size_t i = 0; i < got.size(); ++i) diff += float_bits(got[i]) != float_bits(want[i]);
-        EXPECT_EQ(diff, 0) << what << ": tile " << int(tile) << (split ? " split" : "") << " differs in " << diff
+        EXPECT_EQ(diff, 0) << what << ": tile " << cuda::gemm_tile_name(tile) << (split ? " split" : "") << " differs in " << diff
                            << " of " << got.size() << " elements";
       }
   }
@@ -155,11 +156,15 @@ TEST_F(GemmBf16, SeveralOutputsInOneLaunchEqualEachAlone) {
     }
     auto dx = device_copy(x.data(), x.size() * 2);
     auto scratch = device_zeros(cuda::gemm_bf16_split_scratch_bytes(M, total, K));
-    int64_t tiles = 0;
-    for (int64_t n : widths) tiles += cuda::gemm_bf16_tiles(cuda::GemmTile::Small, M, n);
+    int64_t tiles = 0;  // arrival counters: as many as the configuration with the most tiles has
+    for (cuda::GemmTile tile : cuda::kGemmTiles) {
+      int64_t t = 0;
+      for (int64_t n : widths) t += cuda::gemm_bf16_tiles(tile, M, n);
+      tiles = std::max(tiles, t);
+    }
     const std::vector<int> zeros(std::size_t(tiles), 0);
     auto arrivals = device_copy(zeros.data(), zeros.size() * sizeof(int));
-    for (cuda::GemmTile tile : {cuda::GemmTile::Small, cuda::GemmTile::Medium, cuda::GemmTile::Large})
+    for (cuda::GemmTile tile : cuda::kGemmTiles)
       for (bool split : {false, true}) {
         cuda::gemm_bf16_with(tile, split, static_cast<const uint16_t*>(dx.get()), outs, M, K,
                              static_cast<float*>(scratch.get()), static_cast<int*>(arrivals.get()), nullptr);
@@ -170,7 +175,7 @@ TEST_F(GemmBf16, SeveralOutputsInOneLaunchEqualEachAlone) {
           const std::vector<float> want = run(cuda::GemmTile::Small, false, x, w[o], M, widths[o], K);
           int64_t diff = 0;
           for (std::size_t i = 0; i < got.size(); ++i) diff += float_bits(got[i]) != float_bits(want[i]);
-          EXPECT_EQ(diff, 0) << "M " << M << ", output " << o << " of " << widths.size() << ", tile " << int(tile)
+          EXPECT_EQ(diff, 0) << "M " << M << ", output " << o << " of " << widths.size() << ", tile " << cuda::gemm_tile_name(tile)
                              << (split ? " split" : "") << ": " << diff << " elements differ";
         }
       }

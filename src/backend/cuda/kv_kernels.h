@@ -70,19 +70,23 @@ std::size_t attention_smem_bytes(const KvLayout& layout);
 // increasing order. Every query's bits depend only on its own q, keys and
 // range, whatever the batch and whichever mode runs: with `scratch` (at least
 // attention_split_scratch_floats(T, heads, head_dim, splits) floats; `splits`
-// at least every query's number of splits) one block per split and a second
-// kernel merging them, which fills the GPU when few queries run (decode);
+// at least every query's number of splits) one block per split, the last of
+// a query's to finish merging them, which fills the GPU when few queries run
+// (decode; `arrivals`: kAttentionArrivals ints, zero before, left zero; at
+// most T · kv_heads · ceil(heads / kv_heads) blocks per split count there);
 // with scratch == nullptr one block per query walking its splits in turn
 // (prefill). A different order from attention() above (the CPU's), for the
 // tensor-core precision, where no CPU equality is promised; q, out, the
 // tables and the ranges as there.
 inline constexpr int kSplitPositions = 64;
 inline constexpr int kSplitHeads = 8;  // query heads of one KV head per thread block
-int attention_split_head_groups(int heads, int kv_heads);
+// Thread blocks per (query, KV head) with groups of `heads_per_block` query heads.
+int attention_split_head_groups(int heads, int kv_heads, int heads_per_block = kSplitHeads);
 // Shared memory a block of attention_split needs for this layout.
 std::size_t attention_split_smem_bytes(const KvLayout& layout);
 std::size_t attention_split_scratch_floats(int64_t T, int heads, int head_dim, int splits);
+inline constexpr int64_t kAttentionArrivals = 1 << 16;
 void attention_split(const KvLayout& layout, KvBlocks blocks, const AttentionArgs& args, int splits, float* scratch,
-                     cudaStream_t stream);
+                     int* arrivals, cudaStream_t stream);
 
 }  // namespace rowlm::cuda
