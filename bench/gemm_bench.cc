@@ -128,6 +128,8 @@ int main(int argc, char** argv) {
   int device = 0, sms = 0;
   check(cudaGetDevice(&device), "device");
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
+  const rowlm::cuda::GemmGpu gpu = rowlm::cuda::gemm_gpu();
+  std::fprintf(stderr, "gemm_bench: %d SMs, Hopper (wgmma) tiles %s\n", sms, gpu.hopper ? "run" : "do not run here");
   cudaStream_t stream;
   check(cudaStreamCreate(&stream), "stream");
   cublasHandle_t blas;
@@ -155,7 +157,7 @@ int main(int argc, char** argv) {
       // Split tiles need chunks · M · N floats; beyond 2 GiB they are left out.
       const std::size_t split_bytes = rowlm::cuda::gemm_bf16_split_scratch_bytes(M, lin.N, lin.K);
       const bool splits_fit = split_bytes <= (std::size_t(2) << 30);
-      auto scratch = device_buffer(std::max(rowlm::cuda::gemm_bf16_scratch_bytes(M, lin.N, lin.K, sms),
+      auto scratch = device_buffer(std::max(rowlm::cuda::gemm_bf16_scratch_bytes(M, lin.N, lin.K, gpu),
                                             splits_fit ? split_bytes : 0));
       auto arrivals = device_buffer(std::size_t(rowlm::cuda::kGemmArrivals) * sizeof(int));
       check(cudaMemset(arrivals.get(), 0, std::size_t(rowlm::cuda::kGemmArrivals) * sizeof(int)), "arrivals");
@@ -164,7 +166,7 @@ int main(int argc, char** argv) {
       auto weights = [&](int c) { return static_cast<const uint16_t*>(w[std::size_t(c)].get()); };
       auto ours = [&](int c) {
         rowlm::cuda::gemm_bf16(xp, weights(c), yp, M, lin.N, lin.K, static_cast<float*>(scratch.get()),
-                               static_cast<int*>(arrivals.get()), sms, stream);
+                               static_cast<int*>(arrivals.get()), gpu, stream);
       };
       // Row-major y[M, N] = x[M, K] · w[N, K]ᵀ is column-major yᵀ = w-as-[K, N]ᵀ · xᵀ.
       const float alpha = 1.0f, beta = 0.0f;
@@ -195,6 +197,7 @@ int main(int argc, char** argv) {
       const char* sep = "";
       for (rowlm::cuda::GemmTile tile : rowlm::cuda::kGemmTiles) {
         const int64_t rows = rowlm::cuda::gemm_tile_rows(tile);
+        if (!rowlm::cuda::gemm_tile_runs(tile, gpu)) continue;
         if (rows < 128 && (M + rows - 1) / rows > 8) continue;
         for (bool split : {false, true}) {
           if (split && !splits_fit) continue;

@@ -21,7 +21,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-arch=${CMAKE_CUDA_ARCHITECTURES:-native}
+# The GPU's own architecture (Hopper as 90a: its wgmma GEMM tiles).
+native=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
+[ "$native" = 90 ] && native=90a
+arch=${CMAKE_CUDA_ARCHITECTURES:-${native:-native}}
 cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DROWLM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
       ${ROWLM_DEVICE_CMAKE_ARGS:-} >/dev/null
 cmake --build build-cuda -j "$(nproc)"

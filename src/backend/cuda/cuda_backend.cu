@@ -383,6 +383,7 @@ class CudaBackend final : public Backend {
                   ") is not among the architectures this rowlm was built for (set CMAKE_CUDA_ARCHITECTURES)");
     check(e, "probe kernel");
     check(cudaStreamSynchronize(stream_), "probe kernel");
+    gemm_gpu_ = cuda::gemm_gpu();
   }
   ~CudaBackend() override {
     DeviceGuard guard(device_);
@@ -1216,14 +1217,14 @@ class CudaBackend final : public Backend {
   // xb: the activations already rounded to bf16 [M, K].
   void gemm_bf16_rounded(const Tensor& xb, const cuda::GemmOutputs& outs) {
     const int64_t M = xb.dim(0), K = xb.dim(1);
-    const std::size_t scratch_bytes = cuda::gemm_bf16_scratch_bytes(M, outs, K, props_.multiProcessorCount);
+    const std::size_t scratch_bytes = cuda::gemm_bf16_scratch_bytes(M, outs, K, gemm_gpu_);
     Tensor scratch;
     if (scratch_bytes) scratch = workspace_.tensor(DType::F32, {int64_t(scratch_bytes / sizeof(float))});
-    void (*launcher)(const uint16_t*, const cuda::GemmOutputs&, int64_t, int64_t, float*, int*, int, cudaStream_t) =
-        &cuda::gemm_bf16;
+    void (*launcher)(const uint16_t*, const cuda::GemmOutputs&, int64_t, int64_t, float*, int*, cuda::GemmGpu,
+                     cudaStream_t) = &cuda::gemm_bf16;
     queue_.launch("gemm_bf16", launcher, static_cast<const uint16_t*>(xb.data<uint16_t>()), outs, M, K,
                   scratch_bytes ? scratch.data<float>() : nullptr, static_cast<int*>(gemm_arrivals_.get()),
-                  props_.multiProcessorCount);
+                  gemm_gpu_);
   }
 
   void require_here(const Tensor& t, const char* what) const {
@@ -1280,6 +1281,7 @@ class CudaBackend final : public Backend {
   int device_;
   MatmulPrecision precision_;
   cudaDeviceProp props_{};
+  cuda::GemmGpu gemm_gpu_;  // what gemm_bf16 weighs of this GPU
   // The stream outlives the queue (whose graphs run on it): declared first.
   struct StreamDeleter {
     int device;

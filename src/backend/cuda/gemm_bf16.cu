@@ -3,16 +3,14 @@
 #include <algorithm>
 
 #include "backend/cuda/device_math.cuh"
+#include "backend/cuda/gemm_hopper.h"
+#include "backend/cuda/gemm_outputs.cuh"
 #include "backend/cuda/launch_dependent.h"
 
 namespace rowlm::cuda {
 namespace {
 
 // --- PTX wrappers (sm_80 and later)
-
-__device__ __forceinline__ unsigned smem_address(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
 
 // 16 bytes global → shared, asynchronously; `valid == false` writes zeros.
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
@@ -99,27 +97,6 @@ __device__ __forceinline__ void load_tile(uint16_t* smem, const uint16_t* g, int
   }
 }
 
-// Which output a column tile belongs to: the outputs' tiles are numbered
-// one after another (a tile never straddles two outputs). Also the offset of
-// that output's partials: chunks × M × (the columns of the outputs before).
-struct TileOutput {
-  const uint16_t* w;
-  float* y;
-  int64_t N, col0, partials_offset;
-};
-template <class C>
-__device__ __forceinline__ TileOutput tile_output(const GemmOutputs& outs, int64_t tile, int64_t M, int64_t chunks) {
-  int64_t cols_before = 0;
-  int s = 0;
-  for (; s + 1 < outs.count; ++s) {
-    const int64_t tiles = (outs.n[s] + C::BN - 1) / C::BN;
-    if (tile < tiles) break;
-    tile -= tiles;
-    cols_before += outs.n[s];
-  }
-  return {outs.w[s], outs.y[s], outs.n[s], tile * C::BN, chunks * M * cols_before};
-}
-
 // One block: a BM × BN tile of one output y over k in [k_begin, k_end).
 // Unsplit (partials == nullptr), it covers all of K and folds each chunk's
 // sum into its total; split, it covers exactly one chunk and writes that
@@ -130,7 +107,7 @@ __global__ void __launch_bounds__(C::kThreads)
                 int* __restrict__ arrivals, int64_t M, int64_t K) {
   extern __shared__ __align__(16) uint16_t smem[];
   const bool split = partials_base != nullptr;
-  const TileOutput to = tile_output<C>(outs, blockIdx.x, M, split ? int64_t(gridDim.z) : 0);
+  const TileOutput to = tile_output<C::BN>(outs, blockIdx.x, M, split ? int64_t(gridDim.z) : 0);
   const uint16_t* __restrict__ w = to.w;
   float* __restrict__ y = to.y;
   const int64_t N = to.N;
@@ -269,18 +246,11 @@ __global__ void sum_chunks_kernel(const float* __restrict__ partials, float* __r
 int64_t chunks_of(int64_t K) { return (K + kGemmChunk - 1) / kGemmChunk; }
 
 template <class C>
-int64_t column_tiles(const GemmOutputs& outs) {
-  int64_t tiles = 0;
-  for (int s = 0; s < outs.count; ++s) tiles += (outs.n[s] + C::BN - 1) / C::BN;
-  return tiles;
-}
-
-template <class C>
 void launch(bool split, const uint16_t* x, const GemmOutputs& outs, int64_t M, int64_t K, float* scratch,
             int* arrivals, cudaStream_t stream) {
   const int64_t chunks = chunks_of(K);
   split = split && chunks > 1;
-  const dim3 grid(unsigned(column_tiles<C>(outs)), unsigned((M + C::BM - 1) / C::BM), unsigned(split ? chunks : 1));
+  const dim3 grid(unsigned(column_tiles<C::BN>(outs)), unsigned((M + C::BM - 1) / C::BM), unsigned(split ? chunks : 1));
   bool aligned = K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   for (int s = 0; s < outs.count; ++s) aligned = aligned && reinterpret_cast<uintptr_t>(outs.w[s]) % 16 == 0;
   auto kernel = aligned ? gemm_kernel<C, true> : gemm_kernel<C, false>;
@@ -304,7 +274,7 @@ void launch(bool split, const uint16_t* x, const GemmOutputs& outs, int64_t M, i
 
 template <class C>
 int64_t tiles_of(int64_t M, const GemmOutputs& outs) {
-  return ((M + C::BM - 1) / C::BM) * column_tiles<C>(outs);
+  return ((M + C::BM - 1) / C::BM) * column_tiles<C::BN>(outs);
 }
 
 // Calls f with a value of the configuration's type.
@@ -325,12 +295,20 @@ decltype(auto) with_config(GemmTile tile, F&& f) {
     case GemmTile::LargeDeep: return f(LargeDeepTile{});
     case GemmTile::LargeStaged: return f(LargeStagedTile{});
     case GemmTile::LargeNarrow: return f(LargeNarrowTile{});
+    // The Hopper tiles' stand-in where they cannot run (gemm_bf16_with).
+    case GemmTile::Hopper:
+    case GemmTile::HopperShort: return f(LargeDeepTile{});
     case GemmTile::Large: break;
   }
   return f(LargeTile{});
 }
 
+int hopper_consumers(GemmTile tile) {
+  return tile == GemmTile::Hopper ? 2 : tile == GemmTile::HopperShort ? 1 : 0;
+}
+
 int64_t tiles_of(GemmTile tile, int64_t M, const GemmOutputs& outs) {
+  if (const int consumers = hopper_consumers(tile)) return hopper::tiles(consumers, M, outs);
   return with_config(tile, [&](auto c) { return tiles_of<decltype(c)>(M, outs); });
 }
 
@@ -341,8 +319,19 @@ int64_t total_columns(const GemmOutputs& outs) {
 }
 
 // The configuration for a shape. Any of them gives the same bits; these
-// choices are what gemm_bench measured fastest on an H200 (one graph of
-// launches over cold weights, Gemma 4 E2B and E4B shapes):
+// choices are what gemm_bench measured fastest (one graph of launches over
+// cold weights, Gemma 4 E2B and E4B shapes; the Hopper tiles on an H100,
+// session 30, the others on an H200, session 29).
+// Where the Hopper tiles run (never split: their split is 2-6× slower):
+//   M > 128:  the 128-row tile, or the 64-row one where its tiles fit in one
+//             wave (q_proj, o_proj, down_proj of E2B at M = 512: 12-25%
+//             faster);
+//   16 < M ≤ 128: the 64-row tile (1.1-2× the medium tile at M = 64) except
+//             for a deep K over few tiles (E2B's down_proj: the medium tile
+//             split over K, 28% faster);
+//   M ≤ 16:   the 64-row tile where its tiles fill half the SMs (gate_up
+//             and the head: 3-27% faster), else as below.
+// Elsewhere, and where the operands do not fit them:
 //   M ≤ 16:   the decode tile, split over K when the tiles alone would leave
 //             SMs idle (fewer than four waves' worth of blocks); the deep
 //             decode tile where that still makes fewer than two blocks per
@@ -354,18 +343,28 @@ int64_t total_columns(const GemmOutputs& outs) {
 //             large tile up to M = 1,024 (best or within 10% at M = 512),
 //             the deep large tile above (20-50% faster than the large tile
 //             at M = 4,096).
+// The plan never depends on x's address: where x does not suit TMA, the
+// Hopper tile's launch runs the deep large tile unsplit instead, so the
+// scratch sized from the plan always suffices.
 struct GemmPlan {
   GemmTile tile;
   bool split;
 };
-GemmPlan plan_for(int64_t M, const GemmOutputs& outs, int64_t K, int sms) {
+GemmPlan plan_for(int64_t M, const GemmOutputs& outs, int64_t K, GemmGpu gpu) {
+  const int64_t sms = gpu.sms;
+  if (gpu.hopper && hopper::operands_fit(nullptr, outs, M, K)) {
+    const int64_t short_tiles = hopper::tiles(1, M, outs);
+    if (M > 128) return {short_tiles > sms ? GemmTile::Hopper : GemmTile::HopperShort, false};
+    if (M > 16 && !(short_tiles * 8 < sms && chunks_of(K) >= 8)) return {GemmTile::HopperShort, false};
+    if (M <= 16 && short_tiles * 2 >= sms) return {GemmTile::HopperShort, false};
+  }
   if (M > 128) return {M <= 1024 ? GemmTile::LargeNarrow : GemmTile::LargeDeep, false};
   const GemmTile tile = M <= 16 ? GemmTile::Small : GemmTile::Medium;
   const int64_t tiles = tiles_of(tile, M, outs);
-  const bool split = chunks_of(K) > 1 && tiles < 4 * int64_t(sms);
+  const bool split = chunks_of(K) > 1 && tiles < 4 * sms;
   if (tile == GemmTile::Medium) return {split ? tile : GemmTile::MediumWide, split};
   const int64_t blocks = tiles * (split ? chunks_of(K) : 1);
-  return {blocks < 2 * int64_t(sms) ? GemmTile::SmallDeep : tile, split};
+  return {blocks < 2 * sms ? GemmTile::SmallDeep : tile, split};
 }
 
 GemmOutputs one_output(const uint16_t* w, float* y, int64_t N) {
@@ -402,17 +401,30 @@ std::size_t gemm_bf16_split_scratch_bytes(int64_t M, int64_t N, int64_t K) {
   return std::size_t(chunks_of(K)) * std::size_t(M) * std::size_t(N) * sizeof(float);
 }
 
-std::size_t gemm_bf16_scratch_bytes(int64_t M, int64_t N, int64_t K, int sms) {
-  return gemm_bf16_scratch_bytes(M, one_output(nullptr, nullptr, N), K, sms);
+std::size_t gemm_bf16_scratch_bytes(int64_t M, int64_t N, int64_t K, GemmGpu gpu) {
+  return gemm_bf16_scratch_bytes(M, one_output(nullptr, nullptr, N), K, gpu);
 }
 
-std::size_t gemm_bf16_scratch_bytes(int64_t M, const GemmOutputs& outs, int64_t K, int sms) {
-  return plan_for(M, outs, K, sms).split ? gemm_bf16_split_scratch_bytes(M, total_columns(outs), K) : 0;
+std::size_t gemm_bf16_scratch_bytes(int64_t M, const GemmOutputs& outs, int64_t K, GemmGpu gpu) {
+  return plan_for(M, outs, K, gpu).split ? gemm_bf16_split_scratch_bytes(M, total_columns(outs), K) : 0;
 }
+
+GemmGpu gemm_gpu() {
+  GemmGpu gpu;
+  int device = 0;
+  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&gpu.sms, cudaDevAttrMultiProcessorCount, device);
+  gpu.sms = std::max(gpu.sms, 1);
+  gpu.hopper = hopper::runs_here() ? 1 : 0;
+  return gpu;
+}
+
+bool gemm_tile_runs(GemmTile tile, GemmGpu gpu) { return hopper_consumers(tile) == 0 || gpu.hopper != 0; }
 
 void gemm_bf16_with(GemmTile tile, bool split, const uint16_t* x, const GemmOutputs& outs, int64_t M, int64_t K,
                     float* scratch, int* arrivals, cudaStream_t stream) {
   if (M == 0 || total_columns(outs) == 0) return;
+  if (const int consumers = hopper_consumers(tile))
+    if (hopper::gemm(consumers, split, x, outs, M, K, scratch, arrivals, stream)) return;
   with_config(tile, [&](auto c) { launch<decltype(c)>(split, x, outs, M, K, scratch, arrivals, stream); });
 }
 
@@ -433,11 +445,14 @@ const char* gemm_tile_name(GemmTile tile) {
     case GemmTile::LargeDeep: return "large_deep";
     case GemmTile::LargeStaged: return "large_staged";
     case GemmTile::LargeNarrow: return "large_narrow";
+    case GemmTile::Hopper: return "hopper";
+    case GemmTile::HopperShort: return "hopper_short";
   }
   return "?";
 }
 
 int64_t gemm_tile_rows(GemmTile tile) {
+  if (const int consumers = hopper_consumers(tile)) return hopper::tile_rows(consumers);
   return with_config(tile, [](auto c) { return int64_t(decltype(c)::BM); });
 }
 
@@ -446,15 +461,15 @@ void gemm_bf16_with(GemmTile tile, bool split, const uint16_t* x, const uint16_t
   gemm_bf16_with(tile, split, x, one_output(w, y, N), M, K, scratch, arrivals, stream);
 }
 
-void gemm_bf16(const uint16_t* x, const GemmOutputs& outs, int64_t M, int64_t K, float* scratch, int* arrivals, int sms,
-               cudaStream_t stream) {
-  const GemmPlan plan = plan_for(M, outs, K, sms);
+void gemm_bf16(const uint16_t* x, const GemmOutputs& outs, int64_t M, int64_t K, float* scratch, int* arrivals,
+               GemmGpu gpu, cudaStream_t stream) {
+  const GemmPlan plan = plan_for(M, outs, K, gpu);
   gemm_bf16_with(plan.tile, plan.split, x, outs, M, K, scratch, arrivals, stream);
 }
 
 void gemm_bf16(const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N, int64_t K, float* scratch,
-               int* arrivals, int sms, cudaStream_t stream) {
-  gemm_bf16(x, one_output(w, y, N), M, K, scratch, arrivals, sms, stream);
+               int* arrivals, GemmGpu gpu, cudaStream_t stream) {
+  gemm_bf16(x, one_output(w, y, N), M, K, scratch, arrivals, gpu, stream);
 }
 
 int64_t gemm_bf16_tiles(GemmTile tile, int64_t M, int64_t N) { return tiles_of(tile, M, one_output(nullptr, nullptr, N)); }

@@ -35,10 +35,22 @@ inline constexpr int64_t kGemmChunk = 512;
 // a split launch counts its blocks' arrivals there and leaves it zero again,
 // so one array serves every launch on a stream.
 inline constexpr int64_t kGemmArrivals = 1 << 16;
-std::size_t gemm_bf16_scratch_bytes(int64_t M, int64_t N, int64_t K, int sms);
+
+// What the dispatcher weighs of the GPU: its SMs, and whether the Hopper
+// tiles (wgmma fed by TMA) run there. 32-bit fields, no padding (the launch
+// queue keys launches by their arguments' bytes).
+struct GemmGpu {
+  int32_t sms = 1;
+  int32_t hopper = 0;
+};
+// The current device's (one synchronous probe launch: call it once, outside
+// stream capture).
+GemmGpu gemm_gpu();
+
+std::size_t gemm_bf16_scratch_bytes(int64_t M, int64_t N, int64_t K, GemmGpu gpu);
 
 void gemm_bf16(const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N, int64_t K, float* scratch,
-               int* arrivals, int sms, cudaStream_t stream);
+               int* arrivals, GemmGpu gpu, cudaStream_t stream);
 
 // Several products of one x in one launch: y_s = x · w_sᵀ for each output s
 // (w_s [n_s, K], y_s [M, n_s]). Each output's elements are summed exactly as
@@ -51,9 +63,9 @@ struct GemmOutputs {
   int64_t n[kMax] = {};
   int64_t count = 0;  // 64 bits: no padding bytes (the launch queue keys launches by their arguments' bytes)
 };
-std::size_t gemm_bf16_scratch_bytes(int64_t M, const GemmOutputs& outs, int64_t K, int sms);
-void gemm_bf16(const uint16_t* x, const GemmOutputs& outs, int64_t M, int64_t K, float* scratch, int* arrivals, int sms,
-               cudaStream_t stream);
+std::size_t gemm_bf16_scratch_bytes(int64_t M, const GemmOutputs& outs, int64_t K, GemmGpu gpu);
+void gemm_bf16(const uint16_t* x, const GemmOutputs& outs, int64_t M, int64_t K, float* scratch, int* arrivals,
+               GemmGpu gpu, cudaStream_t stream);
 
 // Ceiling probe: chains of mma.m16n8k16 on registers (no memory traffic) on
 // every SM; returns the flops it issues (time it on the stream).
@@ -64,7 +76,10 @@ double mma_chains(int64_t iters, float* sink, int sms, cudaStream_t stream);
 // Small is the decode tile (M ≤ 16), Medium M ≤ 128, Large prefill; the
 // others are tiles of other shapes (narrower or wider columns, fewer rows,
 // deeper k-tiles, more stages) that the benchmark weighs on cold weights,
-// and that the dispatcher picks where they measured faster.
+// and that the dispatcher picks where they measured faster. Hopper (128
+// rows) and HopperShort (64) are the wgmma tiles (gemm_hopper.h): they run
+// only where gemm_tile_runs says so (elsewhere, and on
+// operands TMA cannot read, gemm_bf16_with runs LargeDeep in their place).
 enum class GemmTile : int {
   Small,
   Medium,
@@ -81,13 +96,17 @@ enum class GemmTile : int {
   LargeDeep,
   LargeStaged,
   LargeNarrow,
+  Hopper,
+  HopperShort,
 };
 inline constexpr GemmTile kGemmTiles[] = {
     GemmTile::Small,      GemmTile::Medium,      GemmTile::Large,     GemmTile::SmallNarrow,
     GemmTile::SmallDeep,  GemmTile::SmallNarrowDeep, GemmTile::SmallStaged, GemmTile::MediumWide,
-    GemmTile::MediumShort, GemmTile::MediumSums, GemmTile::MediumStaged, GemmTile::MediumDeep, GemmTile::LargeDeep,  GemmTile::LargeStaged, GemmTile::LargeNarrow};
+    GemmTile::MediumShort, GemmTile::MediumSums, GemmTile::MediumStaged, GemmTile::MediumDeep, GemmTile::LargeDeep,  GemmTile::LargeStaged, GemmTile::LargeNarrow,
+    GemmTile::Hopper,     GemmTile::HopperShort};
 int64_t gemm_tile_rows(GemmTile tile);  // the tile's M extent
 const char* gemm_tile_name(GemmTile tile);
+bool gemm_tile_runs(GemmTile tile, GemmGpu gpu);
 void gemm_bf16_with(GemmTile tile, bool split, const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t N,
                     int64_t K, float* scratch, int* arrivals, cudaStream_t stream);
 void gemm_bf16_with(GemmTile tile, bool split, const uint16_t* x, const GemmOutputs& outs, int64_t M, int64_t K,
