@@ -13,7 +13,7 @@ namespace rowlm::cuda::hopper {
 namespace {
 
 constexpr int kBK = 64;  // k per stage: one 128-byte swizzle row of bf16
-constexpr int kTilesPerChunk = int(kGemmChunk / kBK);
+[[maybe_unused]] constexpr int kTilesPerChunk = int(kGemmChunk / kBK);  // used on sm_90a only
 static_assert(kGemmChunk % kBK == 0, "chunks are whole k tiles");
 
 // The operands' TMA descriptors: x, and each output's w.
