@@ -80,6 +80,25 @@ __device__ __forceinline__ float merge_output(float O, float o, MergeStep step) 
   return __fadd_rn(__fmul_rn(O, step.alpha), __fmul_rn(o, step.beta));
 }
 
+// The first kHeads of kSplitHeads per-head values stored together (q of
+// one feature, e of one slot), in as few shared-memory loads as they take.
+template <int kHeads>
+__device__ __forceinline__ void heads_at(const float* p, float (&v)[kHeads]) {
+  if constexpr (kHeads % 4 == 0) {
+#pragma unroll
+    for (int h = 0; h < kHeads; h += 4) {
+      const float4 x = *reinterpret_cast<const float4*>(p + h);
+      v[h] = x.x;
+      v[h + 1] = x.y;
+      v[h + 2] = x.z;
+      v[h + 3] = x.w;
+    }
+  } else {
+#pragma unroll
+    for (int h = 0; h < kHeads; ++h) v[h] = p[h];
+  }
+}
+
 struct SplitArgs {
   float* part_o = nullptr;   // split mode: [T·heads][splits][head_dim]
   float* part_ml = nullptr;  // split mode: [T·heads][splits][2] (m, l)
@@ -93,8 +112,8 @@ __device__ __forceinline__ int64_t split_count(int64_t lo, int64_t hi) {
   return hi < lo ? 0 : hi / kSplitPositions - lo / kSplitPositions + 1;
 }
 
-// Shared memory: q [kSplitHeads][head_dim], the score parts
-// [kSplitParts][kSplitHeads][P], e [kSplitHeads][P], m and l [kSplitHeads],
+// Shared memory: q [head_dim][kSplitHeads], the score parts
+// [kSplitParts][kSplitHeads][P], e [P][kSplitHeads], m and l [kSplitHeads],
 // whether this block is its query's last (split mode), then the staged K/V
 // sections (stage_bytes: kStageBytes, or one section
 // where a KV block's head section is larger).
@@ -146,7 +165,9 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout
   const int group = int(x % sa.head_groups);
   x /= sa.head_groups;
   const int kvh = int(x % L.kv_heads);
-  const int64_t t = x / L.kv_heads;
+  // Inline mode walks a query's splits in one block: the last queries of a
+  // prompt have the most, so they go first (the short ones fill the tail).
+  const int64_t t = kInline ? a.T - 1 - int64_t(x / L.kv_heads) : int64_t(x / L.kv_heads);
   const int h0 = kvh * G + group * sa.heads_per_block;
   const int nh = min(sa.heads_per_block, G - group * sa.heads_per_block);
   const int64_t lo = a.lo[t], hi = a.hi[t];
@@ -162,7 +183,12 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout
   if (s_begin >= n_splits) return;
   const int32_t* table = a.tables + a.table_offset[t];
   const float* q = a.q + (t * a.heads + h0) * hd;
-  for (int i = tid; i < nh * hd; i += kSplitThreads) sm.q[i] = q[i];
+  // q feature-major, heads innermost ([d][kSplitHeads], zeros past nh): a
+  // thread scoring feature d reads its heads' q in vector loads.
+  for (int i = tid; i < kSplitHeads * hd; i += kSplitThreads) {
+    const int d = i / kSplitHeads, h = i % kSplitHeads;
+    sm.q[i] = h < nh ? q[h * hd + d] : 0.0f;
+  }
 
   // The running state (inline mode) of this thread's features, per head.
   float run_o[kHeads][kSplitFeatures], run_m[kHeads], run_l[kHeads];
@@ -215,9 +241,11 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout
         const uint8_t* kh = sm.stage + (b_slot - c0) * section;
         for (int d = part; d < hd; d += kSplitParts) {
           const float k = key_of<kCodec>(L, kh, i_slot, d);
+          float qd[kHeads];
+          heads_at<kHeads>(sm.q + d * kSplitHeads, qd);
 #pragma unroll
           for (int h = 0; h < kHeads; ++h)
-            if (h < nh) dot[h] = fmaf(sm.q[h * hd + d], k, dot[h]);
+            if (h < nh) dot[h] = fmaf(qd[h], k, dot[h]);
         }
       }
     }
@@ -247,7 +275,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout
       for (int r = 0; r < kPerLane; ++r) {
         const int i = lane + 32 * r;
         const float e = i < count ? attention_exp(__fsub_rn(sc[r], mx)) : 0.0f;
-        sm.e[h * kSplitPositions + i] = e;
+        sm.e[i * kSplitHeads + h] = e;
         l = __fadd_rn(l, e);
       }
 #pragma unroll
@@ -277,6 +305,8 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout
       for (int64_t pos = p0; pos <= p1; ++pos) {
         const int i = int(pos - first);
         const uint8_t* rec = vs + (pos / bs - c0) * section + (pos % bs) * L.head_bytes;
+        float ei[kHeads];
+        heads_at<kHeads>(sm.e + i * kSplitHeads, ei);
 #pragma unroll
         for (int f = 0; f < kSplitFeatures; ++f) {
           const int d = tid + f * kSplitThreads;
@@ -284,7 +314,7 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout
           const float v = value_of<kCodec>(L, rec, d);
 #pragma unroll
           for (int h = 0; h < kHeads; ++h)
-            if (h < nh) o[h][f] = fmaf(sm.e[h * kSplitPositions + i], v, o[h][f]);
+            if (h < nh) o[h][f] = fmaf(ei[h], v, o[h][f]);
         }
       }
     }
