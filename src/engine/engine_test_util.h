@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -47,7 +48,7 @@ struct Spec {
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids = {};
   int32_t top_k = 0;
-  int32_t logprobs = 2;
+  std::optional<int32_t> logprobs = 2;  // nullopt: none asked (a greedy row then needs only its argmax)
   std::vector<int32_t> prompt_ids = {};  // used instead of prompt when non-empty
   std::shared_ptr<const constrain::Grammar> response_format = nullptr;
   std::shared_ptr<const constrain::ToolCallRules> tool_calls = nullptr;  // the text keeps special tokens then

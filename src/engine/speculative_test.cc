@@ -73,6 +73,9 @@ std::vector<Spec> specs_for(std::mt19937& rng, int n, float temperature) {
     if (i % 4 == 1) s.stop = {" of the", ".\n"};
     if (i % 4 == 2) s.stop_token_ids = {107};  // "\n"
     if (temperature > 0 && rng() % 2) s.top_k = 40;
+    // Greedy rows without logprobs are verified from their argmax codes
+    // (verify_draft_argmax), those with them from their logits rows.
+    if (temperature == 0 && i % 2 == 1) s.logprobs = std::nullopt;
     out.push_back(s);
   }
   return out;
@@ -432,6 +435,7 @@ TEST(Speculation, RowsKeepTheTargetStateOfTheirLastComputedPosition) {
 
   Request request;
   request.prompt_ids = prompt;
+  request.sampling.temperature = 0.0f;  // greedy, as the continuation
   engine::RequestState r(1, request, prompt, model->info().vocab_size, nullptr,
                          std::make_shared<engine::HandleImpl>(1, [] {}), {});
   runner.attach(r);
@@ -447,12 +451,18 @@ TEST(Speculation, RowsKeepTheTargetStateOfTheirLastComputedPosition) {
     previous = want;
     std::vector<engine::DraftJob> jobs{{&r, 3, {}, {}}};
     runner.propose(jobs);
-    runner.forward(engine::StepPlan{{{&r, 1, 0}}}, jobs);
+    const engine::StepLogits out = runner.forward(engine::StepPlan{{{&r, 1, 0}}}, jobs);
     // Greedy verification against the known continuation.
     int accepted = 0;
     while (accepted < int(jobs[0].tokens.size()) &&
            jobs[0].tokens[std::size_t(accepted)] == sequence[std::size_t(r.sequence_length() + accepted)])
       ++accepted;
+    // A greedy row is verified from its rows' argmax codes, no logits row
+    // crossing: up to the first wrong draft they are plain decoding's tokens.
+    ASSERT_NE(out.draft_argmax[0], nullptr);
+    EXPECT_EQ(out.logits.numel(), 0);
+    for (int j = 0; j <= accepted; ++j)
+      EXPECT_EQ(out.draft_argmax[0][j], sequence[std::size_t(r.sequence_length() + j)]) << "round " << rounds << " row " << j;
     for (int j = 0; j <= accepted; ++j) r.tokens.push_back(sequence[r.tokens.size()]);
     runner.settle_round(r, jobs[0], accepted + 1, accepted);
     kept_drafts += accepted;

@@ -97,6 +97,7 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
   out.argmax.assign(plan.feeds.size(), std::nullopt);
   out.sampled.assign(plan.feeds.size(), std::nullopt);
   out.logprob_stats.assign(plan.feeds.size(), nullptr);
+  out.draft_argmax.assign(plan.feeds.size(), nullptr);
   const bool logits_off_host = !cache_->backend().device().is_host();
   std::vector<std::size_t> sampled_feed;  // per batch.sample_on_device entry
   int64_t crossing = 0;          // logits rows that cross whole so far
@@ -108,7 +109,9 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
     std::optional<RowSampling> device;
     if (ends && f.job < 0 && logits_off_host && !r.sampler.argmax_is_enough())
       device = f.request->sampler.device_plan(batch.sampling_edits, batch.sampling_masks);
-    const bool only_argmax = f.job < 0 && (device || r.sampler.argmax_is_enough());
+    // A drafting feed's rows are all verified from their argmaxes where that
+    // is enough (verify_draft_argmax), as a plain feed's row is sampled.
+    const bool only_argmax = f.job < 0 ? device || r.sampler.argmax_is_enough() : r.sampler.argmax_is_enough();
     for (int64_t p = r.computed; p < r.computed + f.tokens; ++p) {
       const bool last = p + 1 == r.sequence_length();
       if (last) {
@@ -125,8 +128,8 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
     if (f.job < 0) continue;
     const DraftJob& job = jobs[std::size_t(f.job)];
     for (std::size_t j = 0; j < job.tokens.size(); ++j) {
-      batch.add(r.row, r.computed + 1 + int64_t(j), job.tokens[j], true);
-      ++crossing;
+      batch.add(r.row, r.computed + 1 + int64_t(j), job.tokens[j], true, only_argmax);
+      if (!only_argmax) ++crossing;
     }
     round.push_back(r.row);
   }
@@ -147,6 +150,7 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
     const Feed& f = plan.feeds[i];
     if (f.job >= 0) {
       if (keep_state) round_hidden_row_[f.request->id] = out.state_row[i];
+      if (out.first_row[i] < 0) out.draft_argmax[i] = picks_.argmax.data() + out.state_row[i];
       continue;
     }
     if (out.state_row[i] >= 0 && out.first_row[i] < 0) out.argmax[i] = picks_.argmax[std::size_t(out.state_row[i])];

@@ -61,6 +61,10 @@ struct StepLogits {
   // Per feed sampled on the device that asked for logprobs: what the device
   // reported of its raw row (null otherwise).
   std::vector<const RowLogprobStats*> logprob_stats;
+  // Per drafting feed whose sampler needs only argmaxes: the argmax codes of
+  // its 1 + drafts rows (verify_draft_argmax verifies from them, and those
+  // rows never cross); null otherwise. Valid until the next forward().
+  std::vector<const int32_t*> draft_argmax;
 
   const float* row(std::size_t feed) const {
     return first_row[feed] < 0 ? nullptr : logits.data<float>() + first_row[feed] * logits.dim(1);

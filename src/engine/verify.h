@@ -31,5 +31,8 @@ struct Verdict {
 // for all: `logits` holds 1 + g rows of output.vocab_size() floats. Emits
 // the kept tokens and counts the drafts (Output::drafts_verified).
 Verdict verify(Output& output, RequestState& r, const DraftJob& job, const float* logits);
+// The same from the rows' argmax codes (1 + g of them), for a sampler whose
+// argmax is enough (sampling::verify_draft_argmax): the same verdict.
+Verdict verify(Output& output, RequestState& r, const DraftJob& job, const int32_t* argmax_codes);
 
 }  // namespace rowlm::engine

@@ -29,13 +29,31 @@ RejectionResult speculative_accept(std::span<const float> p, std::span<const flo
   return {false, draw_token(residual, u_residual)};
 }
 
-DraftVerdict verify_draft_token(const Sampler& target, std::span<const float> target_logits,
-                                std::span<const float> draft_probs, int32_t draft_token) {
+namespace {
+void check_draft(const Sampler& target, std::span<const float> draft_probs, int32_t draft_token) {
   if (!draft_probs.empty() && int64_t(draft_probs.size()) != target.vocab_size())
     throw Error("draft distribution has " + std::to_string(draft_probs.size()) +
                 " entries, the target vocabulary " + std::to_string(target.vocab_size()));
   if (draft_token < 0 || draft_token >= target.vocab_size())
     throw Error("draft token " + std::to_string(draft_token) + " is outside the target vocabulary");
+}
+}  // namespace
+
+DraftVerdict verify_draft_argmax(const Sampler& target, int32_t argmax_code, std::span<const float> draft_probs,
+                                 int32_t draft_token) {
+  check_draft(target, draft_probs, draft_token);
+  const int32_t a = target.sample_argmax(argmax_code).token;
+  const double px = a == draft_token ? 1.0 : 0.0;
+  const double qx = draft_probs.empty() ? 1.0 : double(draft_probs[std::size_t(draft_token)]);
+  // speculative_accept's test, with the same uniform.
+  const bool kept =
+      px >= qx || uniform01(target.seed(), uint64_t(target.step()), RandomStream::kSpecAccept) * qx < px;
+  return {kept, SampledToken{kept ? draft_token : a, std::nullopt}};
+}
+
+DraftVerdict verify_draft_token(const Sampler& target, std::span<const float> target_logits,
+                                std::span<const float> draft_probs, int32_t draft_token) {
+  check_draft(target, draft_probs, draft_token);
   const std::vector<float> p = target.next_token_probs(target_logits);
   const uint64_t step = uint64_t(target.step());
   const RejectionResult r =

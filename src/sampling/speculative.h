@@ -49,4 +49,17 @@ struct DraftVerdict {
 DraftVerdict verify_draft_token(const Sampler& target, std::span<const float> target_logits,
                                 std::span<const float> draft_probs, int32_t draft_token);
 
+// verify_draft_token's verdict from the row's argmax code alone
+// (backend/argmax_code.h), for a target whose argmax is enough
+// (Sampler::argmax_is_enough: greedy, nothing that changes the row, no
+// logprobs). There p is one-hot at the argmax a, so the acceptance test
+// needs p(x) ∈ {0, 1} and q(x) only (a draft x = a is kept; another only
+// where q(x) = 0), and a rejected draft is replaced by a: the residual
+// max(0, p − q) has mass at a alone, or none, and then p is drawn from. The
+// same checks, in the same order, with the same errors (a row's NaN, +inf
+// or lack of a finite value is named by its code as the full row's check
+// names it).
+DraftVerdict verify_draft_argmax(const Sampler& target, int32_t argmax_code, std::span<const float> draft_probs,
+                                 int32_t draft_token);
+
 }  // namespace rowlm::sampling

@@ -2,9 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
 #include <random>
 
+#include "backend/argmax_code.h"
 #include "core/error.h"
 #include "sampling/test_rows.h"
 
@@ -104,6 +109,77 @@ TEST(Speculative, GreedyVerificationYieldsTheArgmax) {
       EXPECT_EQ(v.accepted, draft == best);
     }
   }
+}
+
+// A row's argmax code (backend/argmax_code.h) by its definition.
+int32_t code_of(std::span<const float> row) {
+  for (std::size_t i = 0; i < row.size(); ++i)
+    if (std::isnan(row[i]) || row[i] == INFINITY) return argmax_code::bad_at(int64_t(i), std::isnan(row[i]));
+  int32_t best = argmax_code::kNoFinite;
+  for (std::size_t i = 0; i < row.size(); ++i)
+    if (row[i] != -INFINITY && (best < 0 || row[i] > row[std::size_t(best)])) best = int32_t(i);
+  return best;
+}
+
+// For a greedy target, the verdict from the row's argmax code is the full
+// row's, token, acceptance and error alike: over rows with ties, −inf, NaN
+// and +inf, drafts at the argmax and elsewhere, and draft distributions
+// empty, random, one-hot and zero at the draft, at advancing steps.
+TEST(Speculative, GreedyVerificationFromTheArgmaxCodeEqualsTheFullRow) {
+  std::mt19937 rng(31);
+  const int V = 40;
+  SamplingParams params;
+  params.temperature = 0;
+  params.seed = 9;
+  Sampler target(params, V);
+  ASSERT_TRUE(target.argmax_is_enough());
+  int compared = 0, kept_elsewhere = 0, errors = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    std::vector<float> l = random_row(rng, V, 2.0f);
+    if (trial % 5 == 1) l[rng() % V] = l[rng() % V];  // a tie, maybe
+    if (trial % 7 == 2) l[rng() % V] = -INFINITY;
+    if (trial % 23 == 3) l[rng() % V] = trial % 2 ? NAN : INFINITY;
+    if (trial % 29 == 4) std::fill(l.begin(), l.end(), -INFINITY);
+    const int32_t code = code_of(l);
+    const int32_t draft = trial % 3 == 0 && code >= 0 ? code : int32_t(rng() % V);
+    std::vector<float> q = random_row(rng, V, 1.0f);
+    for (float& x : q) x = std::abs(x);
+    q = normalized(q);
+    std::vector<float> zero_at_draft = q;
+    zero_at_draft[std::size_t(draft)] = 0.0f;
+    std::vector<float> one_hot(V, 0.0f);
+    one_hot[std::size_t(draft)] = 1.0f;
+    for (const std::vector<float>& probs : {std::vector<float>(), q, zero_at_draft, one_hot}) {
+      std::string want_error, got_error;
+      std::optional<DraftVerdict> want, got;
+      try {
+        want = verify_draft_token(target, l, probs, draft);
+      } catch (const Error& e) {
+        want_error = e.what();
+      }
+      try {
+        got = verify_draft_argmax(target, code, probs, draft);
+      } catch (const Error& e) {
+        got_error = e.what();
+      }
+      ASSERT_EQ(got.has_value(), want.has_value()) << "trial " << trial << ": " << want_error << " / " << got_error;
+      EXPECT_EQ(got_error, want_error) << "trial " << trial;
+      if (!want) {
+        ++errors;
+        continue;
+      }
+      EXPECT_EQ(got->accepted, want->accepted) << "trial " << trial;
+      EXPECT_EQ(got->token.token, want->token.token) << "trial " << trial;
+      EXPECT_FALSE(got->token.logprobs.has_value());
+      kept_elsewhere += want->accepted && want->token.token != code;
+      ++compared;
+    }
+    if (code >= 0) target.accept(code);  // the step advances: other uniforms
+  }
+  // The cases the property is about all occurred.
+  EXPECT_GT(compared, 1000);
+  EXPECT_GT(kept_elsewhere, 0);  // a draft the draft gave no mass, kept (p(x) = 0 ≥ q(x))
+  EXPECT_GT(errors, 0);
 }
 
 // Allows the ids congruent to the number of tokens accepted, mod 3: what
