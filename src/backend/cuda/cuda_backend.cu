@@ -514,7 +514,7 @@ class CudaBackend final : public Backend {
   }
 
   Weight prepare_weight(const Weight& w) override {
-    if (w.format == WeightFormat::Affine) return expand_affine(w);
+    if (w.format == WeightFormat::Affine) return upload_affine(w);
     ROWLM_REQUIRE(w.format == WeightFormat::Dense, "prepare_weight: " + w.describe() + ": unknown weight format");
     ROWLM_REQUIRE(!w.values.empty() || w.rows * w.cols == 0, "prepare_weight: tensor has no data");
     ROWLM_REQUIRE(is_float_storage(w.values.dtype()) && w.values.rank() == 2 && w.values.dim(0) == w.rows &&
@@ -551,7 +551,7 @@ class CudaBackend final : public Backend {
       Tensor* yp = &y;
       gemm_bf16(x, outputs_of({&wp, 1}, {&yp, 1}));
     } else {
-      queue_.launch("matmul_f32", &cuda::matmul_f32, x.data<float>(), w.values.raw(), storage_of(w.values.dtype()), y.data<float>(), M, N, K);
+      queue_.launch("matmul_f32", &cuda::matmul_f32, x.data<float>(), weight_ref(w), y.data<float>(), M, N, K);
     }
   }
 
@@ -590,18 +590,16 @@ class CudaBackend final : public Backend {
   }
 
   void embed(const Tensor& ids, const Weight& table, float scale, Tensor& out) override {
-    ROWLM_REQUIRE(table.format == WeightFormat::Dense && table.values.device() == device() &&
-                      is_float_storage(table.values.dtype()),
-                  "embed: table must be a dense f32, bf16 or f16 [V, D] weight of this backend, got " +
-                      table.describe());
+    ROWLM_REQUIRE(holds(table), "embed: table must be a dense (f32, bf16, f16) or affine [V, D] weight of this "
+                                "backend, got " + table.describe());
     const int64_t V = table.rows, D = table.cols, T = ids.numel();
     require_here(out, "embed: out");
     ROWLM_REQUIRE(out.dtype() == DType::F32 && out.rank() == 2 && out.dim(0) == T && out.dim(1) == D,
                   "embed: out must be f32 [" + std::to_string(T) + ", " + std::to_string(D) + "], got " + describe(out));
     require_indices(ids, T, "embed");
     DeviceGuard guard(device_);
-    queue_.launch("embed", &cuda::embed, ids.data<int32_t>(), T, table.values.raw(), storage_of(table.values.dtype()), V, D, scale,
-                out.data<float>(), error_device_);
+    queue_.launch("embed", &cuda::embed, ids.data<int32_t>(), T, weight_ref(table), V, D, scale, out.data<float>(),
+                  error_device_);
   }
 
   void rms_norm(const Tensor& x, const Tensor* w, float eps, NormKind kind, Tensor& y) override {
@@ -1070,17 +1068,14 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  // An affine-quantized weight (weight.h) runs here as the dense f32 matrix
-  // it stands for, dequantized on the host (quant::dequantize: scale·code +
-  // bias, two roundings) and uploaded. The contract of weight.h holds: its
+  // An affine-quantized weight (weight.h) lives here as it is stored: its
+  // codes, scales and biases are uploaded, and the f32 kernels dequantize
+  // each element as they read it (cuda::WeightRef: scale·code + bias, two
+  // roundings, as quant::dequantize). The contract of weight.h holds: its
   // matmul is bitwise the dense f32 matmul of the dequantized matrix, with
   // f32 activations under either precision, so it equals the CPU backend's
-  // affine matmul bit for bit. It costs 32/bits times the quantized bytes in
-  // device memory and the f32 path's speed: kernels that read the codes
-  // directly are still to come.
-  Weight expand_affine(const Weight& w) {
-    ROWLM_REQUIRE(w.values.on_host() && w.scales.on_host() && w.biases.on_host(),
-                  "prepare_weight: " + w.describe() + ": an affine weight must come from the host");
+  // affine matmul bit for bit; the device holds bits/32 of the f32 bytes.
+  Weight upload_affine(const Weight& w) {
     ROWLM_REQUIRE(w.code_order == CodeOrder::Stream,
                   "prepare_weight: " + w.describe() + ": codes in another backend's order (prepare the source)");
     const quant::AffineSpec spec{w.bits, w.group_size};
@@ -1088,28 +1083,41 @@ class CudaBackend final : public Backend {
     const int64_t words = w.cols * w.bits / 32, groups = w.cols / w.group_size;
     ROWLM_REQUIRE(w.values.dtype() == DType::U32 && w.values.numel() == w.rows * words &&
                       w.scales.numel() == w.rows * groups && w.biases.numel() == w.rows * groups &&
-                      w.scales.dtype() == w.biases.dtype(),
+                      w.scales.dtype() == w.biases.dtype() && is_float_storage(w.scales.dtype()),
                   "prepare_weight: " + w.describe() + ": codes, scales or biases do not match its shape");
-    DeviceGuard guard(device_);
-    auto dense = device_alloc(device_, std::size_t(w.rows * w.cols) * sizeof(float), "affine weight", queue_.released());
-    const std::size_t param_bytes = dtype_size(w.scales.dtype());
-    // A few MiB at a time: a 262,144-row embedding is 2.7 GB in f32.
-    const int64_t chunk_rows = std::max<int64_t>(1, (int64_t(8) << 20) / std::max<int64_t>(1, w.cols * 4));
-    std::vector<float> host(std::size_t(std::min(chunk_rows, w.rows) * w.cols));
-    for (int64_t r0 = 0; r0 < w.rows; r0 += chunk_rows) {
-      const int64_t n = std::min(chunk_rows, w.rows - r0);
-      for (int64_t r = r0; r < r0 + n; ++r)
-        quant::dequantize({w.values.data<uint32_t>() + r * words, std::size_t(words)},
-                          static_cast<const std::byte*>(w.scales.raw()) + r * groups * param_bytes,
-                          static_cast<const std::byte*>(w.biases.raw()) + r * groups * param_bytes,
-                          w.scales.dtype(), spec, {host.data() + (r - r0) * w.cols, std::size_t(w.cols)});
-      // On the backend's stream (see upload), waited for before `host` is refilled.
-      check(cudaMemcpyAsync(static_cast<float*>(dense.get()) + r0 * w.cols, host.data(), std::size_t(n * w.cols) * 4,
-                            cudaMemcpyHostToDevice, stream_),
-            "affine weight upload");
-      check(cudaStreamSynchronize(stream_), "affine weight upload");
+    ROWLM_REQUIRE(w.values.device() == w.scales.device() && w.values.device() == w.biases.device(),
+                  "prepare_weight: " + w.describe() + ": codes, scales and biases must be on one device");
+    if (w.values.device() == device()) return w;
+    ROWLM_REQUIRE(w.values.on_host(), "prepare_weight: " + w.describe() + ": an affine weight must come from the host");
+    Weight out = w;
+    out.values = upload(w.values);
+    out.scales = upload(w.scales);
+    out.biases = upload(w.biases);
+    return out;
+  }
+
+  // A dense (f32, bf16, f16) or affine weight whose bytes are on this device.
+  bool holds(const Weight& w) const {
+    if (w.values.device() != device()) return false;
+    if (w.format == WeightFormat::Dense) return is_float_storage(w.values.dtype());
+    return w.format == WeightFormat::Affine && w.values.dtype() == DType::U32 && w.scales.device() == device() &&
+           w.biases.device() == device() && is_float_storage(w.scales.dtype()) && w.code_order == CodeOrder::Stream;
+  }
+  // The f32 kernels' view of a weight this backend holds.
+  static cuda::WeightRef weight_ref(const Weight& w) {
+    cuda::WeightRef r;
+    r.values = w.values.raw();
+    r.cols = w.cols;
+    if (w.format == WeightFormat::Affine) {
+      r.scales = w.scales.raw();
+      r.biases = w.biases.raw();
+      r.storage = storage_of(w.scales.dtype());
+      r.bits = w.bits;
+      r.group_size = w.group_size;
+    } else {
+      r.storage = storage_of(w.values.dtype());
     }
-    return Weight::dense(Tensor::view(DType::F32, {w.rows, w.cols}, dense.get(), dense, device()));
+    return r;
   }
 
   // rope's checks and the kernel's view of the shapes.
@@ -1167,9 +1175,8 @@ class CudaBackend final : public Backend {
     require_here(x, "matmul: x");
     require_here(y, "matmul: y");
     ROWLM_REQUIRE(x.dtype() == DType::F32 && x.rank() == 2, "matmul: x must be f32 [M, K], got " + describe(x));
-    ROWLM_REQUIRE(w.format == WeightFormat::Dense && w.values.device() == device() &&
-                      is_float_storage(w.values.dtype()),
-                  "matmul: w must be a dense f32, bf16 or f16 weight of this backend, got " + w.describe());
+    ROWLM_REQUIRE(holds(w), "matmul: w must be a dense (f32, bf16, f16) or affine weight of this backend, got " +
+                                w.describe());
     const int64_t M = x.dim(0), K = x.dim(1), N = w.rows;
     ROWLM_REQUIRE(w.cols == K, "matmul: w " + w.describe() + " does not match x " + describe(x) + " in K");
     ROWLM_REQUIRE(y.dtype() == DType::F32 && y.rank() == 2 && y.dim(0) == M && y.dim(1) == N,

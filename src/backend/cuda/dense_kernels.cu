@@ -18,20 +18,39 @@ __device__ __forceinline__ float load_weight(const void* w, Storage s, int64_t i
   }
 }
 
+// Element (row, col) of a weight (WeightRef), dense or affine.
+template <bool kAffine>
+__device__ __forceinline__ float weight_at(const WeightRef& w, int64_t row, int64_t col) {
+  if constexpr (!kAffine) {
+    return load_weight(w.values, w.storage, row * w.cols + col);
+  } else {
+    // Rows hold whole words (cols · bits is a multiple of 32): a row's
+    // stream starts at its first word; a code may run into the next word.
+    const int64_t bit = (row * w.cols + col) * w.bits;
+    const uint32_t* words = static_cast<const uint32_t*>(w.values);
+    const int shift = int(bit % 32);
+    uint64_t v = words[bit / 32] >> shift;
+    if (shift + w.bits > 32) v |= uint64_t(words[bit / 32 + 1]) << (32 - shift);
+    const float code = float(uint32_t(v) & ((1u << w.bits) - 1u));
+    const int64_t g = row * (w.cols / w.group_size) + col / w.group_size;
+    const float scaled = load_weight(w.scales, w.storage, g) * code;  // (no contraction: nvcc --fmad=false)
+    return scaled + load_weight(w.biases, w.storage, g);
+  }
+}
+
 // One half-warp per output element.
-__global__ void matmul_f32_kernel(const float* x, const void* w, Storage ws, float* y, int64_t M, int64_t N,
-                                  int64_t K) {
+template <bool kAffine>
+__global__ void matmul_f32_kernel(const float* x, const WeightRef w, float* y, int64_t M, int64_t N, int64_t K) {
   const int64_t out = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;
   if (out >= M * N) return;  // a whole half-warp leaves together
   const int lane = threadIdx.x & 15;
   const int64_t m = out / N, n = out % N;
   const float* xr = x + m * K;
-  const int64_t wr = n * K;
   const int64_t padded = (K + 15) / 16 * 16;
   float acc = 0.0f;
   for (int64_t k = lane; k < padded; k += 16) {
     const float xv = k < K ? xr[k] : 0.0f;
-    const float wv = k < K ? load_weight(w, ws, wr + k) : 0.0f;
+    const float wv = k < K ? weight_at<kAffine>(w, n, k) : 0.0f;
     acc = fmaf(xv, wv, acc);
   }
   acc = half_warp_tree(acc, half_warp_mask());
@@ -56,8 +75,9 @@ __device__ __forceinline__ bool index_ok(int64_t v, int64_t bound, int* error, i
   return false;
 }
 
-__global__ void embed_kernel(const int32_t* ids, int64_t T, const void* table, Storage ts, int64_t V, int64_t D,
-                             float scale, float* out, int* error) {
+template <bool kAffine>
+__global__ void embed_kernel(const int32_t* ids, int64_t T, const WeightRef table, int64_t V, int64_t D, float scale,
+                             float* out, int* error) {
   allow_dependents();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * D) return;
@@ -66,7 +86,7 @@ __global__ void embed_kernel(const int32_t* ids, int64_t T, const void* table, S
     out[i] = 0.0f;
     return;
   }
-  out[i] = load_weight(table, ts, int64_t(ids[t]) * D + d) * scale;
+  out[i] = weight_at<kAffine>(table, ids[t], d) * scale;
 }
 
 // One half-warp per row: the canonical sum of squares (each term an FMA),
@@ -404,10 +424,10 @@ __global__ void fma_chains_kernel(int64_t iters, float* sink) {
 
 }  // namespace
 
-void matmul_f32(const float* x, const void* w, Storage ws, float* y, int64_t M, int64_t N, int64_t K,
-                cudaStream_t stream) {
+void matmul_f32(const float* x, const WeightRef& w, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream) {
   if (M * N == 0) return;
-  matmul_f32_kernel<<<blocks_for(M * N * 16), kThreads, 0, stream>>>(x, w, ws, y, M, N, K);
+  auto kernel = w.bits ? matmul_f32_kernel<true> : matmul_f32_kernel<false>;
+  kernel<<<blocks_for(M * N * 16), kThreads, 0, stream>>>(x, w, y, M, N, K);
 }
 
 void round_to_bf16(const float* x, uint16_t* out, int64_t n, cudaStream_t stream) {
@@ -420,10 +440,11 @@ void add_bias(float* y, const float* bias, int64_t M, int64_t N, cudaStream_t st
   add_bias_kernel<<<blocks_for(M * N), kThreads, 0, stream>>>(y, bias, M, N);
 }
 
-void embed(const int32_t* ids, int64_t T, const void* table, Storage ts, int64_t V, int64_t D, float scale,
-           float* out, int* error, cudaStream_t stream) {
+void embed(const int32_t* ids, int64_t T, const WeightRef& table, int64_t V, int64_t D, float scale, float* out,
+           int* error, cudaStream_t stream) {
   if (T * D == 0) return;
-  embed_kernel<<<blocks_for(T * D), kThreads, 0, stream>>>(ids, T, table, ts, V, D, scale, out, error);
+  auto kernel = table.bits ? embed_kernel<true> : embed_kernel<false>;
+  kernel<<<blocks_for(T * D), kThreads, 0, stream>>>(ids, T, table, V, D, scale, out, error);
 }
 
 namespace {

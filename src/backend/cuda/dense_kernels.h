@@ -14,11 +14,30 @@ namespace rowlm::cuda {
 // How a weight is stored: f32, bf16 or f16.
 enum class Storage : int { F32, BF16, F16 };
 
+// A [rows, cols] weight as the f32 kernels read it: dense elements in
+// `storage`, or MLX affine codes (backend/weight.h: bits 2-8, each row one
+// little-endian bit stream in u32 words) with a scale and a bias per group
+// of `group_size` columns in `storage`, each element dequantized as it is
+// read: scale · code + bias in f32, two roundings (quant::dequantize's
+// operations), so a kernel computes on it what it computes on the
+// dequantized dense matrix, bit for bit. 32-bit fields after the pointers
+// and no padding bytes (the launch queue keys launches by their bytes).
+struct WeightRef {
+  const void* values = nullptr;  // dense elements, or the code words
+  const void* scales = nullptr;  // affine only
+  const void* biases = nullptr;  // affine only
+  int64_t cols = 0;
+  Storage storage = Storage::F32;
+  int32_t bits = 0;  // 0: dense
+  int32_t group_size = 0;
+  int32_t unused = 0;
+};
+
 // y[m, n] = Σ_k x[m, k] · w[n, k] in the CPU's canonical order: 16 lanes,
 // lane j FMA-accumulating k ≡ j (mod 16) in increasing k over K rounded up
 // to 16 (zeros beyond K), then the tree (j, j+8), (j, j+4), (j, j+2), (j, j+1).
-void matmul_f32(const float* x, const void* w, Storage ws, float* y, int64_t M, int64_t N, int64_t K,
-                cudaStream_t stream);
+// w: [N, K].
+void matmul_f32(const float* x, const WeightRef& w, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
 // x rounded to bf16, nearest even, element by element.
 void round_to_bf16(const float* x, uint16_t* out, int64_t n, cudaStream_t stream);
 
@@ -28,8 +47,9 @@ void add_bias(float* y, const float* bias, int64_t M, int64_t N, cudaStream_t st
 // which the backend reads at its next synchronisation.
 enum ErrorCode : int { kNoError = 0, kEmbedIndex = 1, kGatherIndex = 2, kScatterIndex = 3, kRopePosition = 4 };
 
-void embed(const int32_t* ids, int64_t T, const void* table, Storage ts, int64_t V, int64_t D, float scale,
-           float* out, int* error, cudaStream_t stream);
+// out[t, d] = table[ids[t], d] · scale; table: [V, D].
+void embed(const int32_t* ids, int64_t T, const WeightRef& table, int64_t V, int64_t D, float scale, float* out,
+           int* error, cudaStream_t stream);
 // norm: 0 plain, 1 one-plus, 2 no scale (w may be null then).
 void rms_norm(const float* x, const void* w, Storage ws, int norm, float eps, float* y, int64_t rows, int64_t D,
               cudaStream_t stream);
