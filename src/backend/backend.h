@@ -172,12 +172,15 @@ class Backend {
   // entries (f32; ignored for NoScale). y may be x.
   virtual void rms_norm(const Tensor& x, const Tensor* w, float eps, NormKind kind, Tensor& y) = 0;
   // y += rms_norm(x) (the norm of a sublayer's output added to the residual
-  // stream): the bits of rms_norm into a temporary, then add. x is left as
-  // it is; y has x's shape and is separate from it. One kernel on the GPU.
-  virtual void add_rms_norm(Tensor& y, const Tensor& x, const Tensor* w, float eps, NormKind kind) {
+  // stream), then y ·= then_scale unless it is 1 (a layer's closing scalar):
+  // the bits of rms_norm into a temporary, add, then scale. x is left as it
+  // is; y has x's shape and is separate from it. One kernel on the GPU.
+  virtual void add_rms_norm(Tensor& y, const Tensor& x, const Tensor* w, float eps, NormKind kind,
+                            float then_scale = 1.0f) {
     Tensor normed = workspace().tensor(DType::F32, x.shape());
     rms_norm(x, w, eps, kind, normed);
     add(y, normed);
+    if (then_scale != 1.0f) scale(y, then_scale);
   }
   // In-place rotate-half RoPE of x viewed as [T, heads, head_dim]: pair k
   // rotates dims (k, k + head_dim/2) by the angle positions[t] · inv_freq[k]

@@ -43,10 +43,13 @@ Weight Weight::reshaped(int64_t new_rows, int64_t new_cols) const {
   } else {
     ROWLM_CHECK(group_size > 0 && new_cols % group_size == 0 && new_cols * bits % 32 == 0,
                 "cannot view " + describe() + " with " + std::to_string(new_cols) + " columns");
-    // Halves32 blocks stay whole only where both widths are whole blocks.
-    ROWLM_CHECK(code_order == CodeOrder::Stream || (cols % 32 == 0 && new_cols % 32 == 0),
-                "cannot view " + describe() + " (4-bit codes in 32-code blocks) with " + std::to_string(new_cols) +
-                    " columns");
+    // Halves32 and Lanes16 blocks stay whole only where both widths are whole blocks.
+    const int64_t block = code_order == CodeOrder::Halves32  ? 32
+                          : code_order == CodeOrder::Lanes16 ? lanes16_block_codes(bits)
+                                                             : 1;
+    ROWLM_CHECK(cols % block == 0 && new_cols % block == 0,
+                "cannot view " + describe() + " (codes in blocks of " + std::to_string(block) + ") with " +
+                    std::to_string(new_cols) + " columns");
     w.values = values.reshaped({new_rows, new_cols * bits / 32});
     w.scales = scales.reshaped({new_rows, new_cols / group_size});
     w.biases = biases.reshaped({new_rows, new_cols / group_size});

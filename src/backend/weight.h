@@ -38,7 +38,7 @@ enum class WeightFormat : uint8_t {
   Affine,
 };
 
-// The order of an affine weight's 4-bit codes within each row.
+// The order of an affine weight's codes within each row.
 enum class CodeOrder : uint8_t {
   // The bit stream above (every checkpoint's order).
   Stream,
@@ -49,7 +49,15 @@ enum class CodeOrder : uint8_t {
   // is an odd multiple of 16, stay in stream order. The same number of
   // words per row as the stream.
   Halves32,
+  // The CUDA backend's, for 4- and 8-bit codes where cols is a multiple of
+  // lanes16_block_codes(bits): blocks of 16 words, word j of a block holding
+  // the block's codes j, j + 16, j + 32, … from its low bits up, so that 16
+  // lanes, lane j reading word j, each get the codes of the columns it sums
+  // (k ≡ j mod 16) in increasing k from one 4-byte load per word.
+  Lanes16,
 };
+// Codes in one 16-word block of CodeOrder::Lanes16 (128 at 4 bits, 64 at 8).
+constexpr int64_t lanes16_block_codes(int bits) { return 16 * (32 / bits); }
 
 struct Weight {
   WeightFormat format = WeightFormat::Dense;
@@ -57,7 +65,7 @@ struct Weight {
   Tensor values;
   Tensor scales, biases;  // Affine only
   int bits = 0, group_size = 0;  // Affine only
-  CodeOrder code_order = CodeOrder::Stream;  // Affine with 4 bits only
+  CodeOrder code_order = CodeOrder::Stream;  // Affine only
 
   // A dense weight viewing `t` ([rows, cols]).
   static Weight dense(Tensor t);

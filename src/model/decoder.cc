@@ -165,7 +165,7 @@ class DecoderModel final : public Model {
   // The feed-forward sublayer's output, before the post-feed-forward norm (run_layers adds it).
   Tensor feed_forward(const LayerConfig& lc, const LayerWeights& lw, const Tensor& h);
   Tensor per_layer_inputs(const ForwardBatch& batch, const Tensor& x0);
-  void per_layer_input(int layer, const Step& step, Tensor& h);
+  void per_layer_input(int layer, const Step& step, Tensor& h, float then_scale);
 
   DecoderConfig cfg_;
   DecoderWeights w_;
@@ -198,7 +198,13 @@ void DecoderModel::prepare_weights() {
   weight(w_.embed);
   weight(w_.lm_head);
   vec(w_.final_norm);
-  weight(w_.per_layer_embed);
+  if (cfg_.per_layer_input > 0 && !w_.per_layer_embed.empty()) {
+    // Row id·L + l of the table [V, L·P] viewed as [V·L, P] is token id's
+    // part for layer l: prepared in that shape, so that a backend's code
+    // order (weight.h) is laid out along the rows that are read.
+    const int64_t L = int64_t(cfg_.layers.size()), P = cfg_.per_layer_input;
+    w_.per_layer_embed = be_.prepare_weight(w_.per_layer_embed.reshaped(w_.per_layer_embed.rows * L, P));
+  }
   weight(w_.per_layer_model_projection);
   vec(w_.per_layer_projection_norm);
   for (LayerWeights& l : w_.layers) {
@@ -213,11 +219,7 @@ void DecoderModel::prepare_weights() {
       vec(*t);
   }
   for (const RopeFrequencies& r : cfg_.ropes) rope_tables_.push_back(be_.make_rope_table(r.inv_freq));
-  if (cfg_.per_layer_input > 0) {
-    const int64_t L = int64_t(cfg_.layers.size()), P = cfg_.per_layer_input;
-    // Row id·L + l of the table [V, L·P] viewed as [V·L, P] is token id's part for layer l.
-    per_layer_table_ = w_.per_layer_embed.reshaped(w_.per_layer_embed.rows * L, P);
-  }
+  if (cfg_.per_layer_input > 0) per_layer_table_ = w_.per_layer_embed;
 }
 
 void DecoderModel::check_ids(std::span<const int32_t> ids) const {
@@ -328,14 +330,17 @@ void DecoderModel::run_layers(Step& step, const ForwardBatch& batch, kv::KvCache
     const LayerWeights& lw = w_.layers[l];
     attention(int(l), step, batch, cache, h);
     // The sublayer's output, normed into the stream where the layer has a post-norm.
+    // The layer scalar goes into the layer's last normed add (one launch
+    // fewer); the bits are those of add then scale.
     const Tensor f = feed_forward(lc, lw, h);
+    const bool ple = cfg_.per_layer_input > 0;
     if (lc.post_ffn_norm) {
-      be_.add_rms_norm(h, f, &lw.post_ffn_norm, eps(), cfg_.norm_kind);
+      be_.add_rms_norm(h, f, &lw.post_ffn_norm, eps(), cfg_.norm_kind, ple ? 1.0f : lw.layer_scalar);
     } else {
       be_.add(h, f);
+      if (!ple && lw.layer_scalar != 1.0f) be_.scale(h, lw.layer_scalar);
     }
-    if (cfg_.per_layer_input > 0) per_layer_input(int(l), step, h);
-    if (lw.layer_scalar != 1.0f) be_.scale(h, lw.layer_scalar);
+    if (ple) per_layer_input(int(l), step, h, lw.layer_scalar);
   }
 }
 
@@ -557,14 +562,14 @@ Tensor DecoderModel::per_layer_inputs(const ForwardBatch& batch, const Tensor& x
   return by_layer;
 }
 
-void DecoderModel::per_layer_input(int l, const Step& step, Tensor& h) {
+void DecoderModel::per_layer_input(int l, const Step& step, Tensor& h, float then_scale) {
   const LayerWeights& lw = w_.layers[std::size_t(l)];
   const int64_t T = step.T;
   const Tensor ple = step.per_layer.rows(int64_t(l) * T, int64_t(l + 1) * T);
   // Gated into the stream.
   Tensor gate = linear(h, lw.per_layer_gate);
   Tensor proj = gated_linear(gate, ple, cfg_.layers[std::size_t(l)].ffn.activation, lw.per_layer_projection);
-  be_.add_rms_norm(h, proj, &lw.per_layer_norm, eps(), cfg_.norm_kind);
+  be_.add_rms_norm(h, proj, &lw.per_layer_norm, eps(), cfg_.norm_kind, then_scale);
 }
 
 }  // namespace

@@ -584,7 +584,8 @@ class CpuBackend final : public Backend {
                       "], got " + describe(w.values));
     ROWLM_REQUIRE(!prepared || w.bits != 4 || w.code_order == CodeOrder::Halves32,
                   at + ": 4-bit codes must be in this backend's order: pass the weight through prepare_weight first");
-    ROWLM_REQUIRE(w.bits == 4 || w.code_order == CodeOrder::Stream, at + ": only 4-bit codes have another order");
+    ROWLM_REQUIRE(w.code_order == CodeOrder::Stream || (w.bits == 4 && w.code_order == CodeOrder::Halves32),
+                  at + ": codes must be in the checkpoint's stream order (or this backend's 4-bit order)");
     const Shape params{w.rows, w.cols / w.group_size};
     for (const Tensor* t : {&w.scales, &w.biases})
       ROWLM_REQUIRE(is_float_storage(t->dtype()) && t->shape() == params && t->dtype() == w.scales.dtype(),

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/attention_merge.cuh"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kv_device.cuh"
 #include "backend/cuda/kv_kernels.h"
@@ -36,8 +37,6 @@ constexpr int kSplitParts = kSplitThreads / kSplitPositions;  // threads scoring
 constexpr int kSplitFeatures = 512 / kSplitThreads;           // value features per thread (head_dim ≤ 512)
 static_assert(kSplitParts == 4, "the score's sum is written for four parts");
 static_assert(kSplitPositions % 32 == 0 && kSplitHeads <= kSplitThreads / 32, "one warp per head, whole warps of slots");
-
-__device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 
 // Feature d of the key in slot i of a K head section (feature-major), for a
 // codec known at compile time (the dense codecs by one aligned load).
@@ -56,28 +55,6 @@ __device__ __forceinline__ float value_of(const KvLayout& L, const uint8_t* rec,
   if constexpr (kCodec == kBF16) return bf16_to_f32(reinterpret_cast<const uint16_t*>(rec)[d]);
   if constexpr (kCodec == kF16) return f16_to_f32(reinterpret_cast<const uint16_t*>(rec)[d]);
   return value_at(L, rec, d);
-}
-
-// The query's running state (M, L, O) after one more split (m, l, o), in
-// split order; M = −inf: nothing merged yet. Both modes merge through these
-// (inline mode in registers, split mode's last block from the partials), with
-// explicit roundings, so they perform the same operations.
-__device__ __forceinline__ float merge_scale(float from, float to) {
-  return from == neg_inf() ? 0.0f : attention_exp(__fsub_rn(from, to));
-}
-struct MergeStep {
-  float alpha, beta;  // what the running state and the split are scaled by
-};
-// Moves (M, L) past the split (m, l); the outputs follow with merge_output.
-__device__ __forceinline__ MergeStep merge_split(float& M, float& Lsum, float m, float l) {
-  const float Mn = fmaxf(M, m);
-  const MergeStep step{merge_scale(M, Mn), merge_scale(m, Mn)};
-  Lsum = __fadd_rn(__fmul_rn(Lsum, step.alpha), __fmul_rn(l, step.beta));
-  M = Mn;
-  return step;
-}
-__device__ __forceinline__ float merge_output(float O, float o, MergeStep step) {
-  return __fadd_rn(__fmul_rn(O, step.alpha), __fmul_rn(o, step.beta));
 }
 
 // The first kHeads of kSplitHeads per-head values stored together (q of
@@ -100,17 +77,11 @@ __device__ __forceinline__ void heads_at(const float* p, float (&v)[kHeads]) {
 }
 
 struct SplitArgs {
-  float* part_o = nullptr;   // split mode: [T·heads][splits][head_dim]
-  float* part_ml = nullptr;  // split mode: [T·heads][splits][2] (m, l)
+  SplitPartials part;        // split mode; part.splits: grid.y, at least every query's split count
   int* arrivals = nullptr;   // split mode: a count per block column (grid.x), zero before and after
-  int splits = 1;            // grid.y in split mode: at least every query's split count
   int heads_per_block = kSplitHeads;  // query heads of a group (at most kSplitHeads)
   int head_groups = 1;       // blocks per (token, KV head)
 };
-
-__device__ __forceinline__ int64_t split_count(int64_t lo, int64_t hi) {
-  return hi < lo ? 0 : hi / kSplitPositions - lo / kSplitPositions + 1;
-}
 
 // Shared memory: q [head_dim][kSplitHeads], the score parts
 // [kSplitParts][kSplitHeads][P], e [P][kSplitHeads], m and l [kSplitHeads],
@@ -328,15 +299,15 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout
       }
     } else {
       for (int h = 0; h < nh; ++h) {
-        const int64_t at = (t * a.heads + h0 + h) * sa.splits + s;
+        const int64_t at = (t * a.heads + h0 + h) * sa.part.splits + s;
 #pragma unroll
         for (int f = 0; f < kSplitFeatures; ++f) {
           const int d = tid + f * kSplitThreads;
-          if (d < hd) sa.part_o[at * hd + d] = o[h][f];
+          if (d < hd) sa.part.o[at * hd + d] = o[h][f];
         }
         if (tid == 0) {
-          sa.part_ml[2 * at] = sm.m[h];
-          sa.part_ml[2 * at + 1] = sm.l[h];
+          sa.part.ml[2 * at] = sm.m[h];
+          sa.part.ml[2 * at + 1] = sm.l[h];
         }
       }
     }
@@ -356,29 +327,13 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout
   // Split mode: the last of the query's split blocks to finish merges the
   // splits' partials in split order, exactly as inline mode merges them, and
   // leaves its arrival count at zero for the next launch.
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) {
-    int& count = sa.arrivals[blockIdx.x];
-    *sm.last = atomicAdd(&count, 1) == int(n_splits) - 1;
-    if (*sm.last) count = 0;
-  }
-  __syncthreads();
-  if (!*sm.last) return;
-  __threadfence();
+  if (!last_split_block(sa.arrivals, blockIdx.x, n_splits, sm.last)) return;
   for (int h = 0; h < nh; ++h) {
-    const int64_t th = t * a.heads + h0 + h;
 #pragma unroll
     for (int f = 0; f < kSplitFeatures; ++f) {
       const int d = tid + f * kSplitThreads;
       if (d >= hd) break;
-      float M = neg_inf(), Lsum = 0.0f, O = 0.0f;
-      for (int64_t s = 0; s < n_splits; ++s) {
-        const int64_t at = th * sa.splits + s;
-        const MergeStep step = merge_split(M, Lsum, __ldcg(sa.part_ml + 2 * at), __ldcg(sa.part_ml + 2 * at + 1));
-        O = merge_output(O, __ldcg(sa.part_o + at * hd + d), step);
-      }
-      out[h * hd + d] = __fdiv_rn(O, Lsum);
+      out[h * hd + d] = merged_output(sa.part, t * a.heads + h0 + h, n_splits, hd, d);
     }
   }
 }
@@ -387,7 +342,7 @@ template <int kCodec>
 void launch_split(const KvLayout& L, KvBlocks blocks, const AttentionArgs& args, const SplitArgs& sa, bool inline_mode,
                   cudaStream_t stream) {
   const std::size_t smem = split_smem_bytes(L);
-  const dim3 grid(unsigned(args.T * L.kv_heads * sa.head_groups), inline_mode ? 1u : unsigned(sa.splits));
+  const dim3 grid(unsigned(args.T * L.kv_heads * sa.head_groups), inline_mode ? 1u : unsigned(sa.part.splits));
   if (inline_mode) {
     auto kernel = attention_split_kernel<kCodec, true, kSplitHeads>;
     if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
@@ -419,7 +374,7 @@ void attention_split(const KvLayout& layout, KvBlocks blocks, const AttentionArg
                      int* arrivals, cudaStream_t stream) {
   if (args.T == 0) return;
   SplitArgs sa;
-  sa.splits = splits;
+  sa.part.splits = splits;
   const bool inline_mode = scratch == nullptr;
   // Split mode: halve the groups while the grid is under kFillBlocks.
   constexpr int64_t kFillBlocks = 256;
@@ -430,8 +385,8 @@ void attention_split(const KvLayout& layout, KvBlocks blocks, const AttentionArg
   sa.head_groups = attention_split_head_groups(args.heads, layout.kv_heads, sa.heads_per_block);
   if (!inline_mode) {
     sa.arrivals = arrivals;
-    sa.part_o = scratch;
-    sa.part_ml = scratch + std::size_t(args.T) * args.heads * splits * layout.head_dim;
+    sa.part.o = scratch;
+    sa.part.ml = scratch + std::size_t(args.T) * args.heads * splits * layout.head_dim;
   }
   switch (layout.codec) {
     case kF32: launch_split<kF32>(layout, blocks, args, sa, inline_mode, stream); break;

@@ -609,12 +609,13 @@ class CudaBackend final : public Backend {
     queue_.launch("rms_norm", &cuda::rms_norm, x.data<float>(), a.g, a.gs, a.norm, eps, y.data<float>(), a.rows, a.D);
   }
 
-  void add_rms_norm(Tensor& y, const Tensor& x, const Tensor* w, float eps, NormKind kind) override {
+  void add_rms_norm(Tensor& y, const Tensor& x, const Tensor* w, float eps, NormKind kind,
+                    float then_scale = 1.0f) override {
     const NormArgs a = norm_args(x, w, kind, y, "add_rms_norm");
     ROWLM_REQUIRE(!overlaps(x, y), "add_rms_norm: y must not overlap x");
     DeviceGuard guard(device_);
     queue_.launch("add_rms_norm", &cuda::add_rms_norm, y.data<float>(), x.data<float>(), a.g, a.gs, a.norm, eps, a.rows,
-                  a.D);
+                  a.D, then_scale);
   }
 
   void rope(Tensor& x, const Tensor& positions, RopeTable& rope_table) override {
@@ -996,8 +997,13 @@ class CudaBackend final : public Backend {
     if (T == 0) return;
     check_attention_batch(a, batch, [&a](int32_t block) { return a.present(block); });
     const cuda::KvLayout layout = a.kernel_layout();
-    const std::size_t smem = precision_ == MatmulPrecision::Bf16 ? cuda::attention_split_smem_bytes(layout)
-                                                                  : cuda::attention_smem_bytes(layout);
+    // The tensor-core precision runs attention on tensor cores where the
+    // layout allows (the layout alone decides: a query's bits never depend
+    // on the batch), else the scalar split kernel.
+    const bool on_tensor_cores = precision_ == MatmulPrecision::Bf16 && cuda::attention_mma_supports(layout);
+    const std::size_t smem = on_tensor_cores                          ? cuda::attention_mma_smem_bytes(layout)
+                             : precision_ == MatmulPrecision::Bf16 ? cuda::attention_split_smem_bytes(layout)
+                                                                   : cuda::attention_smem_bytes(layout);
     ROWLM_REQUIRE(smem <= props_.sharedMemPerBlockOptin,
                   "attention: a KV block of " + std::to_string(a.block_size()) + " positions of this layer (" +
                       std::to_string(spec.head_dim) + "-wide heads, " + kv::codec_name(spec.codec) +
@@ -1049,21 +1055,27 @@ class CudaBackend final : public Backend {
       return;
     }
     // The tensor-core precision: the keys in fixed splits (flash-decoding).
-    // A block per split while few queries run and the partials stay small
-    // (decode), else a block per query; the bits are the same either way.
+    // A block per split while the blocks of inline mode would not fill the
+    // GPU and the partials stay small (decode), else blocks walking their
+    // splits; the bits are the same either way.
     int splits = 1;
     while (splits < most_splits) splits *= 2;
-    const int64_t query_blocks =
-        T * spec.kv_heads * cuda::attention_split_head_groups(params.num_heads, spec.kv_heads);
     const std::size_t scratch_floats = cuda::attention_split_scratch_floats(T, params.num_heads, spec.head_dim, splits);
-    // (At most kSplitHeads times query_blocks count arrivals: one per query head.)
-    const bool per_split = query_blocks < 4 * int64_t(props_.multiProcessorCount) &&
-                           query_blocks * cuda::kSplitHeads <= cuda::kAttentionArrivals &&
-                           scratch_floats * sizeof(float) <= (std::size_t(128) << 20);
+    const int64_t sms = props_.multiProcessorCount;
+    bool per_split = scratch_floats * sizeof(float) <= (std::size_t(128) << 20);
+    if (on_tensor_cores) {
+      per_split = per_split && cuda::attention_mma_inline_blocks(layout, T, params.num_heads) < sms &&
+                  cuda::attention_mma_split_columns(layout, T, params.num_heads) <= cuda::kAttentionArrivals;
+    } else {
+      const int64_t query_blocks =
+          T * spec.kv_heads * cuda::attention_split_head_groups(params.num_heads, spec.kv_heads);
+      // (At most kSplitHeads times query_blocks count arrivals: one per query head.)
+      per_split = per_split && query_blocks < 4 * sms && query_blocks * cuda::kSplitHeads <= cuda::kAttentionArrivals;
+    }
     Tensor scratch;
     if (per_split) scratch = workspace_.tensor(DType::F32, {int64_t(scratch_floats)});
-    queue_.launch("attention", &cuda::attention_split, layout, a.device_blocks(), args, splits,
-                  per_split ? scratch.data<float>() : static_cast<float*>(nullptr),
+    queue_.launch("attention", on_tensor_cores ? &cuda::attention_mma : &cuda::attention_split, layout,
+                  a.device_blocks(), args, splits, per_split ? scratch.data<float>() : static_cast<float*>(nullptr),
                   static_cast<int*>(attention_arrivals_.get()));
   }
 
@@ -1076,6 +1088,7 @@ class CudaBackend final : public Backend {
   // f32 activations under either precision, so it equals the CPU backend's
   // affine matmul bit for bit; the device holds bits/32 of the f32 bytes.
   Weight upload_affine(const Weight& w) {
+    if (holds(w)) return w;  // prepared already
     ROWLM_REQUIRE(w.code_order == CodeOrder::Stream,
                   "prepare_weight: " + w.describe() + ": codes in another backend's order (prepare the source)");
     const quant::AffineSpec spec{w.bits, w.group_size};
@@ -1093,6 +1106,18 @@ class CudaBackend final : public Backend {
     out.values = upload(w.values);
     out.scales = upload(w.scales);
     out.biases = upload(w.biases);
+    // 4- and 8-bit codes of whole blocks go into the lane order of the
+    // matmul kernel that reads each word once (weight.h), on the device.
+    if ((w.bits == 4 || w.bits == 8) && w.cols % lanes16_block_codes(w.bits) == 0 && out.values.nbytes()) {
+      DeviceGuard guard(device_);
+      auto p = device_alloc(device_, out.values.nbytes(), "affine codes", queue_.released());
+      cuda::affine_lanes16_from_stream(out.values.data<uint32_t>(), static_cast<uint32_t*>(p.get()), w.rows, w.cols,
+                                       w.bits, stream_);
+      check(cudaGetLastError(), "affine codes");
+      check(cudaStreamSynchronize(stream_), "affine codes");
+      out.values = Tensor::view(DType::U32, out.values.shape(), p.get(), p, device());
+      out.code_order = CodeOrder::Lanes16;
+    }
     return out;
   }
 
@@ -1101,7 +1126,10 @@ class CudaBackend final : public Backend {
     if (w.values.device() != device()) return false;
     if (w.format == WeightFormat::Dense) return is_float_storage(w.values.dtype());
     return w.format == WeightFormat::Affine && w.values.dtype() == DType::U32 && w.scales.device() == device() &&
-           w.biases.device() == device() && is_float_storage(w.scales.dtype()) && w.code_order == CodeOrder::Stream;
+           w.biases.device() == device() && is_float_storage(w.scales.dtype()) &&
+           (w.code_order == CodeOrder::Stream ||
+            (w.code_order == CodeOrder::Lanes16 && (w.bits == 4 || w.bits == 8) &&
+             w.cols % lanes16_block_codes(w.bits) == 0));
   }
   // The f32 kernels' view of a weight this backend holds.
   static cuda::WeightRef weight_ref(const Weight& w) {
@@ -1114,6 +1142,7 @@ class CudaBackend final : public Backend {
       r.storage = storage_of(w.scales.dtype());
       r.bits = w.bits;
       r.group_size = w.group_size;
+      r.lanes16 = w.code_order == CodeOrder::Lanes16 ? 1 : 0;
     } else {
       r.storage = storage_of(w.values.dtype());
     }

@@ -136,11 +136,16 @@ TEST_F(CudaVsCpu, AffineMatmulAndEmbedEqualTheCpuUnderEitherPrecision) {
   for (MatmulPrecision precision : {MatmulPrecision::F32, MatmulPrecision::Bf16}) {
     auto g = make_cuda_backend(0, BackendOptions{"cuda", 0, precision});
     auto c = make_cpu_backend(2, precision);
+    // K = 128, 256, 384, 512 hold whole Lanes16 blocks at 4 and 8 bits (the
+    // lane kernel, 1 to 8 rows of x per pass: M = 1, 3, 9, 40), K = 96 not
+    // (the stream order stays).
     for (int bits : {2, 3, 4, 5, 6, 8})
-      for (int64_t M : {1, 9})
+      for (int64_t M : {1, 3, 9, 40})
         for (auto [N, K, group, params] : {std::tuple{int64_t(7), int64_t(128), 32, DType::BF16},
                                            std::tuple{int64_t(33), int64_t(512), 64, DType::F16},
-                                           std::tuple{int64_t(5), int64_t(256), 128, DType::F32}}) {
+                                           std::tuple{int64_t(5), int64_t(256), 128, DType::F32},
+                                           std::tuple{int64_t(6), int64_t(384), 64, DType::BF16},
+                                           std::tuple{int64_t(4), int64_t(96), 32, DType::BF16}}) {
           const Weight w = affine(N, K, bits, group, params);
           const Tensor x = random({M, K});
           Tensor want(DType::F32, {M, N});
@@ -153,17 +158,23 @@ TEST_F(CudaVsCpu, AffineMatmulAndEmbedEqualTheCpuUnderEitherPrecision) {
                                         std::string(matmul_precision_name(precision)) + " M" + std::to_string(M) +
                                         " N" + std::to_string(N) + " K" + std::to_string(K));
         }
-    const Weight table = affine(40, 96, 4, 32, DType::BF16);
-    std::vector<int32_t> ids = {0, 39, 7, 7, 21};
-    Tensor host_ids(DType::I32, {int64_t(ids.size())});
-    std::memcpy(host_ids.raw(), ids.data(), ids.size() * 4);
-    Tensor want(DType::F32, {int64_t(ids.size()), 96});
-    c->embed(host_ids, c->prepare_weight(table), 1.5f, want);
-    Tensor out = g->upload(Tensor(DType::F32, {int64_t(ids.size()), 96}));
-    g->embed(g->upload(host_ids), g->prepare_weight(table), 1.5f, out);
-    Tensor got(DType::F32, {int64_t(ids.size()), 96});
-    g->copy_to_host(out, got.raw());
-    expect_bitwise(got, want, "affine embedding");
+    // Embeddings in stream order (D = 96) and in lane order (q4 D = 256, q8 D = 128).
+    for (auto [D, bits] : {std::pair{int64_t(96), 4}, std::pair{int64_t(256), 4}, std::pair{int64_t(128), 8}}) {
+      const Weight table = affine(40, D, bits, 32, DType::BF16);
+      std::vector<int32_t> ids = {0, 39, 7, 7, 21};
+      Tensor host_ids(DType::I32, {int64_t(ids.size())});
+      std::memcpy(host_ids.raw(), ids.data(), ids.size() * 4);
+      Tensor want(DType::F32, {int64_t(ids.size()), D});
+      c->embed(host_ids, c->prepare_weight(table), 1.5f, want);
+      const Weight on_gpu = g->prepare_weight(table);
+      EXPECT_EQ(on_gpu.code_order, D % lanes16_block_codes(bits) == 0 ? CodeOrder::Lanes16 : CodeOrder::Stream);
+      EXPECT_EQ(g->prepare_weight(on_gpu).values.raw(), on_gpu.values.raw()) << "prepared twice";
+      Tensor out = g->upload(Tensor(DType::F32, {int64_t(ids.size()), D}));
+      g->embed(g->upload(host_ids), on_gpu, 1.5f, out);
+      Tensor got(DType::F32, {int64_t(ids.size()), D});
+      g->copy_to_host(out, got.raw());
+      expect_bitwise(got, want, "affine embedding q" + std::to_string(bits) + " D" + std::to_string(D));
+    }
   }
 }
 
@@ -185,6 +196,14 @@ TEST_F(CudaVsCpu, ElementwiseNormsRopeAndRowOpsEqualTheCpu) {
       cpu->add_rms_norm(want_sum, x, &w, 1e-6f, kind);
       gpu->add_rms_norm(sum, up(x), &gw, 1e-6f, kind);
       expect_bitwise(down(sum), want_sum, "add_rms_norm D" + std::to_string(D));
+      // With a closing scale (a layer scalar): the CPU's norm, add, then scale.
+      Tensor scaled = up(stream), want_scaled(DType::F32, stream.shape()), normed(DType::F32, x.shape());
+      std::memcpy(want_scaled.raw(), stream.raw(), stream.nbytes());
+      cpu->rms_norm(x, &w, 1e-6f, kind, normed);
+      cpu->add(want_scaled, normed);
+      cpu->scale(want_scaled, 0.7f);
+      gpu->add_rms_norm(scaled, up(x), &gw, 1e-6f, kind, 0.7f);
+      expect_bitwise(down(scaled), want_scaled, "add_rms_norm then 0.7 D" + std::to_string(D));
     }
     for (Activation act : {Activation::GeluTanh, Activation::Silu}) {
       Tensor gate = random({7, D}, 5.0f), upv = random({7, D});
@@ -610,6 +629,35 @@ TEST_F(CudaVsCpu, SplitAttentionIsTheSameAloneAndBatchedAndNearTheCpu) {
     for (std::size_t j = 0; j < from_a.size(); ++j)
       expect_bitwise(row_of(got, int64_t(2 * j)), row_of(all, from_a[j]),
                      what + " query " + std::to_string(from_a[j]) + " among row B's");
+    // Both rows' prefills in one call, interleaved (three of A's queries, then
+    // one of B's), so thread blocks hold queries of two block tables: every
+    // query equals its own row's prefill.
+    std::vector<kv::AttentionQuery> prefill_b, both;
+    for (int32_t i = 0; i < len_b; ++i) prefill_b.push_back({bg, i});
+    const Tensor q_b_all = random({len_b, qwidth});
+    const Tensor own_b = attend_gpu(prefill_b, q_b_all);
+    std::vector<std::pair<const Tensor*, int32_t>> source;  // (own output, query) of each row of `both`
+    Tensor q_both(DType::F32, {len_a + len_b, qwidth});
+    auto push = [&](const kv::AttentionQuery& query, const Tensor& qs, const Tensor& own, int32_t i) {
+      std::memcpy(q_both.data<float>() + int64_t(both.size()) * qwidth, qs.data<float>() + int64_t(i) * qwidth,
+                  std::size_t(qwidth) * sizeof(float));
+      both.push_back(query);
+      source.emplace_back(&own, i);
+    };
+    int32_t next_b = 0;
+    for (int32_t i = 0; i < len_a; ++i) {
+      push({ag, i}, q_all, all, i);
+      if (i % 3 == 2 && next_b < len_b) {
+        push({bg, next_b}, q_b_all, own_b, next_b);
+        ++next_b;
+      }
+    }
+    for (; next_b < len_b; ++next_b) push({bg, next_b}, q_b_all, own_b, next_b);
+    const Tensor together = attend_gpu(both, q_both);
+    for (std::size_t j = 0; j < both.size(); ++j)
+      expect_bitwise(row_of(together, int64_t(j)), row_of(*source[j].first, source[j].second),
+                     what + (source[j].first == &all ? " A" : " B") + " query " + std::to_string(source[j].second) +
+                         " in the interleaved prefills");
     on_cpu.end_step();
     on_gpu.end_step();
   }

@@ -26,12 +26,21 @@ __device__ __forceinline__ float weight_at(const WeightRef& w, int64_t row, int6
   } else {
     // Rows hold whole words (cols · bits is a multiple of 32): a row's
     // stream starts at its first word; a code may run into the next word.
-    const int64_t bit = (row * w.cols + col) * w.bits;
     const uint32_t* words = static_cast<const uint32_t*>(w.values);
-    const int shift = int(bit % 32);
-    uint64_t v = words[bit / 32] >> shift;
-    if (shift + w.bits > 32) v |= uint64_t(words[bit / 32 + 1]) << (32 - shift);
-    const float code = float(uint32_t(v) & ((1u << w.bits) - 1u));
+    const uint32_t mask = (1u << w.bits) - 1u;
+    float code;
+    if (w.lanes16) {
+      const int per_word = 32 / w.bits;
+      const int64_t block = col / (16 * per_word), in = col % (16 * per_word);
+      const uint32_t word = words[row * (w.cols / per_word) + block * 16 + in % 16];
+      code = float((word >> (int(in / 16) * w.bits)) & mask);
+    } else {
+      const int64_t bit = (row * w.cols + col) * w.bits;
+      const int shift = int(bit % 32);
+      uint64_t v = words[bit / 32] >> shift;
+      if (shift + w.bits > 32) v |= uint64_t(words[bit / 32 + 1]) << (32 - shift);
+      code = float(uint32_t(v) & mask);
+    }
     const int64_t g = row * (w.cols / w.group_size) + col / w.group_size;
     const float scaled = load_weight(w.scales, w.storage, g) * code;  // (no contraction: nvcc --fmad=false)
     return scaled + load_weight(w.biases, w.storage, g);
@@ -75,6 +84,80 @@ __device__ __forceinline__ bool index_ok(int64_t v, int64_t bound, int* error, i
   return false;
 }
 
+// matmul_f32_kernel<true>'s sums for Lanes16 codes of kBits bits: a
+// half-warp per weight row and group of up to kRows rows of x, lane j
+// loading word j of each block (one 4-byte load for 32 / kBits weights) and
+// dequantizing each weight once for all its rows of x. Lane j's sum, its
+// roundings, and the tree are matmul_f32_kernel's, so are the bits.
+constexpr int kLanesAhead = 4;  // words each lane loads before it computes on them
+template <int kBits, int kRows>
+__global__ void __launch_bounds__(kThreads) matmul_affine_lanes_kernel(const float* x, const WeightRef w, float* y,
+                                                                       int64_t M, int64_t N, int64_t K) {
+  const int64_t hw = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;
+  const int64_t row_groups = (M + kRows - 1) / kRows;
+  if (hw >= N * row_groups) return;  // a whole half-warp leaves together
+  const int lane = threadIdx.x & 15;
+  const int64_t n = hw % N, m0 = hw / N * kRows;
+  const int rows = int(M - m0 < kRows ? M - m0 : kRows);
+  constexpr int kPer = 32 / kBits;
+  constexpr int64_t kBlock = 16 * kPer;
+  constexpr uint32_t kMask = (1u << kBits) - 1u;
+  const uint32_t* words = static_cast<const uint32_t*>(w.values) + n * (K / kPer);
+  const int64_t g0 = n * (K / w.group_size);
+  const float* xm = x + m0 * K;
+  float acc[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+  int64_t group = -1;
+  float s = 0.0f, b = 0.0f;
+  const int64_t blocks = K / kBlock;
+  for (int64_t blk = 0; blk < blocks; blk += kLanesAhead) {
+    uint32_t wd[kLanesAhead];
+#pragma unroll
+    for (int a = 0; a < kLanesAhead; ++a) wd[a] = blk + a < blocks ? __ldg(words + (blk + a) * 16 + lane) : 0u;
+#pragma unroll
+    for (int a = 0; a < kLanesAhead; ++a) {
+      if (blk + a >= blocks) break;
+#pragma unroll
+      for (int q = 0; q < kPer; ++q) {
+        const int64_t k = (blk + a) * kBlock + 16 * q + lane;
+        const int64_t gk = k / w.group_size;
+        if (gk != group) {
+          group = gk;
+          s = load_weight(w.scales, w.storage, g0 + gk);
+          b = load_weight(w.biases, w.storage, g0 + gk);
+        }
+        const float wv = __fadd_rn(__fmul_rn(s, float((wd[a] >> (q * kBits)) & kMask)), b);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+          if (r < rows) acc[r] = fmaf(xm[r * K + k], wv, acc[r]);
+      }
+    }
+  }
+  const unsigned mask = half_warp_mask();
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const float sum = half_warp_tree(acc[r], mask);
+    if (lane == 0 && r < rows) y[(m0 + r) * N + n] = sum;
+  }
+}
+
+// One thread per Lanes16 word: gathers its 32 / bits codes from the stream.
+__global__ void lanes16_from_stream_kernel(const uint32_t* in, uint32_t* out, int64_t rows, int64_t cols, int bits) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t row_words = cols * bits / 32;
+  if (i >= rows * row_words) return;
+  const int per = 32 / bits;
+  const int64_t row = i / row_words, wi = i % row_words, block = wi / 16, j = wi % 16;
+  const uint32_t mask = (1u << bits) - 1u;
+  uint32_t word = 0;
+  for (int q = 0; q < per; ++q) {
+    const int64_t bit = (block * 16 * per + j + 16 * q) * bits;  // within the row; bits divides 32
+    word |= ((in[row * row_words + bit / 32] >> (bit % 32)) & mask) << (q * bits);
+  }
+  out[i] = word;
+}
+
 template <bool kAffine>
 __global__ void embed_kernel(const int32_t* ids, int64_t T, const WeightRef table, int64_t V, int64_t D, float scale,
                              float* out, int* error) {
@@ -89,10 +172,17 @@ __global__ void embed_kernel(const int32_t* ids, int64_t T, const WeightRef tabl
   out[i] = weight_at<kAffine>(table, ids[t], d) * scale;
 }
 
+// A residual stream's element after add_rms_norm: (y + r), then · s unless
+// s is 1, two roundings as the CPU's add then scale.
+__device__ __forceinline__ float stream_update(float y, float r, float s) {
+  const float sum = __fadd_rn(y, r);
+  return s == 1.0f ? sum : __fmul_rn(sum, s);
+}
+
 // One half-warp per row: the canonical sum of squares (each term an FMA),
 // then y = (x · inv) · g.
 __global__ void rms_norm_kernel(const float* x, const void* w, Storage ws, int norm, float eps, float* y,
-                                int64_t rows, int64_t D, bool accumulate) {
+                                int64_t rows, int64_t D, bool accumulate, float then_scale) {
   allow_dependents();
   const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;
   if (row >= rows) return;
@@ -134,7 +224,7 @@ __global__ void rms_norm_kernel(const float* x, const void* w, Storage ws, int n
       if (i >= D) break;
       float r = v[j] * inv;
       if (norm != 2) r = r * (norm == 1 ? 1.0f + g[j] : g[j]);
-      y[row * D + i] = accumulate ? y[row * D + i] + r : r;
+      y[row * D + i] = accumulate ? stream_update(y[row * D + i], r, then_scale) : r;
     }
   }
 }
@@ -240,13 +330,14 @@ __device__ __forceinline__ void norm_row_staged(const float* xr, const void* __r
 __global__ void __launch_bounds__(kNormThreads) rms_norm_staged_kernel(const float* x,  // y may be x
                                                                        const void* __restrict__ w, Storage ws,
                                                                        int norm, float eps, float* y, int64_t D,
-                                                                       bool accumulate) {
+                                                                       bool accumulate, float then_scale) {
   allow_dependents();
   extern __shared__ float row[];
   __shared__ float sum_of_squares;
   const int64_t r = blockIdx.x;
   norm_row_staged(x + r * D, w, ws, norm, eps, D, row, sum_of_squares);
-  for (int64_t i = threadIdx.x; i < D; i += kNormThreads) y[r * D + i] = accumulate ? y[r * D + i] + row[i] : row[i];
+  for (int64_t i = threadIdx.x; i < D; i += kNormThreads)
+    y[r * D + i] = accumulate ? stream_update(y[r * D + i], row[i], then_scale) : row[i];
 }
 
 // The norm's value rounded to bf16 (round_to_bf16's rounding of rms_norm's output).
@@ -424,10 +515,32 @@ __global__ void fma_chains_kernel(int64_t iters, float* sink) {
 
 }  // namespace
 
+namespace {
+template <int kBits>
+void launch_affine_lanes(const float* x, const WeightRef& w, float* y, int64_t M, int64_t N, int64_t K,
+                         cudaStream_t stream) {
+  auto kernel = M == 1   ? matmul_affine_lanes_kernel<kBits, 1>
+                : M == 2 ? matmul_affine_lanes_kernel<kBits, 2>
+                : M <= 4 ? matmul_affine_lanes_kernel<kBits, 4>
+                         : matmul_affine_lanes_kernel<kBits, 8>;
+  const int64_t rows = M == 1 ? 1 : M == 2 ? 2 : M <= 4 ? 4 : 8;
+  kernel<<<blocks_for(N * ((M + rows - 1) / rows) * 16), kThreads, 0, stream>>>(x, w, y, M, N, K);
+}
+}  // namespace
+
 void matmul_f32(const float* x, const WeightRef& w, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream) {
   if (M * N == 0) return;
+  if (w.lanes16 && w.bits == 4) return launch_affine_lanes<4>(x, w, y, M, N, K, stream);
+  if (w.lanes16 && w.bits == 8) return launch_affine_lanes<8>(x, w, y, M, N, K, stream);
   auto kernel = w.bits ? matmul_f32_kernel<true> : matmul_f32_kernel<false>;
   kernel<<<blocks_for(M * N * 16), kThreads, 0, stream>>>(x, w, y, M, N, K);
+}
+
+void affine_lanes16_from_stream(const uint32_t* stream_words, uint32_t* lanes_words, int64_t rows, int64_t cols,
+                                int bits, cudaStream_t stream) {
+  const int64_t n = rows * cols * bits / 32;
+  if (n == 0) return;
+  lanes16_from_stream_kernel<<<blocks_for(n), kThreads, 0, stream>>>(stream_words, lanes_words, rows, cols, bits);
 }
 
 void round_to_bf16(const float* x, uint16_t* out, int64_t n, cudaStream_t stream) {
@@ -449,24 +562,25 @@ void embed(const int32_t* ids, int64_t T, const WeightRef& table, int64_t V, int
 
 namespace {
 void launch_rms_norm(const float* x, const void* w, Storage ws, int norm, float eps, float* y, int64_t rows, int64_t D,
-                     bool accumulate, cudaStream_t stream) {
+                     bool accumulate, float then_scale, cudaStream_t stream) {
   if (rows == 0) return;
   if (D <= kNormMaxStaged)
     launch_dependent(rms_norm_staged_kernel, dim3(unsigned(rows)), dim3(kNormThreads), std::size_t(D) * sizeof(float),
-                     stream, x, w, ws, norm, eps, y, D, accumulate);
+                     stream, x, w, ws, norm, eps, y, D, accumulate, then_scale);
   else
-    rms_norm_kernel<<<blocks_for(rows * 16), kThreads, 0, stream>>>(x, w, ws, norm, eps, y, rows, D, accumulate);
+    rms_norm_kernel<<<blocks_for(rows * 16), kThreads, 0, stream>>>(x, w, ws, norm, eps, y, rows, D, accumulate,
+                                                                    then_scale);
 }
 }  // namespace
 
 void rms_norm(const float* x, const void* w, Storage ws, int norm, float eps, float* y, int64_t rows, int64_t D,
               cudaStream_t stream) {
-  launch_rms_norm(x, w, ws, norm, eps, y, rows, D, false, stream);
+  launch_rms_norm(x, w, ws, norm, eps, y, rows, D, false, 1.0f, stream);
 }
 
 void add_rms_norm(float* y, const float* x, const void* w, Storage ws, int norm, float eps, int64_t rows, int64_t D,
-                  cudaStream_t stream) {
-  launch_rms_norm(x, w, ws, norm, eps, y, rows, D, true, stream);
+                  float then_scale, cudaStream_t stream) {
+  launch_rms_norm(x, w, ws, norm, eps, y, rows, D, true, then_scale, stream);
 }
 
 bool staged_norm_fits(int64_t D) { return D <= kNormMaxStaged; }

@@ -16,7 +16,8 @@ enum class Storage : int { F32, BF16, F16 };
 
 // A [rows, cols] weight as the f32 kernels read it: dense elements in
 // `storage`, or MLX affine codes (backend/weight.h: bits 2-8, each row one
-// little-endian bit stream in u32 words) with a scale and a bias per group
+// little-endian bit stream in u32 words, or with `lanes16` 4- or 8-bit codes
+// in CodeOrder::Lanes16) with a scale and a bias per group
 // of `group_size` columns in `storage`, each element dequantized as it is
 // read: scale · code + bias in f32, two roundings (quant::dequantize's
 // operations), so a kernel computes on it what it computes on the
@@ -30,7 +31,7 @@ struct WeightRef {
   Storage storage = Storage::F32;
   int32_t bits = 0;  // 0: dense
   int32_t group_size = 0;
-  int32_t unused = 0;
+  int32_t lanes16 = 0;  // affine only: 1 where the codes are in CodeOrder::Lanes16
 };
 
 // y[m, n] = Σ_k x[m, k] · w[n, k] in the CPU's canonical order: 16 lanes,
@@ -38,6 +39,10 @@ struct WeightRef {
 // to 16 (zeros beyond K), then the tree (j, j+8), (j, j+4), (j, j+2), (j, j+1).
 // w: [N, K].
 void matmul_f32(const float* x, const WeightRef& w, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
+// Stream-order codes [rows, cols · bits / 32] words rewritten in
+// CodeOrder::Lanes16 (bits 4 or 8, cols a multiple of 16 · 32 / bits).
+void affine_lanes16_from_stream(const uint32_t* stream_words, uint32_t* lanes_words, int64_t rows, int64_t cols,
+                                int bits, cudaStream_t stream);
 // x rounded to bf16, nearest even, element by element.
 void round_to_bf16(const float* x, uint16_t* out, int64_t n, cudaStream_t stream);
 
@@ -66,9 +71,10 @@ void rms_norm_rope(float* x, const void* w, Storage ws, int norm, float eps, con
                    int64_t heads, int64_t half, const float* cos_sin, int64_t reserved, int* error,
                    cudaStream_t stream);
 // y += rms_norm(x) (x unchanged; y separate from x): the norm's value, then
-// the add, each rounded as rms_norm and add round them.
+// the add, each rounded as rms_norm and add round them; then y ·= then_scale
+// (rounded as scale rounds it) unless then_scale is 1.
 void add_rms_norm(float* y, const float* x, const void* w, Storage ws, int norm, float eps, int64_t rows, int64_t D,
-                  cudaStream_t stream);
+                  float then_scale, cudaStream_t stream);
 // cos_sin: [positions][2][half] (cos first), from the host's std::cos/std::sin.
 void rope(float* x, const int32_t* positions, int64_t T, int64_t heads, int64_t half, const float* cos_sin,
           int64_t reserved, int* error, cudaStream_t stream);

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/gemm_outputs.cuh"
+#include "backend/cuda/mma_sync.cuh"
 #include "backend/cuda/launch_dependent.h"
 
 namespace rowlm::cuda::hopper {

@@ -9,10 +9,6 @@
 
 namespace rowlm::cuda {
 
-__device__ __forceinline__ unsigned smem_address(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
 // Which output column tile `tile` (of kCols columns) belongs to, and the
 // offset of that output's partials: chunks × M × (the columns of the outputs
 // before it).

@@ -89,4 +89,21 @@ inline constexpr int64_t kAttentionArrivals = 1 << 16;
 void attention_split(const KvLayout& layout, KvBlocks blocks, const AttentionArgs& args, int splits, float* scratch,
                      int* arrivals, cudaStream_t stream);
 
+// The same contract on tensor cores (attention_mma.cu), for the layouts
+// attention_mma_supports (bf16 KV, head_dim a multiple of 16 up to 512, KV
+// blocks of a multiple of 8 positions): scores and values by mma.sync with
+// the f32 operands (q, the softmax weights) split into three bf16 terms, so
+// no bit of them is lost. Its own order, not attention_split's: the layout
+// picks one kernel for every call, so a query's bits still never depend on
+// the batch. Split mode (`scratch`, as above) runs
+// attention_mma_split_columns(T) block columns (at most kAttentionArrivals),
+// inline mode attention_mma_inline_blocks(T) blocks; the arguments otherwise
+// as attention_split's.
+bool attention_mma_supports(const KvLayout& layout);
+std::size_t attention_mma_smem_bytes(const KvLayout& layout);
+int64_t attention_mma_inline_blocks(const KvLayout& layout, int64_t T, int heads);
+int64_t attention_mma_split_columns(const KvLayout& layout, int64_t T, int heads);
+void attention_mma(const KvLayout& layout, KvBlocks blocks, const AttentionArgs& args, int splits, float* scratch,
+                   int* arrivals, cudaStream_t stream);
+
 }  // namespace rowlm::cuda

@@ -1,0 +1,506 @@
+// Paged attention on tensor cores (mma.sync m16n8k16) for bf16 KV, in the
+// split/merge contract of attention_merge.cuh: see attention_mma in
+// kv_kernels.h and docs/design/attention-tensor-cores.md.
+//
+// Rows. For one KV head, query head row ρ = t·G + h (token t, its h-th query
+// head of that KV head, G = heads / kv_heads). A thread block takes a tile of
+// 16 consecutive rows: in split mode the G heads of one token (more tiles when
+// G > 16) and one split; in inline mode any 16 rows, whose tokens may belong
+// to different block tables. Inline mode walks the tile's rows in runs of
+// equal block table (one staging of K and V serves a run) and each run's
+// splits in increasing order; the tiles go from the last tokens to the first
+// (the last tokens of a prompt have the most splits).
+//
+// Per split of kSplitPositions (64) positions, for every row r of the tile:
+//   staging  the split's K ([d][position]) and V ([position][d]) by cp.async;
+//            positions no row of the run reads are zeros;
+//   scores   s = q_r · k_p by mma over d in 16-wide steps of increasing d, q
+//            split into three bf16 terms (hi = bf16(q), mid = bf16(q − hi),
+//            lo = bf16(q − hi − mid): all 24 bits of q), per step the terms
+//            hi, mid, lo into one f32 accumulator from 0; then s · scale, and
+//            −inf where p is outside the row's range. Warp w scores positions
+//            16w..16w+15;
+//   softmax  m = the row's max (each thread's 4 columns in order, lanes xor 1
+//            then 2, then warps 0..3 in order); e = attention_exp(s − m) (0
+//            where masked); l = Σ e in the same tree;
+//   values   o = Σ_p e_p · v_p by mma over positions in 16-wide steps of
+//            increasing position, e split in three bf16 terms as q, per step
+//            hi, mid, lo. Warp w takes the 16-column groups w, w + 4, …;
+// then (m, l, o) is merged into the row's running state in split order
+// (merge_split): in registers (inline mode) or by the last split block of the
+// token (split mode). Every step above reads only row r's own values and the
+// positions' keys and values: mma's rows are independent, its reduction runs
+// in a fixed order, and rows of other tokens in the tile, or a run's other
+// rows, change nothing but which zeros are staged, which masked positions
+// never reach (e = 0 exactly, and staged values are finite).
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cuda/attention_merge.cuh"
+#include "backend/cuda/device_math.cuh"
+#include "backend/cuda/kv_device.cuh"
+#include "backend/cuda/kv_kernels.h"
+#include "backend/cuda/mma_sync.cuh"
+
+namespace rowlm::cuda {
+namespace {
+
+constexpr int kMmaWarps = 4, kMmaThreads = 32 * kMmaWarps, kTileRows = 16;
+constexpr int kTerms = 3;                        // bf16 terms of an f32 operand
+constexpr int kPosStride = kSplitPositions + 8;  // a staged K row or an e row: 16 bytes of padding
+static_assert(kSplitPositions == 16 * kMmaWarps, "each warp scores 16 positions of a split");
+
+// Shared memory, in this order (every array starts on 16 bytes):
+//   row_lo, row_hi, row_tab  int64 [16] each: the tile's rows' ranges and tables
+//   red_max, red_sum         f32 [4 warps][16]
+//   flag                     int (split mode: whether this block merges), padded to 16 bytes
+//   q                        bf16 [3 terms][16][hd + 8]
+//   k                        bf16 [hd][kPosStride]
+//   v                        bf16 [64][hd + 8]
+//   e                        bf16 [3 terms][16][kPosStride]
+struct MmaSmem {
+  int64_t *row_lo, *row_hi, *row_tab;
+  float *red_max, *red_sum;
+  int* flag;
+  uint16_t *q, *k, *v, *e;
+};
+constexpr int64_t kHeaderBytes = 3 * kTileRows * 8 + 2 * kMmaWarps * kTileRows * 4 + 16;
+__host__ __device__ __forceinline__ int64_t row_stride(int hd) { return hd + 8; }
+__host__ __device__ __forceinline__ int64_t mma_smem_bytes(int hd) {
+  return kHeaderBytes + 2 * (kTerms * kTileRows * row_stride(hd) + int64_t(hd) * kPosStride +
+                             kSplitPositions * row_stride(hd) + kTerms * kTileRows * kPosStride);
+}
+__device__ __forceinline__ MmaSmem carve(uint8_t* base, int hd) {
+  MmaSmem s;
+  s.row_lo = reinterpret_cast<int64_t*>(base);
+  s.row_hi = s.row_lo + kTileRows;
+  s.row_tab = s.row_hi + kTileRows;
+  s.red_max = reinterpret_cast<float*>(s.row_tab + kTileRows);
+  s.red_sum = s.red_max + kMmaWarps * kTileRows;
+  s.flag = reinterpret_cast<int*>(s.red_sum + kMmaWarps * kTileRows);
+  s.q = reinterpret_cast<uint16_t*>(base + kHeaderBytes);
+  s.k = s.q + kTerms * kTileRows * row_stride(hd);
+  s.v = s.k + int64_t(hd) * kPosStride;
+  s.e = s.v + kSplitPositions * row_stride(hd);
+  return s;
+}
+
+// x as hi + mid + lo, each a bf16 (round to nearest even): 24 significant bits.
+struct Bf16Terms {
+  uint16_t t[kTerms];
+};
+__device__ __forceinline__ Bf16Terms split_terms(float x) {
+  Bf16Terms r;
+  r.t[0] = f32_to_bf16(x);
+  const float rest = __fsub_rn(x, bf16_to_f32(r.t[0]));
+  r.t[1] = f32_to_bf16(rest);
+  r.t[2] = f32_to_bf16(__fsub_rn(rest, bf16_to_f32(r.t[1])));
+  return r;
+}
+
+struct MmaArgs {
+  SplitPartials part;        // split mode
+  int* arrivals = nullptr;   // split mode: a count per block column (grid.x), zero before and after
+  int tiles_per_token = 1;   // split mode: tiles of one token's G rows
+  int64_t tiles = 0;         // inline mode: tiles of the T·G rows
+};
+
+// kPairs: the most 16-column groups of the head one warp takes in the values
+// step (at least ceil(head_dim / 64)).
+template <int kPairs, bool kInline>
+__global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(KvLayout L, KvBlocks blocks, AttentionArgs a,
+                                                                    MmaArgs ma) {
+  allow_dependents();
+  extern __shared__ __align__(16) uint8_t mma_smem[];
+  const int hd = L.head_dim, bs = L.block_size, tid = int(threadIdx.x);
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  const int G = a.heads / L.kv_heads;
+  const int64_t qs = row_stride(hd);
+  const MmaSmem sm = carve(mma_smem, hd);
+
+  // The tile's rows [row0, row0 + nrows) of KV head kvh.
+  int kvh;
+  int64_t row0, row_end;
+  if constexpr (kInline) {
+    kvh = int(blockIdx.x % L.kv_heads);
+    const int64_t tile = ma.tiles - 1 - int64_t(blockIdx.x / L.kv_heads);
+    row0 = tile * kTileRows;
+    row_end = min(row0 + kTileRows, a.T * G);
+  } else {
+    int64_t x = blockIdx.x;
+    const int group = int(x % ma.tiles_per_token);
+    x /= ma.tiles_per_token;
+    kvh = int(x % L.kv_heads);
+    const int64_t t = x / L.kv_heads;
+    row0 = t * G + int64_t(group) * kTileRows;
+    row_end = min(row0 + kTileRows, (t + 1) * G);
+  }
+  const int nrows = int(row_end - row0);
+  // Output row of tile row r: token ρ / G, query head kvh·G + ρ % G.
+  auto out_row = [&](int r) {
+    const int64_t rho = row0 + r;
+    return (rho / G) * a.heads + int64_t(kvh) * G + rho % G;
+  };
+
+  if constexpr (!kInline) {
+    // Split mode: every row is one token's; blocks past its splits do nothing.
+    const int64_t t = row0 / G;
+    const int64_t n_splits = split_count(a.lo[t], a.hi[t]);
+    if (n_splits == 0) {
+      if (blockIdx.y == 0)
+        for (int i = tid; i < nrows * hd; i += kMmaThreads) a.out[out_row(i / hd) * hd + i % hd] = 0.0f;
+      return;
+    }
+    if (int64_t(blockIdx.y) >= n_splits) return;
+  }
+  if (tid < kTileRows) {
+    int64_t lo = 0, hi = -1, tab = -1;
+    if (tid < nrows) {
+      const int64_t t = (row0 + tid) / G;
+      lo = a.lo[t];
+      hi = a.hi[t];
+      tab = a.table_offset[t];
+    }
+    sm.row_lo[tid] = lo;
+    sm.row_hi[tid] = hi;
+    sm.row_tab[tid] = tab;
+  }
+  for (int i = tid; i < kTileRows * hd; i += kMmaThreads) {
+    const int r = i / hd, d = i % hd;
+    const float x = r < nrows ? a.q[out_row(r) * hd + d] : 0.0f;
+    const Bf16Terms terms = split_terms(x);
+#pragma unroll
+    for (int term = 0; term < kTerms; ++term) sm.q[(term * kTileRows + r) * qs + d] = terms.t[term];
+  }
+  __syncthreads();
+
+  // ldmatrix row addresses: lanes 8i..8i+7 address matrix i, matrices
+  // (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
+  const int lm_row = (lane & 7) + 8 * ((lane >> 3) & 1), lm_col = 8 * (lane >> 4);
+
+  // The running state of this thread's rows g and g + 8 (inline mode).
+  float run_m[2], run_l[2], run_o[kPairs][2][4];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    run_m[half] = neg_inf();
+    run_l[half] = 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j)
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) run_o[j][n][c] = 0.0f;
+
+  for (int r_begin = 0; r_begin < nrows;) {
+    // A run: rows [r_begin, r_end) of one block table (split mode: all).
+    const int64_t tab = sm.row_tab[r_begin];
+    int r_end = r_begin + 1;
+    if constexpr (kInline) {
+      while (r_end < nrows && sm.row_tab[r_end] == tab) ++r_end;
+    } else {
+      r_end = nrows;
+    }
+    int64_t lo_u = INT64_MAX, hi_u = -1;
+    for (int r = r_begin; r < r_end; ++r)
+      if (sm.row_hi[r] >= sm.row_lo[r]) {
+        lo_u = min(lo_u, sm.row_lo[r]);
+        hi_u = max(hi_u, sm.row_hi[r]);
+      }
+    int64_t s_first = hi_u >= lo_u ? lo_u / kSplitPositions : 0, s_last = hi_u >= lo_u ? hi_u / kSplitPositions : -1;
+    if constexpr (!kInline) s_first = s_last = lo_u / kSplitPositions + blockIdx.y;
+    const int32_t* table = a.tables + (tab < 0 ? 0 : tab);
+    // This thread's rows: in the run, with a range, and the range's bounds.
+    int64_t my_lo[2], my_hi[2];
+    bool in_run[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = g + 8 * half;
+      my_lo[half] = sm.row_lo[r];
+      my_hi[half] = sm.row_hi[r];
+      in_run[half] = r >= r_begin && r < r_end && my_hi[half] >= my_lo[half];
+    }
+
+    for (int64_t split = s_first; split <= s_last; ++split) {
+      const int64_t base = split * kSplitPositions;
+      const int64_t st_lo = max(lo_u, base), st_hi = min(hi_u, base + kSplitPositions - 1);
+      __syncthreads();  // the previous split's readers of k, v, e and red are done
+      // K: [d][8 chunks of 8 positions].
+      for (int i = tid; i < hd * (kSplitPositions / 8); i += kMmaThreads) {
+        const int d = i / (kSplitPositions / 8), c = i % (kSplitPositions / 8);
+        const int64_t p0 = base + 8 * c;
+        uint16_t* dst = sm.k + int64_t(d) * kPosStride + 8 * c;
+        auto key = [&](int64_t p) {
+          const uint8_t* kh = block_at(blocks, table[p / bs]) + int64_t(kvh) * L.k_head_bytes;
+          return kh + (int64_t(d) * bs + p % bs) * 2;
+        };
+        if (p0 >= st_lo && p0 + 7 <= st_hi) {
+          cp_async_16(dst, key(p0));
+        } else if (p0 + 7 < st_lo || p0 > st_hi) {
+          *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+        } else {
+          for (int j = 0; j < 8; ++j) {
+            const int64_t p = p0 + j;
+            dst[j] = p >= st_lo && p <= st_hi ? *reinterpret_cast<const uint16_t*>(key(p)) : uint16_t(0);
+          }
+        }
+      }
+      // V: [position][hd / 8 pieces of 16 bytes].
+      const int pieces = hd / 8;
+      for (int i = tid; i < kSplitPositions * pieces; i += kMmaThreads) {
+        const int pos = i / pieces, j = i % pieces;
+        const int64_t p = base + pos;
+        uint16_t* dst = sm.v + pos * qs + 8 * j;
+        if (p >= st_lo && p <= st_hi) {
+          const uint8_t* rec = block_at(blocks, table[p / bs]) + L.k_bytes + int64_t(kvh) * L.v_head_bytes +
+                               (p % bs) * L.head_bytes;
+          cp_async_16(dst, rec + 16 * j);
+        } else {
+          *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+        }
+      }
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncthreads();
+
+      // Scores of positions 16·warp .. 16·warp + 15.
+      float acc[2][4];
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[n][c] = 0.0f;
+      for (int d0 = 0; d0 < hd; d0 += 16) {
+        unsigned b[4];
+        ldmatrix_x4_trans(sm.k + int64_t(d0 + lm_row) * kPosStride + warp * 16 + lm_col, b[0], b[1], b[2], b[3]);
+#pragma unroll
+        for (int term = 0; term < kTerms; ++term) {
+          unsigned aq[4];
+          ldmatrix_x4(sm.q + (term * kTileRows + lm_row) * qs + d0 + lm_col, aq[0], aq[1], aq[2], aq[3]);
+          mma_bf16(acc[0], aq, b[0], b[1]);
+          mma_bf16(acc[1], aq, b[2], b[3]);
+        }
+      }
+      // Scale, mask, and the row maxima.
+      bool active[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        active[half] = in_run[half] && my_lo[half] / kSplitPositions <= split && split <= my_hi[half] / kSplitPositions;
+      bool valid[2][4];
+      float mx[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int half = c >> 1;
+          const int64_t p = base + warp * 16 + 8 * n + 2 * tq + (c & 1);
+          valid[n][c] = active[half] && p >= my_lo[half] && p <= my_hi[half];
+          acc[n][c] = valid[n][c] ? __fmul_rn(acc[n][c], a.scale) : neg_inf();
+          mx[half] = fmaxf(mx[half], acc[n][c]);
+        }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 1));
+        mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 2));
+        if (tq == 0) sm.red_max[warp * kTileRows + g + 8 * half] = mx[half];
+      }
+      __syncthreads();
+      float m[2], l[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float* rm = sm.red_max + g + 8 * half;
+        m[half] = fmaxf(fmaxf(fmaxf(rm[0], rm[kTileRows]), rm[2 * kTileRows]), rm[3 * kTileRows]);
+        l[half] = 0.0f;
+      }
+      // e, its three terms into shared memory, and the partial sums.
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          Bf16Terms te[2];
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const int c = 2 * half + j;
+            const float e = valid[n][c] ? attention_exp(__fsub_rn(acc[n][c], m[half])) : 0.0f;
+            l[half] = __fadd_rn(l[half], e);
+            te[j] = split_terms(e);
+          }
+          const int col = warp * 16 + 8 * n + 2 * tq;
+#pragma unroll
+          for (int term = 0; term < kTerms; ++term)
+            *reinterpret_cast<uint32_t*>(sm.e + (term * kTileRows + g + 8 * half) * kPosStride + col) =
+                uint32_t(te[0].t[term]) | (uint32_t(te[1].t[term]) << 16);
+        }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        l[half] = __fadd_rn(l[half], __shfl_xor_sync(0xffffffffu, l[half], 1));
+        l[half] = __fadd_rn(l[half], __shfl_xor_sync(0xffffffffu, l[half], 2));
+        if (tq == 0) sm.red_sum[warp * kTileRows + g + 8 * half] = l[half];
+      }
+      __syncthreads();
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float* rs = sm.red_sum + g + 8 * half;
+        l[half] = __fadd_rn(__fadd_rn(__fadd_rn(rs[0], rs[kTileRows]), rs[2 * kTileRows]), rs[3 * kTileRows]);
+      }
+
+      // Values of the column groups warp, warp + 4, …
+      float o[kPairs][2][4];
+#pragma unroll
+      for (int j = 0; j < kPairs; ++j)
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) o[j][n][c] = 0.0f;
+#pragma unroll
+      for (int k0 = 0; k0 < kSplitPositions; k0 += 16) {
+        unsigned ae[kTerms][4];
+#pragma unroll
+        for (int term = 0; term < kTerms; ++term)
+          ldmatrix_x4(sm.e + (term * kTileRows + lm_row) * kPosStride + k0 + lm_col, ae[term][0], ae[term][1],
+                      ae[term][2], ae[term][3]);
+#pragma unroll
+        for (int j = 0; j < kPairs; ++j) {
+          const int pair = warp + kMmaWarps * j;
+          if (pair * 16 < hd) {
+            unsigned b[4];
+            ldmatrix_x4_trans(sm.v + (k0 + lm_row) * qs + pair * 16 + lm_col, b[0], b[1], b[2], b[3]);
+#pragma unroll
+            for (int term = 0; term < kTerms; ++term) {
+              mma_bf16(o[j][0], ae[term], b[0], b[1]);
+              mma_bf16(o[j][1], ae[term], b[2], b[3]);
+            }
+          }
+        }
+      }
+
+      if constexpr (kInline) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          if (!active[half]) continue;
+          const MergeStep step = merge_split(run_m[half], run_l[half], m[half], l[half]);
+#pragma unroll
+          for (int j = 0; j < kPairs; ++j)
+#pragma unroll
+            for (int n = 0; n < 2; ++n)
+#pragma unroll
+              for (int c = 2 * half; c < 2 * half + 2; ++c) run_o[j][n][c] = merge_output(run_o[j][n][c], o[j][n][c], step);
+        }
+      } else {
+        // Split mode: this split's partials (the block's rows all read it).
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          if (!active[half]) continue;
+          const int r = g + 8 * half;
+          const int64_t at = out_row(r) * ma.part.splits + blockIdx.y;
+#pragma unroll
+          for (int j = 0; j < kPairs; ++j) {
+            const int pair = warp + kMmaWarps * j;
+            if (pair * 16 >= hd) continue;
+#pragma unroll
+            for (int n = 0; n < 2; ++n) {
+              const int d = pair * 16 + 8 * n + 2 * tq;
+              *reinterpret_cast<float2*>(ma.part.o + at * hd + d) = make_float2(o[j][n][2 * half], o[j][n][2 * half + 1]);
+            }
+          }
+          if (warp == 0 && tq == 0) {
+            ma.part.ml[2 * at] = m[half];
+            ma.part.ml[2 * at + 1] = l[half];
+          }
+        }
+      }
+    }
+    r_begin = r_end;
+  }
+
+  if constexpr (kInline) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = g + 8 * half;
+      if (r >= nrows) continue;
+      const bool empty = sm.row_hi[r] < sm.row_lo[r];
+      float* out = a.out + out_row(r) * hd;
+#pragma unroll
+      for (int j = 0; j < kPairs; ++j) {
+        const int pair = warp + kMmaWarps * j;
+        if (pair * 16 >= hd) continue;
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          const int d = pair * 16 + 8 * n + 2 * tq;
+          const float x0 = empty ? 0.0f : __fdiv_rn(run_o[j][n][2 * half], run_l[half]);
+          const float x1 = empty ? 0.0f : __fdiv_rn(run_o[j][n][2 * half + 1], run_l[half]);
+          *reinterpret_cast<float2*>(out + d) = make_float2(x0, x1);
+        }
+      }
+    }
+  } else {
+    const int64_t t = row0 / G;
+    if (!last_split_block(ma.arrivals, blockIdx.x, split_count(a.lo[t], a.hi[t]), sm.flag)) return;
+    const int64_t n_splits = split_count(a.lo[t], a.hi[t]);
+    for (int i = tid; i < nrows * hd; i += kMmaThreads) {
+      const int64_t th = out_row(i / hd);
+      a.out[th * hd + i % hd] = merged_output(ma.part, th, n_splits, hd, i % hd);
+    }
+  }
+}
+
+template <int kPairs, bool kInline>
+void launch_mma(const KvLayout& L, KvBlocks blocks, const AttentionArgs& args, const MmaArgs& ma, dim3 grid,
+                cudaStream_t stream) {
+  const std::size_t smem = std::size_t(mma_smem_bytes(L.head_dim));
+  auto kernel = attention_mma_kernel<kPairs, kInline>;
+  if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  kernel<<<grid, kMmaThreads, smem, stream>>>(L, blocks, args, ma);
+}
+
+template <bool kInline>
+void launch_mma_for(const KvLayout& L, KvBlocks blocks, const AttentionArgs& args, const MmaArgs& ma, dim3 grid,
+                    cudaStream_t stream) {
+  const int pairs = (L.head_dim / 16 + kMmaWarps - 1) / kMmaWarps;
+  if (pairs <= 1) launch_mma<1, kInline>(L, blocks, args, ma, grid, stream);
+  else if (pairs <= 2) launch_mma<2, kInline>(L, blocks, args, ma, grid, stream);
+  else if (pairs <= 4) launch_mma<4, kInline>(L, blocks, args, ma, grid, stream);
+  else launch_mma<8, kInline>(L, blocks, args, ma, grid, stream);
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+bool attention_mma_supports(const KvLayout& L) {
+  return L.codec == kBF16 && L.head_dim % 16 == 0 && L.head_dim <= 512 && L.block_size % 8 == 0 &&
+         L.k_head_bytes % 16 == 0 && L.k_bytes % 16 == 0 && L.v_head_bytes % 16 == 0 && L.head_bytes % 16 == 0 &&
+         L.block_bytes % 16 == 0;
+}
+
+std::size_t attention_mma_smem_bytes(const KvLayout& layout) { return std::size_t(mma_smem_bytes(layout.head_dim)); }
+
+int64_t attention_mma_inline_blocks(const KvLayout& layout, int64_t T, int heads) {
+  return layout.kv_heads * ceil_div(T * (heads / layout.kv_heads), kTileRows);
+}
+
+int64_t attention_mma_split_columns(const KvLayout& layout, int64_t T, int heads) {
+  return T * layout.kv_heads * ceil_div(heads / layout.kv_heads, kTileRows);
+}
+
+void attention_mma(const KvLayout& layout, KvBlocks blocks, const AttentionArgs& args, int splits, float* scratch,
+                   int* arrivals, cudaStream_t stream) {
+  if (args.T == 0) return;
+  MmaArgs ma;
+  const int G = args.heads / layout.kv_heads;
+  if (scratch == nullptr) {
+    ma.tiles = ceil_div(args.T * G, kTileRows);
+    const dim3 grid(unsigned(attention_mma_inline_blocks(layout, args.T, args.heads)));
+    launch_mma_for<true>(layout, blocks, args, ma, grid, stream);
+    return;
+  }
+  ma.part.splits = splits;
+  ma.part.o = scratch;
+  ma.part.ml = scratch + std::size_t(args.T) * args.heads * splits * layout.head_dim;
+  ma.arrivals = arrivals;
+  ma.tiles_per_token = int(ceil_div(G, kTileRows));
+  const dim3 grid(unsigned(attention_mma_split_columns(layout, args.T, args.heads)), unsigned(splits));
+  launch_mma_for<false>(layout, blocks, args, ma, grid, stream);
+}
+
+}  // namespace rowlm::cuda
