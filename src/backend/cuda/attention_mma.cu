@@ -53,6 +53,7 @@ static_assert(kSplitPositions == 16 * kMmaWarps, "each warp scores 16 positions 
 
 // Shared memory, in this order (every array starts on 16 bytes):
 //   row_lo, row_hi, row_tab  int64 [16] each: the tile's rows' ranges and tables
+//   q_src                    pointer [16]: the rows' q
 //   red_max, red_sum         f32 [4 warps][16]
 //   flag                     int (split mode: whether this block merges), padded to 16 bytes
 //   q                        bf16 [3 terms][16][hd + 8]
@@ -61,11 +62,12 @@ static_assert(kSplitPositions == 16 * kMmaWarps, "each warp scores 16 positions 
 //   e                        bf16 [3 terms][16][kPosStride]
 struct MmaSmem {
   int64_t *row_lo, *row_hi, *row_tab;
+  const float** q_src;  // the rows' q (null past the tile's rows)
   float *red_max, *red_sum;
   int* flag;
   uint16_t *q, *k, *v, *e;
 };
-constexpr int64_t kHeaderBytes = 3 * kTileRows * 8 + 2 * kMmaWarps * kTileRows * 4 + 16;
+constexpr int64_t kHeaderBytes = 4 * kTileRows * 8 + 2 * kMmaWarps * kTileRows * 4 + 16;
 __host__ __device__ __forceinline__ int64_t row_stride(int hd) { return hd + 8; }
 __host__ __device__ __forceinline__ int64_t mma_smem_bytes(int hd) {
   return kHeaderBytes + 2 * (kTerms * kTileRows * row_stride(hd) + int64_t(hd) * kPosStride +
@@ -76,7 +78,8 @@ __device__ __forceinline__ MmaSmem carve(uint8_t* base, int hd) {
   s.row_lo = reinterpret_cast<int64_t*>(base);
   s.row_hi = s.row_lo + kTileRows;
   s.row_tab = s.row_hi + kTileRows;
-  s.red_max = reinterpret_cast<float*>(s.row_tab + kTileRows);
+  s.q_src = reinterpret_cast<const float**>(s.row_tab + kTileRows);
+  s.red_max = reinterpret_cast<float*>(s.q_src + kTileRows);
   s.red_sum = s.red_max + kMmaWarps * kTileRows;
   s.flag = reinterpret_cast<int*>(s.red_sum + kMmaWarps * kTileRows);
   s.q = reinterpret_cast<uint16_t*>(base + kHeaderBytes);
@@ -165,10 +168,12 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(KvLayout L, 
     sm.row_lo[tid] = lo;
     sm.row_hi[tid] = hi;
     sm.row_tab[tid] = tab;
+    sm.q_src[tid] = tid < nrows ? a.q + out_row(tid) * hd : nullptr;
   }
+  __syncthreads();
   for (int i = tid; i < kTileRows * hd; i += kMmaThreads) {
     const int r = i / hd, d = i % hd;
-    const float x = r < nrows ? a.q[out_row(r) * hd + d] : 0.0f;
+    const float x = r < nrows ? sm.q_src[r][d] : 0.0f;
     const Bf16Terms terms = split_terms(x);
 #pragma unroll
     for (int term = 0; term < kTerms; ++term) sm.q[(term * kTileRows + r) * qs + d] = terms.t[term];
@@ -226,42 +231,59 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(KvLayout L, 
       const int64_t base = split * kSplitPositions;
       const int64_t st_lo = max(lo_u, base), st_hi = min(hi_u, base + kSplitPositions - 1);
       __syncthreads();  // the previous split's readers of k, v, e and red are done
-      // K: [d][8 chunks of 8 positions].
-      for (int i = tid; i < hd * (kSplitPositions / 8); i += kMmaThreads) {
-        const int d = i / (kSplitPositions / 8), c = i % (kSplitPositions / 8);
+      // K: [d][8 chunks of 8 positions]. A thread's chunk is the same for
+      // every d it stages (tid % 8): its source is found once per split.
+      {
+        const int c = tid % (kSplitPositions / 8);
         const int64_t p0 = base + 8 * c;
-        uint16_t* dst = sm.k + int64_t(d) * kPosStride + 8 * c;
-        auto key = [&](int64_t p) {
-          const uint8_t* kh = block_at(blocks, table[p / bs]) + int64_t(kvh) * L.k_head_bytes;
-          return kh + (int64_t(d) * bs + p % bs) * 2;
-        };
-        if (p0 >= st_lo && p0 + 7 <= st_hi) {
-          cp_async_16(dst, key(p0));
-        } else if (p0 + 7 < st_lo || p0 > st_hi) {
-          *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-        } else {
-          for (int j = 0; j < 8; ++j) {
-            const int64_t p = p0 + j;
-            dst[j] = p >= st_lo && p <= st_hi ? *reinterpret_cast<const uint16_t*>(key(p)) : uint16_t(0);
+        const bool whole = p0 >= st_lo && p0 + 7 <= st_hi, none = p0 + 7 < st_lo || p0 > st_hi;
+        const uint8_t* chunk = nullptr;  // the chunk's keys at d = 0
+        if (whole) chunk = block_at(blocks, table[p0 / bs]) + int64_t(kvh) * L.k_head_bytes + (p0 % bs) * 2;
+        const int64_t d_stride = int64_t(bs) * 2;
+        for (int d = tid / (kSplitPositions / 8); d < hd; d += kMmaThreads / (kSplitPositions / 8)) {
+          uint16_t* dst = sm.k + int64_t(d) * kPosStride + 8 * c;
+          if (whole) {
+            cp_async_16(dst, chunk + d * d_stride);
+          } else if (none) {
+            *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+          } else {
+            for (int j = 0; j < 8; ++j) {
+              const int64_t p = p0 + j;
+              dst[j] = p >= st_lo && p <= st_hi
+                           ? *reinterpret_cast<const uint16_t*>(block_at(blocks, table[p / bs]) +
+                                                                int64_t(kvh) * L.k_head_bytes + (int64_t(d) * bs + p % bs) * 2)
+                           : uint16_t(0);
+            }
           }
         }
       }
-      // V: [position][hd / 8 pieces of 16 bytes].
-      const int pieces = hd / 8;
-      for (int i = tid; i < kSplitPositions * pieces; i += kMmaThreads) {
-        const int pos = i / pieces, j = i % pieces;
-        const int64_t p = base + pos;
-        uint16_t* dst = sm.v + pos * qs + 8 * j;
-        if (p >= st_lo && p <= st_hi) {
-          const uint8_t* rec = block_at(blocks, table[p / bs]) + L.k_bytes + int64_t(kvh) * L.v_head_bytes +
-                               (p % bs) * L.head_bytes;
-          cp_async_16(dst, rec + 16 * j);
-        } else {
-          *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+      cp_async_commit();
+      // V: [position][hd / 8 pieces of 16 bytes]; warp w stages positions w,
+      // w + 4, …, lane l < 16 finding the record of position w + 4l once.
+      {
+        const int pieces = hd / 8;
+        const uint8_t* rec = nullptr;
+        if (lane < kSplitPositions / kMmaWarps) {
+          const int64_t p = base + warp + kMmaWarps * lane;
+          if (p >= st_lo && p <= st_hi)
+            rec = block_at(blocks, table[p / bs]) + L.k_bytes + int64_t(kvh) * L.v_head_bytes + (p % bs) * L.head_bytes;
+        }
+        for (int x = 0; x < kSplitPositions / kMmaWarps; ++x) {
+          const int pos = warp + kMmaWarps * x;
+          const uint8_t* src = reinterpret_cast<const uint8_t*>(
+              __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(rec), x));
+          for (int j = lane; j < pieces; j += 32) {
+            uint16_t* dst = sm.v + pos * qs + 8 * j;
+            if (src) {
+              cp_async_16(dst, src + 16 * j);
+            } else {
+              *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+            }
+          }
         }
       }
       cp_async_commit();
-      cp_async_wait<0>();
+      cp_async_wait<1>();  // the keys; the values may still be landing
       __syncthreads();
 
       // Scores of positions 16·warp .. 16·warp + 15.
@@ -344,6 +366,8 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(KvLayout L, 
         l[half] = __fadd_rn(__fadd_rn(__fadd_rn(rs[0], rs[kTileRows]), rs[2 * kTileRows]), rs[3 * kTileRows]);
       }
 
+      cp_async_wait<0>();  // the values
+      __syncthreads();
       // Values of the column groups warp, warp + 4, …
       float o[kPairs][2][4];
 #pragma unroll
