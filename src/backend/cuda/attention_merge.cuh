@@ -43,21 +43,46 @@ __device__ __forceinline__ float merge_output(float O, float o, MergeStep step) 
 }
 
 // Split mode's partials: part_o [T·heads][splits][head_dim], part_ml
-// [T·heads][splits][2] (m, l), where query head row th = t·heads + h.
+// [T·heads][splits][groups][2] (m, l), where query head row th = t·heads + h.
+// A kernel that cuts the head's features into `groups` column groups, each
+// merged by its own last block, gives each group its own (m, l): every group
+// computes the same values, and each merging block reads only what the
+// blocks it waited for wrote.
 struct SplitPartials {
   float* o = nullptr;
   float* ml = nullptr;
   int splits = 1;
+  int groups = 1;
+  __host__ __device__ int64_t ml_at(int64_t th, int64_t s, int group) const {
+    return 2 * ((th * splits + s) * groups + group);
+  }
 };
 
-// Feature d of query head row th's output, its n_splits partials merged in
-// split order (split mode's last block).
-__device__ __forceinline__ float merged_output(const SplitPartials& p, int64_t th, int64_t n_splits, int hd, int d) {
-  float M = neg_inf(), Lsum = 0.0f, O = 0.0f;
+// Split mode's last block merges a row's n_splits partials in split order,
+// in two passes: first one thread walks the row's (m, l) with merge_split and
+// overwrites each with its MergeStep (alpha, beta), returning the final sum;
+// then, once the block has synchronized, each feature applies the steps with
+// merge_output and divides. The operations of inline mode's merge on the same
+// values, so the same bits; the features carry no chain through exp, and
+// their loads do not wait on one another.
+__device__ __forceinline__ float merge_steps_in_place(const SplitPartials& p, int64_t th, int64_t n_splits, int group) {
+  float M = neg_inf(), Lsum = 0.0f;
+#pragma unroll 4
   for (int64_t s = 0; s < n_splits; ++s) {
-    const int64_t at = th * p.splits + s;
-    const MergeStep step = merge_split(M, Lsum, __ldcg(p.ml + 2 * at), __ldcg(p.ml + 2 * at + 1));
-    O = merge_output(O, __ldcg(p.o + at * hd + d), step);
+    float* ml = p.ml + p.ml_at(th, s, group);
+    const MergeStep step = merge_split(M, Lsum, __ldcg(ml), __ldcg(ml + 1));
+    __stcg(ml, step.alpha);
+    __stcg(ml + 1, step.beta);
+  }
+  return Lsum;
+}
+__device__ __forceinline__ float merged_output_by_steps(const SplitPartials& p, int64_t th, int64_t n_splits, int hd,
+                                                        int d, int group, float Lsum) {
+  float O = 0.0f;
+#pragma unroll 4
+  for (int64_t s = 0; s < n_splits; ++s) {
+    const float* ml = p.ml + p.ml_at(th, s, group);
+    O = merge_output(O, __ldcg(p.o + (th * p.splits + s) * hd + d), MergeStep{__ldcg(ml), __ldcg(ml + 1)});
   }
   return __fdiv_rn(O, Lsum);
 }

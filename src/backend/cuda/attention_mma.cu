@@ -58,7 +58,7 @@ static_assert(kSplitPositions == 16 * kMmaWarps, "each warp scores 16 positions 
 //   flag                     int (split mode: whether this block merges), padded to 16 bytes
 //   q                        bf16 [3 terms][16][hd + 8]
 //   k                        bf16 [hd][kPosStride]
-//   v                        bf16 [64][hd + 8]
+//   v                        bf16 [64][W + 8]: the block's W value columns
 //   e                        bf16 [3 terms][16][kPosStride]
 struct MmaSmem {
   int64_t *row_lo, *row_hi, *row_tab;
@@ -69,11 +69,11 @@ struct MmaSmem {
 };
 constexpr int64_t kHeaderBytes = 4 * kTileRows * 8 + 2 * kMmaWarps * kTileRows * 4 + 16;
 __host__ __device__ __forceinline__ int64_t row_stride(int hd) { return hd + 8; }
-__host__ __device__ __forceinline__ int64_t mma_smem_bytes(int hd) {
+__host__ __device__ __forceinline__ int64_t mma_smem_bytes(int hd, int W) {
   return kHeaderBytes + 2 * (kTerms * kTileRows * row_stride(hd) + int64_t(hd) * kPosStride +
-                             kSplitPositions * row_stride(hd) + kTerms * kTileRows * kPosStride);
+                             kSplitPositions * row_stride(W) + kTerms * kTileRows * kPosStride);
 }
-__device__ __forceinline__ MmaSmem carve(uint8_t* base, int hd) {
+__device__ __forceinline__ MmaSmem carve(uint8_t* base, int hd, int W) {
   MmaSmem s;
   s.row_lo = reinterpret_cast<int64_t*>(base);
   s.row_hi = s.row_lo + kTileRows;
@@ -85,7 +85,7 @@ __device__ __forceinline__ MmaSmem carve(uint8_t* base, int hd) {
   s.q = reinterpret_cast<uint16_t*>(base + kHeaderBytes);
   s.k = s.q + kTerms * kTileRows * row_stride(hd);
   s.v = s.k + int64_t(hd) * kPosStride;
-  s.e = s.v + kSplitPositions * row_stride(hd);
+  s.e = s.v + kSplitPositions * row_stride(W);
   return s;
 }
 
@@ -103,14 +103,19 @@ __device__ __forceinline__ Bf16Terms split_terms(float x) {
 }
 
 struct MmaArgs {
-  SplitPartials part;        // split mode
+  SplitPartials part;        // split mode; part.groups: column groups of the head's values
   int* arrivals = nullptr;   // split mode: a count per block column (grid.x), zero before and after
   int tiles_per_token = 1;   // split mode: tiles of one token's G rows
   int64_t tiles = 0;         // inline mode: tiles of the T·G rows
 };
 
-// kPairs: the most 16-column groups of the head one warp takes in the values
-// step (at least ceil(head_dim / 64)).
+// kPairs: the most 16-column pairs of the block's W value columns one warp
+// takes in the values step (at least ceil(W / 64)). Inline mode: W = hd.
+// Split mode: W = hd / groups, and block column x % groups takes the columns
+// [W·(x % groups), W·(x % groups + 1)); every group's blocks score the same
+// keys the same way (the scores never depend on the value columns), and the
+// mma of a 16-column pair reads only its own columns, so the grouping, a
+// choice of how many blocks run, never changes a bit.
 template <int kPairs, bool kInline>
 __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(KvLayout L, KvBlocks blocks, AttentionArgs a,
                                                                     MmaArgs ma) {
@@ -119,8 +124,10 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(KvLayout L, 
   const int hd = L.head_dim, bs = L.block_size, tid = int(threadIdx.x);
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
   const int G = a.heads / L.kv_heads;
-  const int64_t qs = row_stride(hd);
-  const MmaSmem sm = carve(mma_smem, hd);
+  const int groups = kInline ? 1 : ma.part.groups, W = hd / groups;
+  const int cg = kInline ? 0 : int(blockIdx.x % groups), c0 = cg * W;  // the block's value columns
+  const int64_t qs = row_stride(hd), vs = row_stride(W);
+  const MmaSmem sm = carve(mma_smem, hd, W);
 
   // The tile's rows [row0, row0 + nrows) of KV head kvh.
   int kvh;
@@ -131,7 +138,7 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(KvLayout L, 
     row0 = tile * kTileRows;
     row_end = min(row0 + kTileRows, a.T * G);
   } else {
-    int64_t x = blockIdx.x;
+    int64_t x = blockIdx.x / groups;
     const int group = int(x % ma.tiles_per_token);
     x /= ma.tiles_per_token;
     kvh = int(x % L.kv_heads);
@@ -146,13 +153,13 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(KvLayout L, 
     return (rho / G) * a.heads + int64_t(kvh) * G + rho % G;
   };
 
+  int64_t n_splits = 0;  // split mode: the token's
   if constexpr (!kInline) {
     // Split mode: every row is one token's; blocks past its splits do nothing.
-    const int64_t t = row0 / G;
-    const int64_t n_splits = split_count(a.lo[t], a.hi[t]);
+    n_splits = split_count(a.lo[row0 / G], a.hi[row0 / G]);
     if (n_splits == 0) {
       if (blockIdx.y == 0)
-        for (int i = tid; i < nrows * hd; i += kMmaThreads) a.out[out_row(i / hd) * hd + i % hd] = 0.0f;
+        for (int i = tid; i < nrows * W; i += kMmaThreads) a.out[out_row(i / W) * hd + c0 + i % W] = 0.0f;
       return;
     }
     if (int64_t(blockIdx.y) >= n_splits) return;
@@ -258,22 +265,23 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(KvLayout L, 
         }
       }
       cp_async_commit();
-      // V: [position][hd / 8 pieces of 16 bytes]; warp w stages positions w,
+      // V: [position][W / 8 pieces of 16 bytes]; warp w stages positions w,
       // w + 4, …, lane l < 16 finding the record of position w + 4l once.
       {
-        const int pieces = hd / 8;
+        const int pieces = W / 8;
         const uint8_t* rec = nullptr;
         if (lane < kSplitPositions / kMmaWarps) {
           const int64_t p = base + warp + kMmaWarps * lane;
           if (p >= st_lo && p <= st_hi)
-            rec = block_at(blocks, table[p / bs]) + L.k_bytes + int64_t(kvh) * L.v_head_bytes + (p % bs) * L.head_bytes;
+            rec = block_at(blocks, table[p / bs]) + L.k_bytes + int64_t(kvh) * L.v_head_bytes + (p % bs) * L.head_bytes +
+                  2 * c0;
         }
         for (int x = 0; x < kSplitPositions / kMmaWarps; ++x) {
           const int pos = warp + kMmaWarps * x;
           const uint8_t* src = reinterpret_cast<const uint8_t*>(
               __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(rec), x));
           for (int j = lane; j < pieces; j += 32) {
-            uint16_t* dst = sm.v + pos * qs + 8 * j;
+            uint16_t* dst = sm.v + pos * vs + 8 * j;
             if (src) {
               cp_async_16(dst, src + 16 * j);
             } else {
@@ -368,7 +376,7 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(KvLayout L, 
 
       cp_async_wait<0>();  // the values
       __syncthreads();
-      // Values of the column groups warp, warp + 4, …
+      // Values of the block's column pairs warp, warp + 4, …
       float o[kPairs][2][4];
 #pragma unroll
       for (int j = 0; j < kPairs; ++j)
@@ -386,9 +394,9 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(KvLayout L, 
 #pragma unroll
         for (int j = 0; j < kPairs; ++j) {
           const int pair = warp + kMmaWarps * j;
-          if (pair * 16 < hd) {
+          if (pair * 16 < W) {
             unsigned b[4];
-            ldmatrix_x4_trans(sm.v + (k0 + lm_row) * qs + pair * 16 + lm_col, b[0], b[1], b[2], b[3]);
+            ldmatrix_x4_trans(sm.v + (k0 + lm_row) * vs + pair * 16 + lm_col, b[0], b[1], b[2], b[3]);
 #pragma unroll
             for (int term = 0; term < kTerms; ++term) {
               mma_bf16(o[j][0], ae[term], b[0], b[1]);
@@ -420,16 +428,17 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(KvLayout L, 
 #pragma unroll
           for (int j = 0; j < kPairs; ++j) {
             const int pair = warp + kMmaWarps * j;
-            if (pair * 16 >= hd) continue;
+            if (pair * 16 >= W) continue;
 #pragma unroll
             for (int n = 0; n < 2; ++n) {
-              const int d = pair * 16 + 8 * n + 2 * tq;
+              const int d = c0 + pair * 16 + 8 * n + 2 * tq;
               *reinterpret_cast<float2*>(ma.part.o + at * hd + d) = make_float2(o[j][n][2 * half], o[j][n][2 * half + 1]);
             }
           }
           if (warp == 0 && tq == 0) {
-            ma.part.ml[2 * at] = m[half];
-            ma.part.ml[2 * at + 1] = l[half];
+            float* ml = ma.part.ml + ma.part.ml_at(out_row(r), blockIdx.y, cg);
+            ml[0] = m[half];
+            ml[1] = l[half];
           }
         }
       }
@@ -458,12 +467,14 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(KvLayout L, 
       }
     }
   } else {
-    const int64_t t = row0 / G;
-    if (!last_split_block(ma.arrivals, blockIdx.x, split_count(a.lo[t], a.hi[t]), sm.flag)) return;
-    const int64_t n_splits = split_count(a.lo[t], a.hi[t]);
-    for (int i = tid; i < nrows * hd; i += kMmaThreads) {
-      const int64_t th = out_row(i / hd);
-      a.out[th * hd + i % hd] = merged_output(ma.part, th, n_splits, hd, i % hd);
+    // The last block of the token's tile and column group merges the
+    // group's columns of its rows.
+    if (!last_split_block(ma.arrivals, blockIdx.x, n_splits, sm.flag)) return;
+    if (tid < nrows) sm.red_sum[tid] = merge_steps_in_place(ma.part, out_row(tid), n_splits, cg);
+    __syncthreads();
+    for (int i = tid; i < nrows * W; i += kMmaThreads) {
+      const int r = i / W, d = c0 + i % W;
+      a.out[out_row(r) * hd + d] = merged_output_by_steps(ma.part, out_row(r), n_splits, hd, d, cg, sm.red_sum[r]);
     }
   }
 }
@@ -471,7 +482,7 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(KvLayout L, 
 template <int kPairs, bool kInline>
 void launch_mma(const KvLayout& L, KvBlocks blocks, const AttentionArgs& args, const MmaArgs& ma, dim3 grid,
                 cudaStream_t stream) {
-  const std::size_t smem = std::size_t(mma_smem_bytes(L.head_dim));
+  const std::size_t smem = std::size_t(mma_smem_bytes(L.head_dim, L.head_dim / (kInline ? 1 : ma.part.groups)));
   auto kernel = attention_mma_kernel<kPairs, kInline>;
   if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   kernel<<<grid, kMmaThreads, smem, stream>>>(L, blocks, args, ma);
@@ -480,7 +491,8 @@ void launch_mma(const KvLayout& L, KvBlocks blocks, const AttentionArgs& args, c
 template <bool kInline>
 void launch_mma_for(const KvLayout& L, KvBlocks blocks, const AttentionArgs& args, const MmaArgs& ma, dim3 grid,
                     cudaStream_t stream) {
-  const int pairs = (L.head_dim / 16 + kMmaWarps - 1) / kMmaWarps;
+  const int W = L.head_dim / (kInline ? 1 : ma.part.groups);
+  const int pairs = (W / 16 + kMmaWarps - 1) / kMmaWarps;
   if (pairs <= 1) launch_mma<1, kInline>(L, blocks, args, ma, grid, stream);
   else if (pairs <= 2) launch_mma<2, kInline>(L, blocks, args, ma, grid, stream);
   else if (pairs <= 4) launch_mma<4, kInline>(L, blocks, args, ma, grid, stream);
@@ -497,18 +509,37 @@ bool attention_mma_supports(const KvLayout& L) {
          L.block_bytes % 16 == 0;
 }
 
-std::size_t attention_mma_smem_bytes(const KvLayout& layout) { return std::size_t(mma_smem_bytes(layout.head_dim)); }
+std::size_t attention_mma_smem_bytes(const KvLayout& layout) {
+  return std::size_t(mma_smem_bytes(layout.head_dim, layout.head_dim));
+}
 
 int64_t attention_mma_inline_blocks(const KvLayout& layout, int64_t T, int heads) {
   return layout.kv_heads * ceil_div(T * (heads / layout.kv_heads), kTileRows);
 }
 
-int64_t attention_mma_split_columns(const KvLayout& layout, int64_t T, int heads) {
-  return T * layout.kv_heads * ceil_div(heads / layout.kv_heads, kTileRows);
+int64_t attention_mma_split_columns(const KvLayout& layout, int64_t T, int heads, int groups) {
+  return T * layout.kv_heads * ceil_div(heads / layout.kv_heads, kTileRows) * groups;
 }
 
-void attention_mma(const KvLayout& layout, KvBlocks blocks, const AttentionArgs& args, int splits, float* scratch,
-                   int* arrivals, cudaStream_t stream) {
+int attention_mma_column_groups(const KvLayout& layout, int64_t T, int heads, int64_t most_splits, int64_t sms) {
+  // More groups while the blocks still fit in one wave: each group stages
+  // and scores the split's keys again, which costs nothing on SMs that would
+  // idle but slows a launch that already fills the GPU (measured: batch 64
+  // at 2 splits lost 50% with 4 groups). Each group keeps at least 64
+  // columns (a pair for every warp) and a whole number of pairs.
+  int groups = 1;
+  while (attention_mma_split_columns(layout, T, heads, 2 * groups) * most_splits <= sms &&
+         layout.head_dim % (2 * groups * 16) == 0 && layout.head_dim / (2 * groups) >= 16 * kMmaWarps)
+    groups *= 2;
+  return groups;
+}
+
+std::size_t attention_mma_scratch_floats(int64_t T, int heads, int head_dim, int splits, int groups) {
+  return std::size_t(T) * heads * splits * (std::size_t(head_dim) + 2 * std::size_t(groups));
+}
+
+void attention_mma(const KvLayout& layout, KvBlocks blocks, const AttentionArgs& args, int splits, int groups,
+                   float* scratch, int* arrivals, cudaStream_t stream) {
   if (args.T == 0) return;
   MmaArgs ma;
   const int G = args.heads / layout.kv_heads;
@@ -519,11 +550,12 @@ void attention_mma(const KvLayout& layout, KvBlocks blocks, const AttentionArgs&
     return;
   }
   ma.part.splits = splits;
+  ma.part.groups = groups;
   ma.part.o = scratch;
   ma.part.ml = scratch + std::size_t(args.T) * args.heads * splits * layout.head_dim;
   ma.arrivals = arrivals;
   ma.tiles_per_token = int(ceil_div(G, kTileRows));
-  const dim3 grid(unsigned(attention_mma_split_columns(layout, args.T, args.heads)), unsigned(splits));
+  const dim3 grid(unsigned(attention_mma_split_columns(layout, args.T, args.heads, groups)), unsigned(splits));
   launch_mma_for<false>(layout, blocks, args, ma, grid, stream);
 }
 

@@ -306,8 +306,9 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout
           if (d < hd) sa.part.o[at * hd + d] = o[h][f];
         }
         if (tid == 0) {
-          sa.part.ml[2 * at] = sm.m[h];
-          sa.part.ml[2 * at + 1] = sm.l[h];
+          float* ml = sa.part.ml + sa.part.ml_at(t * a.heads + h0 + h, s, 0);
+          ml[0] = sm.m[h];
+          ml[1] = sm.l[h];
         }
       }
     }
@@ -328,12 +329,15 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout
   // splits' partials in split order, exactly as inline mode merges them, and
   // leaves its arrival count at zero for the next launch.
   if (!last_split_block(sa.arrivals, blockIdx.x, n_splits, sm.last)) return;
+  static_assert(kSplitThreads >= kSplitHeads);
+  if (tid < nh) sm.l[tid] = merge_steps_in_place(sa.part, t * a.heads + h0 + tid, n_splits, 0);
+  __syncthreads();
   for (int h = 0; h < nh; ++h) {
 #pragma unroll
     for (int f = 0; f < kSplitFeatures; ++f) {
       const int d = tid + f * kSplitThreads;
       if (d >= hd) break;
-      out[h * hd + d] = merged_output(sa.part, t * a.heads + h0 + h, n_splits, hd, d);
+      out[h * hd + d] = merged_output_by_steps(sa.part, t * a.heads + h0 + h, n_splits, hd, d, 0, sm.l[h]);
     }
   }
 }

@@ -1060,12 +1060,16 @@ class CudaBackend final : public Backend {
     // splits; the bits are the same either way.
     int splits = 1;
     while (splits < most_splits) splits *= 2;
-    const std::size_t scratch_floats = cuda::attention_split_scratch_floats(T, params.num_heads, spec.head_dim, splits);
     const int64_t sms = props_.multiProcessorCount;
+    const int groups =
+        on_tensor_cores ? cuda::attention_mma_column_groups(layout, T, params.num_heads, most_splits, sms) : 1;
+    const std::size_t scratch_floats =
+        on_tensor_cores ? cuda::attention_mma_scratch_floats(T, params.num_heads, spec.head_dim, splits, groups)
+                        : cuda::attention_split_scratch_floats(T, params.num_heads, spec.head_dim, splits);
     bool per_split = scratch_floats * sizeof(float) <= (std::size_t(128) << 20);
     if (on_tensor_cores) {
       per_split = per_split && cuda::attention_mma_inline_blocks(layout, T, params.num_heads) < sms &&
-                  cuda::attention_mma_split_columns(layout, T, params.num_heads) <= cuda::kAttentionArrivals;
+                  cuda::attention_mma_split_columns(layout, T, params.num_heads, groups) <= cuda::kAttentionArrivals;
     } else {
       const int64_t query_blocks =
           T * spec.kv_heads * cuda::attention_split_head_groups(params.num_heads, spec.kv_heads);
@@ -1074,9 +1078,15 @@ class CudaBackend final : public Backend {
     }
     Tensor scratch;
     if (per_split) scratch = workspace_.tensor(DType::F32, {int64_t(scratch_floats)});
-    queue_.launch("attention", on_tensor_cores ? &cuda::attention_mma : &cuda::attention_split, layout,
-                  a.device_blocks(), args, splits, per_split ? scratch.data<float>() : static_cast<float*>(nullptr),
-                  static_cast<int*>(attention_arrivals_.get()));
+    float* const scratch_data = per_split ? scratch.data<float>() : nullptr;
+    int* const arrivals = static_cast<int*>(attention_arrivals_.get());
+    if (on_tensor_cores) {
+      queue_.launch("attention", &cuda::attention_mma, layout, a.device_blocks(), args, splits, groups, scratch_data,
+                    arrivals);
+    } else {
+      queue_.launch("attention", &cuda::attention_split, layout, a.device_blocks(), args, splits, scratch_data,
+                    arrivals);
+    }
   }
 
  private:

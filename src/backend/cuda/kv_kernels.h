@@ -95,15 +95,21 @@ void attention_split(const KvLayout& layout, KvBlocks blocks, const AttentionArg
 // the f32 operands (q, the softmax weights) split into three bf16 terms, so
 // no bit of them is lost. Its own order, not attention_split's: the layout
 // picks one kernel for every call, so a query's bits still never depend on
-// the batch. Split mode (`scratch`, as above) runs
-// attention_mma_split_columns(T) block columns (at most kAttentionArrivals),
-// inline mode attention_mma_inline_blocks(T) blocks; the arguments otherwise
-// as attention_split's.
+// the batch. Split mode (`scratch` of attention_mma_scratch_floats, as
+// above) cuts each head's value columns into `groups` groups (any power of
+// two attention_mma_column_groups may pick: the grouping never changes a bit)
+// and runs attention_mma_split_columns(T, groups) block columns (at most
+// kAttentionArrivals); inline mode (scratch == nullptr, groups ignored) runs
+// attention_mma_inline_blocks(T) blocks; the arguments otherwise as
+// attention_split's.
 bool attention_mma_supports(const KvLayout& layout);
-std::size_t attention_mma_smem_bytes(const KvLayout& layout);
+std::size_t attention_mma_smem_bytes(const KvLayout& layout);  // the most either mode needs
 int64_t attention_mma_inline_blocks(const KvLayout& layout, int64_t T, int heads);
-int64_t attention_mma_split_columns(const KvLayout& layout, int64_t T, int heads);
-void attention_mma(const KvLayout& layout, KvBlocks blocks, const AttentionArgs& args, int splits, float* scratch,
-                   int* arrivals, cudaStream_t stream);
+int64_t attention_mma_split_columns(const KvLayout& layout, int64_t T, int heads, int groups);
+// Column groups for split mode: the most whose blocks still fit one wave.
+int attention_mma_column_groups(const KvLayout& layout, int64_t T, int heads, int64_t most_splits, int64_t sms);
+std::size_t attention_mma_scratch_floats(int64_t T, int heads, int head_dim, int splits, int groups);
+void attention_mma(const KvLayout& layout, KvBlocks blocks, const AttentionArgs& args, int splits, int groups,
+                   float* scratch, int* arrivals, cudaStream_t stream);
 
 }  // namespace rowlm::cuda
