@@ -365,20 +365,24 @@ int run_bench(const std::vector<std::string>& argv) {
     kv::KvCache cache(copt, *backend);
     std::vector<kv::RowId> rows;
     Tensor logits;
-    // The rows' contexts go in forwards of at most kWarmTokens tokens (whole
-    // rows), as the engine's chunked prefill would: one forward's activations
-    // live until it ends, and 256 rows of 128 tokens in one would ask the
-    // workspace for tens of GB (E2B on the H200 ran out of memory).
+    // The rows' contexts go in forwards of at most kWarmTokens tokens, a
+    // long row's in several chunks, as the engine's chunked prefill would:
+    // one forward's activations live until it ends, and 256 rows of 128
+    // tokens in one would ask the workspace for tens of GB (E2B on the H200
+    // ran out of memory), as did one row of 32,768 (an H100, 2026-12-05).
     constexpr int64_t kWarmTokens = 4096;
     ForwardBatch warm;
     for (int32_t r = 0; r < B; ++r) {
       rows.push_back(cache.create_row());
-      for (int64_t i = 0; i < context; ++i) warm.add(rows.back(), i, next_token(), i + 1 == context);
-      if (r + 1 == B || int64_t(warm.tokens.size()) + context > kWarmTokens) {
-        model->forward(warm, cache, logits);
-        warm = ForwardBatch();
+      for (int64_t i = 0; i < context; ++i) {
+        warm.add(rows.back(), i, next_token(), i + 1 == context);
+        if (int64_t(warm.tokens.size()) == kWarmTokens) {
+          model->forward(warm, cache, logits);
+          warm = ForwardBatch();
+        }
       }
     }
+    if (!warm.empty()) model->forward(warm, cache, logits);
     // The steps run in rounds, each just after its own bandwidth reading: on
     // a shared machine the bandwidth moves from second to second, so a step
     // is judged against the ceiling of its moment; the median round counts.
