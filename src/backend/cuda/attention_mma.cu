@@ -102,6 +102,27 @@ __device__ __forceinline__ Bf16Terms split_terms(float x) {
   return r;
 }
 
+// Reduces each of a thread's two tile rows (g and g + 8) over the 64
+// positions the block scores, in one fixed tree: the quad's four threads
+// (lanes xor 1, then xor 2), then the four warps in order, ((w0 ∘ w1) ∘ w2) ∘ w3.
+// Every thread gets its rows' results. `red`: [4 warps][16] floats; the
+// caller's barrier before the next write to `red` keeps its readers safe.
+template <class Op>
+__device__ __forceinline__ void tile_rows_reduce(float (&v)[2], float* red, int warp, int g, int tq, Op op) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    v[half] = op(v[half], __shfl_xor_sync(0xffffffffu, v[half], 1));
+    v[half] = op(v[half], __shfl_xor_sync(0xffffffffu, v[half], 2));
+    if (tq == 0) red[warp * kTileRows + g + 8 * half] = v[half];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float* r = red + g + 8 * half;
+    v[half] = op(op(op(r[0], r[kTileRows]), r[2 * kTileRows]), r[3 * kTileRows]);
+  }
+}
+
 struct MmaArgs {
   SplitPartials part;        // split mode; part.groups: column groups of the head's values
   int* arrivals = nullptr;   // split mode: a count per block column (grid.x), zero before and after
@@ -328,20 +349,9 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(KvLayout L, 
           acc[n][c] = valid[n][c] ? __fmul_rn(acc[n][c], a.scale) : neg_inf();
           mx[half] = fmaxf(mx[half], acc[n][c]);
         }
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 1));
-        mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 2));
-        if (tq == 0) sm.red_max[warp * kTileRows + g + 8 * half] = mx[half];
-      }
-      __syncthreads();
-      float m[2], l[2];
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float* rm = sm.red_max + g + 8 * half;
-        m[half] = fmaxf(fmaxf(fmaxf(rm[0], rm[kTileRows]), rm[2 * kTileRows]), rm[3 * kTileRows]);
-        l[half] = 0.0f;
-      }
+      tile_rows_reduce(mx, sm.red_max, warp, g, tq, [](float x, float y) { return fmaxf(x, y); });
+      const float(&m)[2] = mx;
+      float l[2] = {0.0f, 0.0f};
       // e, its three terms into shared memory, and the partial sums.
 #pragma unroll
       for (int n = 0; n < 2; ++n)
@@ -361,18 +371,7 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(KvLayout L, 
             *reinterpret_cast<uint32_t*>(sm.e + (term * kTileRows + g + 8 * half) * kPosStride + col) =
                 uint32_t(te[0].t[term]) | (uint32_t(te[1].t[term]) << 16);
         }
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        l[half] = __fadd_rn(l[half], __shfl_xor_sync(0xffffffffu, l[half], 1));
-        l[half] = __fadd_rn(l[half], __shfl_xor_sync(0xffffffffu, l[half], 2));
-        if (tq == 0) sm.red_sum[warp * kTileRows + g + 8 * half] = l[half];
-      }
-      __syncthreads();
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float* rs = sm.red_sum + g + 8 * half;
-        l[half] = __fadd_rn(__fadd_rn(__fadd_rn(rs[0], rs[kTileRows]), rs[2 * kTileRows]), rs[3 * kTileRows]);
-      }
+      tile_rows_reduce(l, sm.red_sum, warp, g, tq, [](float x, float y) { return __fadd_rn(x, y); });
 
       cp_async_wait<0>();  // the values
       __syncthreads();
