@@ -89,8 +89,11 @@ __device__ __forceinline__ bool index_ok(int64_t v, int64_t bound, int* error, i
 // loading word j of each block (one 4-byte load for 32 / kBits weights) and
 // dequantizing each weight once for all its rows of x. Lane j's sum, its
 // roundings, and the tree are matmul_f32_kernel's, so are the bits.
+// kGroup: the group size when it is one of the common ones (the division by
+// it a shift), 0 for any other multiple of 16. A 16-wide step of the lanes
+// never straddles two groups, so its group is found once for all lanes.
 constexpr int kLanesAhead = 4;  // words each lane loads before it computes on them
-template <int kBits, int kRows>
+template <int kBits, int kRows, int kGroup>
 __global__ void __launch_bounds__(kThreads) matmul_affine_lanes_kernel(const float* x, const WeightRef w, float* y,
                                                                        int64_t M, int64_t N, int64_t K) {
   const int64_t hw = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;
@@ -100,18 +103,19 @@ __global__ void __launch_bounds__(kThreads) matmul_affine_lanes_kernel(const flo
   const int64_t n = hw % N, m0 = hw / N * kRows;
   const int rows = int(M - m0 < kRows ? M - m0 : kRows);
   constexpr int kPer = 32 / kBits;
-  constexpr int64_t kBlock = 16 * kPer;
+  constexpr int kBlock = 16 * kPer;
   constexpr uint32_t kMask = (1u << kBits) - 1u;
+  const int group_size = kGroup ? kGroup : w.group_size;
   const uint32_t* words = static_cast<const uint32_t*>(w.values) + n * (K / kPer);
-  const int64_t g0 = n * (K / w.group_size);
-  const float* xm = x + m0 * K;
+  const int64_t g0 = n * (K / group_size);
+  const float* xm = x + m0 * K + lane;
   float acc[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
-  int64_t group = -1;
+  int group = -1;
   float s = 0.0f, b = 0.0f;
-  const int64_t blocks = K / kBlock;
-  for (int64_t blk = 0; blk < blocks; blk += kLanesAhead) {
+  const int blocks = int(K / kBlock);
+  for (int blk = 0; blk < blocks; blk += kLanesAhead) {
     uint32_t wd[kLanesAhead];
 #pragma unroll
     for (int a = 0; a < kLanesAhead; ++a) wd[a] = blk + a < blocks ? __ldg(words + (blk + a) * 16 + lane) : 0u;
@@ -120,8 +124,8 @@ __global__ void __launch_bounds__(kThreads) matmul_affine_lanes_kernel(const flo
       if (blk + a >= blocks) break;
 #pragma unroll
       for (int q = 0; q < kPer; ++q) {
-        const int64_t k = (blk + a) * kBlock + 16 * q + lane;
-        const int64_t gk = k / w.group_size;
+        const int k0 = (blk + a) * kBlock + 16 * q;  // the step's first column; this lane's is k0 + lane
+        const int gk = k0 / group_size;
         if (gk != group) {
           group = gk;
           s = load_weight(w.scales, w.storage, g0 + gk);
@@ -130,7 +134,7 @@ __global__ void __launch_bounds__(kThreads) matmul_affine_lanes_kernel(const flo
         const float wv = __fadd_rn(__fmul_rn(s, float((wd[a] >> (q * kBits)) & kMask)), b);
 #pragma unroll
         for (int r = 0; r < kRows; ++r)
-          if (r < rows) acc[r] = fmaf(xm[r * K + k], wv, acc[r]);
+          if (r < rows) acc[r] = fmaf(__ldg(xm + r * K + k0), wv, acc[r]);
       }
     }
   }
@@ -516,15 +520,25 @@ __global__ void fma_chains_kernel(int64_t iters, float* sink) {
 }  // namespace
 
 namespace {
+template <int kBits, int kGroup>
+void launch_affine_lanes(const float* x, const WeightRef& w, float* y, int64_t M, int64_t N, int64_t K,
+                         cudaStream_t stream) {
+  auto kernel = M == 1   ? matmul_affine_lanes_kernel<kBits, 1, kGroup>
+                : M == 2 ? matmul_affine_lanes_kernel<kBits, 2, kGroup>
+                : M <= 4 ? matmul_affine_lanes_kernel<kBits, 4, kGroup>
+                         : matmul_affine_lanes_kernel<kBits, 8, kGroup>;
+  const int64_t rows = M == 1 ? 1 : M == 2 ? 2 : M <= 4 ? 4 : 8;
+  kernel<<<blocks_for(N * ((M + rows - 1) / rows) * 16), kThreads, 0, stream>>>(x, w, y, M, N, K);
+}
 template <int kBits>
 void launch_affine_lanes(const float* x, const WeightRef& w, float* y, int64_t M, int64_t N, int64_t K,
                          cudaStream_t stream) {
-  auto kernel = M == 1   ? matmul_affine_lanes_kernel<kBits, 1>
-                : M == 2 ? matmul_affine_lanes_kernel<kBits, 2>
-                : M <= 4 ? matmul_affine_lanes_kernel<kBits, 4>
-                         : matmul_affine_lanes_kernel<kBits, 8>;
-  const int64_t rows = M == 1 ? 1 : M == 2 ? 2 : M <= 4 ? 4 : 8;
-  kernel<<<blocks_for(N * ((M + rows - 1) / rows) * 16), kThreads, 0, stream>>>(x, w, y, M, N, K);
+  switch (w.group_size) {
+    case 32: return launch_affine_lanes<kBits, 32>(x, w, y, M, N, K, stream);
+    case 64: return launch_affine_lanes<kBits, 64>(x, w, y, M, N, K, stream);
+    case 128: return launch_affine_lanes<kBits, 128>(x, w, y, M, N, K, stream);
+    default: return launch_affine_lanes<kBits, 0>(x, w, y, M, N, K, stream);
+  }
 }
 }  // namespace
 
