@@ -87,6 +87,23 @@ __device__ __forceinline__ float merged_output_by_steps(const SplitPartials& p, 
   return __fdiv_rn(O, Lsum);
 }
 
+// Split mode with many splits: the split blocks only write their partials
+// (arrivals == nullptr) and this merges them in a launch of its own, a block
+// per (query head row, kMergeColumns features). One thread walks the row's
+// (m, l) in shared memory with merge_split; each feature then applies the
+// steps in split order with merge_output and divides: the operations of
+// merge_steps_in_place and merged_output_by_steps on the same values, so the
+// same bits as the last-block merge, which reads every partial of a query in
+// one block (at 512 splits of a 512-wide head, 8 MB through one SM).
+// `lo`, `hi`: the queries' key ranges (device); rows without keys are left
+// to the split kernel (it writes their zeros). Reads (m, l) of group 0.
+// Merge apart when a launch's split count is above kMergeApartSplits and at
+// most kMergeApartMostSplits (its steps then fit in shared memory).
+inline constexpr int kMergeApartSplits = 16, kMergeApartMostSplits = 8192;
+inline bool merge_apart(int splits) { return splits > kMergeApartSplits && splits <= kMergeApartMostSplits; }
+void attention_merge_partials(const SplitPartials& part, const int64_t* lo, const int64_t* hi, int64_t T, int heads,
+                              int head_dim, float* out, cudaStream_t stream);
+
 // Whether this block is the last of the n_splits blocks of its column to
 // have written its partials; that block leaves the column's count at zero for
 // the next launch. Every thread of the block must call it (it synchronizes);

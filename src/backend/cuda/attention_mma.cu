@@ -467,7 +467,8 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(KvLayout L, 
     }
   } else {
     // The last block of the token's tile and column group merges the
-    // group's columns of its rows.
+    // group's columns of its rows, unless the merge runs apart.
+    if (ma.arrivals == nullptr) return;
     if (!last_split_block(ma.arrivals, blockIdx.x, n_splits, sm.flag)) return;
     if (tid < nrows) sm.red_sum[tid] = merge_steps_in_place(ma.part, out_row(tid), n_splits, cg);
     __syncthreads();
@@ -552,10 +553,12 @@ void attention_mma(const KvLayout& layout, KvBlocks blocks, const AttentionArgs&
   ma.part.groups = groups;
   ma.part.o = scratch;
   ma.part.ml = scratch + std::size_t(args.T) * args.heads * splits * layout.head_dim;
-  ma.arrivals = arrivals;
+  const bool apart = merge_apart(splits);
+  ma.arrivals = apart ? nullptr : arrivals;
   ma.tiles_per_token = int(ceil_div(G, kTileRows));
   const dim3 grid(unsigned(attention_mma_split_columns(layout, args.T, args.heads, groups)), unsigned(splits));
   launch_mma_for<false>(layout, blocks, args, ma, grid, stream);
+  if (apart) attention_merge_partials(ma.part, args.lo, args.hi, args.T, args.heads, layout.head_dim, args.out, stream);
 }
 
 }  // namespace rowlm::cuda

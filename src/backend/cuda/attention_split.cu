@@ -327,7 +327,9 @@ __global__ void __launch_bounds__(kSplitThreads) attention_split_kernel(KvLayout
   }
   // Split mode: the last of the query's split blocks to finish merges the
   // splits' partials in split order, exactly as inline mode merges them, and
-  // leaves its arrival count at zero for the next launch.
+  // leaves its arrival count at zero for the next launch; or the merge
+  // runs apart (attention_merge_partials).
+  if (sa.arrivals == nullptr) return;
   if (!last_split_block(sa.arrivals, blockIdx.x, n_splits, sm.last)) return;
   static_assert(kSplitThreads >= kSplitHeads);
   if (tid < nh) sm.l[tid] = merge_steps_in_place(sa.part, t * a.heads + h0 + tid, n_splits, 0);
@@ -387,8 +389,9 @@ void attention_split(const KvLayout& layout, KvBlocks blocks, const AttentionArg
                  splits < kFillBlocks)
     sa.heads_per_block /= 2;
   sa.head_groups = attention_split_head_groups(args.heads, layout.kv_heads, sa.heads_per_block);
+  const bool apart = !inline_mode && merge_apart(splits);
   if (!inline_mode) {
-    sa.arrivals = arrivals;
+    sa.arrivals = apart ? nullptr : arrivals;
     sa.part.o = scratch;
     sa.part.ml = scratch + std::size_t(args.T) * args.heads * splits * layout.head_dim;
   }
@@ -399,6 +402,7 @@ void attention_split(const KvLayout& layout, KvBlocks blocks, const AttentionArg
     case kQ8: launch_split<kQ8>(layout, blocks, args, sa, inline_mode, stream); break;
     default: launch_split<kQ4>(layout, blocks, args, sa, inline_mode, stream); break;
   }
+  if (apart) attention_merge_partials(sa.part, args.lo, args.hi, args.T, args.heads, layout.head_dim, args.out, stream);
 }
 
 }  // namespace rowlm::cuda

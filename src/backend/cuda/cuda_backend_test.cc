@@ -553,7 +553,10 @@ TEST_F(CudaVsCpu, SplitAttentionIsTheSameAloneAndBatchedAndNearTheCpu) {
   const std::vector<Case> cases = {{"bf16", 256, 0, 16, 8, 1, 700},  {"bf16", 512, 0, 16, 8, 1, 600},
                                    {"f32", 64, 0, 16, 4, 2, 300},    {"f16", 48, 100, 5, 2, 2, 290},
                                    {"q8", 128, 0, 32, 20, 2, 333},   {"q4:32", 64, 129, 16, 16, 1, 560},
-                                   {"bf16", 80, 0, 16, 3, 3, 130}};
+                                   {"bf16", 80, 0, 16, 3, 3, 130},
+                                   // More than kMergeApartSplits splits: a query
+                                   // alone merges in a launch of its own.
+                                   {"bf16", 256, 0, 16, 8, 1, 1500}, {"q8", 128, 0, 32, 4, 2, 1100}};
   for (const Case& c : cases) {
     const std::string what = std::string(c.codec) + " hd" + std::to_string(c.head_dim) + " w" +
                              std::to_string(c.window) + " B" + std::to_string(c.block_size) + " heads" +

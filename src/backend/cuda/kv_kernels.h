@@ -71,9 +71,11 @@ std::size_t attention_smem_bytes(const KvLayout& layout);
 // range, whatever the batch and whichever mode runs: with `scratch` (at least
 // attention_split_scratch_floats(T, heads, head_dim, splits) floats; `splits`
 // at least every query's number of splits) one block per split, the last of
-// a query's to finish merging them, which fills the GPU when few queries run
-// (decode; `arrivals`: kAttentionArrivals ints, zero before, left zero; at
-// most T · kv_heads · ceil(heads / kv_heads) blocks per split count there);
+// a query's to finish merging them (or, past kMergeApartSplits splits, a
+// second launch merging every query's partials in parallel, same bits:
+// attention_merge.cuh), which fills the GPU when few queries run (decode;
+// `arrivals`: kAttentionArrivals ints, zero before, left zero; at most
+// T · kv_heads · ceil(heads / kv_heads) blocks per split count there);
 // with scratch == nullptr one block per query walking its splits in turn
 // (prefill). A different order from attention() above (the CPU's), for the
 // tensor-core precision, where no CPU equality is promised; q, out, the
