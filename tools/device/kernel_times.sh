@@ -24,5 +24,5 @@ rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 14 and r[12] == "gp
 print(f"{len(rows)} launches matched")
 for r in rows[-int(sys.argv[2]):]:
     name = r[4].replace("rowlm::cuda::(anonymous namespace)::", "")[:70]
-    print(f"{name:70s} grid {r[8]:>14s} block {r[7]:>12s} {float(r[14]) / 1e3:10.1f} us")
+    print(f"{name:70s} grid {r[8]:>14s} block {r[7]:>12s} {float(r[14].replace(",", "")) / 1e3:10.1f} us")
 PY
