@@ -22,6 +22,9 @@ std::string Weight::describe() const {
 Weight Weight::row_range(int64_t begin, int64_t end) const {
   ROWLM_CHECK(0 <= begin && begin <= end && end <= rows,
               "weight rows [" + std::to_string(begin) + ", " + std::to_string(end) + ") outside " + describe());
+  ROWLM_CHECK(code_order != CodeOrder::Mma16 || (begin % 16 == 0 && end % 16 == 0),
+              "weight rows [" + std::to_string(begin) + ", " + std::to_string(end) + ") of " + describe() +
+                  ": its codes are in tiles of 16 rows");
   Weight w = *this;
   w.rows = end - begin;
   w.values = values.rows(begin, end);
@@ -43,6 +46,9 @@ Weight Weight::reshaped(int64_t new_rows, int64_t new_cols) const {
   } else {
     ROWLM_CHECK(group_size > 0 && new_cols % group_size == 0 && new_cols * bits % 32 == 0,
                 "cannot view " + describe() + " with " + std::to_string(new_cols) + " columns");
+    ROWLM_CHECK(code_order != CodeOrder::Mma16 || new_cols == cols,
+                "cannot view " + describe() + " (codes in 16 × 16 tiles) with " + std::to_string(new_cols) +
+                    " columns");
     // Halves32 and Lanes16 blocks stay whole only where both widths are whole blocks.
     const int64_t block = code_order == CodeOrder::Halves32  ? 32
                           : code_order == CodeOrder::Lanes16 ? lanes16_block_codes(bits)

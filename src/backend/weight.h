@@ -34,7 +34,11 @@ enum class WeightFormat : uint8_t {
   //  - scales, biases: [rows, cols/g], both f32, both bf16 or both f16.
   // The CPU backend runs every combination (bits 4 and 8 on fast paths);
   // a matmul with an affine weight equals, bitwise, the dense f32 matmul of
-  // the dequantized matrix, with f32 activations under either precision.
+  // the dequantized matrix, with f32 activations, under either precision on
+  // the CPU and under f32 precision on the GPU. Under bf16 precision the
+  // CUDA backend multiplies 4-bit codes on tensor cores with the
+  // activations rounded to bf16, as it multiplies bf16 weights
+  // (backend/cuda/gemm_affine.h).
   Affine,
 };
 
@@ -55,6 +59,11 @@ enum class CodeOrder : uint8_t {
   // lanes, lane j reading word j, each get the codes of the columns it sums
   // (k ≡ j mod 16) in increasing k from one 4-byte load per word.
   Lanes16,
+  // The CUDA backend's under bf16 matmul precision, for 4-bit codes where
+  // rows and cols are multiples of 16: tiles of 16 × 16 codes in the
+  // tensor cores' fragment order (backend/cuda/gemm_affine.h). Row ranges
+  // of it start and end on multiples of 16 rows.
+  Mma16,
 };
 // Codes in one 16-word block of CodeOrder::Lanes16 (128 at 4 bits, 64 at 8).
 constexpr int64_t lanes16_block_codes(int bits) { return 16 * (32 / bits); }

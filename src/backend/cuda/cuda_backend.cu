@@ -13,6 +13,7 @@
 #include "backend/argmax_code.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dense_kernels.h"
+#include "backend/cuda/gemm_affine.h"
 #include "backend/cuda/gemm_bf16.h"
 #include "backend/cuda/kv_kernels.h"
 #include "backend/cuda/launch_queue.h"
@@ -550,6 +551,11 @@ class CudaBackend final : public Backend {
       const Weight* wp = &w;
       Tensor* yp = &y;
       gemm_bf16(x, outputs_of({&wp, 1}, {&yp, 1}));
+    } else if (w.format == WeightFormat::Affine && w.code_order == CodeOrder::Mma16) {
+      const std::size_t bytes = cuda::affine_mma_workspace_bytes(M, N, K, w.group_size, gemm_gpu_.sms);
+      Tensor scratch = workspace_.tensor(DType::U8, {int64_t(bytes)});
+      queue_.launch("affine_mma", &cuda::affine_mma, x.data<float>(), weight_ref(w), y.data<float>(), M, N, K,
+                    scratch.raw(), int(gemm_gpu_.sms));
     } else {
       queue_.launch("matmul_f32", &cuda::matmul_f32, x.data<float>(), weight_ref(w), y.data<float>(), M, N, K);
     }
@@ -1091,12 +1097,14 @@ class CudaBackend final : public Backend {
 
  private:
   // An affine-quantized weight (weight.h) lives here as it is stored: its
-  // codes, scales and biases are uploaded, and the f32 kernels dequantize
-  // each element as they read it (cuda::WeightRef: scale·code + bias, two
-  // roundings, as quant::dequantize). The contract of weight.h holds: its
-  // matmul is bitwise the dense f32 matmul of the dequantized matrix, with
-  // f32 activations under either precision, so it equals the CPU backend's
-  // affine matmul bit for bit; the device holds bits/32 of the f32 bytes.
+  // codes, scales and biases are uploaded; the device holds bits/32 of the
+  // f32 bytes. Under f32 precision the f32 kernels dequantize each element
+  // as they read it (cuda::WeightRef: scale·code + bias, two roundings, as
+  // quant::dequantize): its matmul is bitwise the dense f32 matmul of the
+  // dequantized matrix, the CPU backend's bits. Under bf16 precision 4-bit
+  // codes go to the tensor cores (gemm_affine.h: the activations rounded to
+  // bf16, as for bf16 weights) wherever their shape allows, other codes
+  // still to the f32 kernels.
   Weight upload_affine(const Weight& w) {
     if (holds(w)) return w;  // prepared already
     ROWLM_REQUIRE(w.code_order == CodeOrder::Stream,
@@ -1116,17 +1124,23 @@ class CudaBackend final : public Backend {
     out.values = upload(w.values);
     out.scales = upload(w.scales);
     out.biases = upload(w.biases);
-    // 4- and 8-bit codes of whole blocks go into the lane order of the
-    // matmul kernel that reads each word once (weight.h), on the device.
-    if ((w.bits == 4 || w.bits == 8) && w.cols % lanes16_block_codes(w.bits) == 0 && out.values.nbytes()) {
+    // Codes go, on the device, into the order of the kernel that will read
+    // them (weight.h): the tensor cores' fragments, or the lane kernel's
+    // blocks for 4- and 8-bit codes.
+    const bool mma = precision_ == MatmulPrecision::Bf16 && cuda::mma16_fits(w.rows, w.cols, w.bits, w.group_size);
+    const bool lanes = (w.bits == 4 || w.bits == 8) && w.cols % lanes16_block_codes(w.bits) == 0;
+    if ((mma || lanes) && out.values.nbytes()) {
       DeviceGuard guard(device_);
       auto p = device_alloc(device_, out.values.nbytes(), "affine codes", queue_.released());
-      cuda::affine_lanes16_from_stream(out.values.data<uint32_t>(), static_cast<uint32_t*>(p.get()), w.rows, w.cols,
-                                       w.bits, stream_);
+      auto* to = static_cast<uint32_t*>(p.get());
+      if (mma)
+        cuda::affine_mma16_from_stream(out.values.data<uint32_t>(), to, w.rows, w.cols, stream_);
+      else
+        cuda::affine_lanes16_from_stream(out.values.data<uint32_t>(), to, w.rows, w.cols, w.bits, stream_);
       check(cudaGetLastError(), "affine codes");
       check(cudaStreamSynchronize(stream_), "affine codes");
       out.values = Tensor::view(DType::U32, out.values.shape(), p.get(), p, device());
-      out.code_order = CodeOrder::Lanes16;
+      out.code_order = mma ? CodeOrder::Mma16 : CodeOrder::Lanes16;
     }
     return out;
   }
@@ -1139,7 +1153,8 @@ class CudaBackend final : public Backend {
            w.biases.device() == device() && is_float_storage(w.scales.dtype()) &&
            (w.code_order == CodeOrder::Stream ||
             (w.code_order == CodeOrder::Lanes16 && (w.bits == 4 || w.bits == 8) &&
-             w.cols % lanes16_block_codes(w.bits) == 0));
+             w.cols % lanes16_block_codes(w.bits) == 0) ||
+            (w.code_order == CodeOrder::Mma16 && cuda::mma16_fits(w.rows, w.cols, w.bits, w.group_size)));
   }
   // The f32 kernels' view of a weight this backend holds.
   static cuda::WeightRef weight_ref(const Weight& w) {
@@ -1152,7 +1167,9 @@ class CudaBackend final : public Backend {
       r.storage = storage_of(w.scales.dtype());
       r.bits = w.bits;
       r.group_size = w.group_size;
-      r.lanes16 = w.code_order == CodeOrder::Lanes16 ? 1 : 0;
+      r.order = w.code_order == CodeOrder::Lanes16 ? cuda::kLanes16Order
+                : w.code_order == CodeOrder::Mma16   ? cuda::kMma16Order
+                                                     : cuda::kStreamOrder;
     } else {
       r.storage = storage_of(w.values.dtype());
     }

@@ -1,6 +1,7 @@
 #include "backend/cuda/dense_kernels.h"
 
 #include "backend/cuda/device_math.cuh"
+#include "backend/cuda/weight_ref.cuh"
 #include "backend/cuda/launch_dependent.h"
 
 namespace rowlm::cuda {
@@ -9,43 +10,6 @@ namespace {
 constexpr int kThreads = 256;
 
 int64_t blocks_for(int64_t threads) { return (threads + kThreads - 1) / kThreads; }
-
-__device__ __forceinline__ float load_weight(const void* w, Storage s, int64_t i) {
-  switch (s) {
-    case Storage::BF16: return bf16_to_f32(static_cast<const uint16_t*>(w)[i]);
-    case Storage::F16: return f16_to_f32(static_cast<const uint16_t*>(w)[i]);
-    default: return static_cast<const float*>(w)[i];
-  }
-}
-
-// Element (row, col) of a weight (WeightRef), dense or affine.
-template <bool kAffine>
-__device__ __forceinline__ float weight_at(const WeightRef& w, int64_t row, int64_t col) {
-  if constexpr (!kAffine) {
-    return load_weight(w.values, w.storage, row * w.cols + col);
-  } else {
-    // Rows hold whole words (cols · bits is a multiple of 32): a row's
-    // stream starts at its first word; a code may run into the next word.
-    const uint32_t* words = static_cast<const uint32_t*>(w.values);
-    const uint32_t mask = (1u << w.bits) - 1u;
-    float code;
-    if (w.lanes16) {
-      const int per_word = 32 / w.bits;
-      const int64_t block = col / (16 * per_word), in = col % (16 * per_word);
-      const uint32_t word = words[row * (w.cols / per_word) + block * 16 + in % 16];
-      code = float((word >> (int(in / 16) * w.bits)) & mask);
-    } else {
-      const int64_t bit = (row * w.cols + col) * w.bits;
-      const int shift = int(bit % 32);
-      uint64_t v = words[bit / 32] >> shift;
-      if (shift + w.bits > 32) v |= uint64_t(words[bit / 32 + 1]) << (32 - shift);
-      code = float(uint32_t(v) & mask);
-    }
-    const int64_t g = row * (w.cols / w.group_size) + col / w.group_size;
-    const float scaled = load_weight(w.scales, w.storage, g) * code;  // (no contraction: nvcc --fmad=false)
-    return scaled + load_weight(w.biases, w.storage, g);
-  }
-}
 
 // One half-warp per output element.
 template <bool kAffine>
@@ -544,8 +508,8 @@ void launch_affine_lanes(const float* x, const WeightRef& w, float* y, int64_t M
 
 void matmul_f32(const float* x, const WeightRef& w, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream) {
   if (M * N == 0) return;
-  if (w.lanes16 && w.bits == 4) return launch_affine_lanes<4>(x, w, y, M, N, K, stream);
-  if (w.lanes16 && w.bits == 8) return launch_affine_lanes<8>(x, w, y, M, N, K, stream);
+  if (w.order == kLanes16Order && w.bits == 4) return launch_affine_lanes<4>(x, w, y, M, N, K, stream);
+  if (w.order == kLanes16Order && w.bits == 8) return launch_affine_lanes<8>(x, w, y, M, N, K, stream);
   auto kernel = w.bits ? matmul_f32_kernel<true> : matmul_f32_kernel<false>;
   kernel<<<blocks_for(M * N * 16), kThreads, 0, stream>>>(x, w, y, M, N, K);
 }

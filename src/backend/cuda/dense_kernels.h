@@ -16,8 +16,8 @@ enum class Storage : int { F32, BF16, F16 };
 
 // A [rows, cols] weight as the f32 kernels read it: dense elements in
 // `storage`, or MLX affine codes (backend/weight.h: bits 2-8, each row one
-// little-endian bit stream in u32 words, or with `lanes16` 4- or 8-bit codes
-// in CodeOrder::Lanes16) with a scale and a bias per group
+// little-endian bit stream in u32 words, or in another code order: `order`)
+// with a scale and a bias per group
 // of `group_size` columns in `storage`, each element dequantized as it is
 // read: scale · code + bias in f32, two roundings (quant::dequantize's
 // operations), so a kernel computes on it what it computes on the
@@ -31,8 +31,10 @@ struct WeightRef {
   Storage storage = Storage::F32;
   int32_t bits = 0;  // 0: dense
   int32_t group_size = 0;
-  int32_t lanes16 = 0;  // affine only: 1 where the codes are in CodeOrder::Lanes16
+  int32_t order = 0;  // affine only: kStreamOrder, kLanes16Order or kMma16Order
 };
+// WeightRef::order: CodeOrder::Stream, Lanes16 (4 or 8 bits), Mma16 (4 bits).
+inline constexpr int32_t kStreamOrder = 0, kLanes16Order = 1, kMma16Order = 2;
 
 // y[m, n] = Σ_k x[m, k] · w[n, k] in the CPU's canonical order: 16 lanes,
 // lane j FMA-accumulating k ≡ j (mod 16) in increasing k over K rounded up

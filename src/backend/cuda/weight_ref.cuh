@@ -1,0 +1,62 @@
+#pragma once
+// Reading one element of a weight the CUDA backend holds (WeightRef,
+// dense_kernels.h), dense or affine in any of its code orders: the kernels
+// that read weights element by element (the f32 matmul, embedding lookups)
+// share it.
+
+#include <cstdint>
+
+#include "backend/cuda/dense_kernels.h"
+#include "backend/cuda/device_math.cuh"
+
+namespace rowlm::cuda {
+
+__device__ __forceinline__ float load_weight(const void* w, Storage s, int64_t i) {
+  switch (s) {
+    case Storage::BF16: return bf16_to_f32(static_cast<const uint16_t*>(w)[i]);
+    case Storage::F16: return f16_to_f32(static_cast<const uint16_t*>(w)[i]);
+    default: return static_cast<const float*>(w)[i];
+  }
+}
+
+// Code (row, col) of an affine weight in its order (backend/weight.h).
+__device__ __forceinline__ uint32_t affine_code(const WeightRef& w, int64_t row, int64_t col) {
+  const uint32_t* words = static_cast<const uint32_t*>(w.values);
+  const uint32_t mask = (1u << w.bits) - 1u;
+  if (w.order == kLanes16Order) {
+    const int per_word = 32 / w.bits;
+    const int64_t block = col / (16 * per_word), in = col % (16 * per_word);
+    const uint32_t word = words[row * (w.cols / per_word) + block * 16 + in % 16];
+    return (word >> (int(in / 16) * w.bits)) & mask;
+  }
+  if (w.order == kMma16Order) {  // 4 bits; the layout is gemm_affine.h's
+    const int r = int(row % 16), c = int(col % 16);
+    const int64_t tile = row / 16 * (w.cols / 16) + col / 16;
+    const uint32_t word = words[tile * 32 + (r % 8) * 4 + (c % 8) / 2];
+    const int reg = r / 8 + 2 * (c / 8);
+    return (word >> (4 * reg + 16 * (c % 2))) & 0xFu;
+  }
+  // Stream: rows hold whole words (cols · bits is a multiple of 32), a row's
+  // stream starts at its first word; a code may run into the next word.
+  const int64_t bit = (row * w.cols + col) * w.bits;
+  const int shift = int(bit % 32);
+  uint64_t v = words[bit / 32] >> shift;
+  if (shift + w.bits > 32) v |= uint64_t(words[bit / 32 + 1]) << (32 - shift);
+  return uint32_t(v) & mask;
+}
+
+// Element (row, col) of a weight, dense or affine (scale · code + bias in
+// f32, two roundings: quant::dequantize's operations).
+template <bool kAffine>
+__device__ __forceinline__ float weight_at(const WeightRef& w, int64_t row, int64_t col) {
+  if constexpr (!kAffine) {
+    return load_weight(w.values, w.storage, row * w.cols + col);
+  } else {
+    const float code = float(affine_code(w, row, col));
+    const int64_t g = row * (w.cols / w.group_size) + col / w.group_size;
+    const float scaled = load_weight(w.scales, w.storage, g) * code;  // (no contraction: nvcc --fmad=false)
+    return scaled + load_weight(w.biases, w.storage, g);
+  }
+}
+
+}  // namespace rowlm::cuda
