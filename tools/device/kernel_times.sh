@@ -6,8 +6,9 @@
 # gpu__time_duration in µs. The last launches are the last decode step's.
 #   tools/device/kernel_times.sh REGEX COUNT ARGS...
 # e.g. tools/device/kernel_times.sh attention 6 --shape e2b --layers 5 --batch 1 --context 32768 --decode-steps 2
-# Needs build-cuda/rowlm (tools/device/build_cuda.sh). Written in session 34 and
-# not yet run there (no machine could be started): check its CSV columns first.
+# Needs build-cuda/rowlm (tools/device/build_cuda.sh). ncu's CSV: column 4 the
+# kernel, 7 and 8 block and grid, 12 the metric's name, 14 its value in ns
+# (with thousands separators).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ $# -ge 2 ] || { echo "usage: kernel_times.sh REGEX COUNT BENCH_ARGS..." >&2; exit 2; }
