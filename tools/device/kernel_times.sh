@@ -6,7 +6,7 @@
 # gpu__time_duration in µs. The last launches are the last decode step's.
 #   tools/device/kernel_times.sh REGEX COUNT ARGS...
 # e.g. tools/device/kernel_times.sh attention 6 --shape e2b --layers 5 --batch 1 --context 32768 --decode-steps 2
-# Needs build-cuda/rowlm (tools/device/build_cuda.sh). ncu's CSV: column 4 the
+# Needs build-cuda/rowlm (tools/device/build_cuda.sh). ncu's CSV, 0-based: column 4 the
 # kernel, 7 and 8 block and grid, 12 the metric's name, 14 its value in ns
 # (with thousands separators).
 set -euo pipefail
