@@ -98,11 +98,13 @@ class Backend {
   virtual LaunchStats launch_stats() const { return {}; }
 
   // --- Profiling ----------------------------------------------------------
-  // While on, a backend that can (the CUDA backend) times each operation on
-  // its device and sums the time per operation name; profile() lists the
-  // sums since profiling was turned on or cleared. Results are unchanged;
-  // the speed is not (the CUDA backend issues every launch on its own to
-  // time it). A backend that cannot time returns an empty profile.
+  // While on, a backend that can times each operation and sums the time per
+  // operation name (the CUDA backend: device time of each launch; the CPU
+  // backend: wall time of each operation, its worker threads included);
+  // profile() lists the sums since profiling was turned on or cleared.
+  // Results are unchanged; the speed is not (the CUDA backend issues every
+  // launch on its own to time it). A backend that cannot time returns an
+  // empty profile.
   struct OpProfile {
     std::string op;
     int64_t launches = 0;

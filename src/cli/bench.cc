@@ -260,7 +260,8 @@ int run_bench(const std::vector<std::string>& argv) {
               "argmax")
       .flag("no-ceilings", "skip the bandwidth and FMA measurements")
       .flag("profile", "after the timed runs, time each kind of device operation in a prefill and in a decode step "
-                       "of each batch size (GPU backends; launches go one by one while profiled)")
+                       "of each batch size (GPU: device time, launches one by one while profiled; CPU: wall time of each "
+                       "operation, its threads included)")
       .option("concurrency", "C,C,...",
               "instead: run C requests at once through the engine, for each C (continuous batching)")
       .option("model", "MODEL_DIR", "with --concurrency: a real model instead of random weights")

@@ -18,6 +18,7 @@
 #include "backend/cpu/row_argmax.h"
 #include "backend/kv_checks.h"
 #include "backend/moe_routing.h"
+#include "backend/op_profiler.h"
 #include "backend/rope_angles.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -136,15 +137,24 @@ class CpuBackend final : public Backend {
 
   Workspace& workspace() override { return workspace_; }
 
+  // --- Profiling: each operation's wall time, its worker threads' included
+  // (they finish before it returns).
+
+  void set_profiling(bool on) override { profiler_.set_on(on); }
+  std::vector<OpProfile> profile() const override { return profiler_.list(); }
+  void clear_profile() override { profiler_.clear(); }
+
   Tensor upload(const Tensor& host) override {
     ROWLM_REQUIRE(host.on_host(), "upload: the source must be a host tensor, got " + describe(host));
     return host;
   }
   void copy_from_host(const void* src, Tensor& dst) override {
+    const auto timed = profiler_.scope("copy_from_host");
     ROWLM_REQUIRE(dst.on_host(), "copy_from_host: dst must be a host tensor, got " + describe(dst));
     if (dst.nbytes()) std::memcpy(dst.raw(), src, dst.nbytes());
   }
   void copy_to_host(const Tensor& src, void* dst) override {
+    const auto timed = profiler_.scope("copy_to_host");
     ROWLM_REQUIRE(src.on_host(), "copy_to_host: src must be a host tensor, got " + describe(src));
     if (src.nbytes()) std::memcpy(dst, src.raw(), src.nbytes());
   }
@@ -177,6 +187,7 @@ class CpuBackend final : public Backend {
   // --- Dense operations
 
   void matmul(const Tensor& x, const Weight& w, Tensor& y) override {
+    const auto timed = profiler_.scope("matmul");
     ROWLM_REQUIRE(x.dtype() == DType::F32 && x.rank() == 2 && x.on_host(),
                   "matmul: x must be f32 [M, K], got " + describe(x));
     const bool affine = w.format == WeightFormat::Affine;
@@ -201,6 +212,7 @@ class CpuBackend final : public Backend {
   }
 
   void add_bias(Tensor& y, const Tensor& bias) override {
+    const auto timed = profiler_.scope("add_bias");
     ROWLM_REQUIRE(y.dtype() == DType::F32 && y.rank() == 2 && y.on_host(), "add_bias: y must be f32 [M, N], got " + describe(y));
     ROWLM_REQUIRE(bias.dtype() == DType::F32 && bias.numel() == y.dim(1) && bias.on_host(),
                   "add_bias: bias must be f32 [" + std::to_string(y.dim(1)) + "], got " + describe(bias));
@@ -213,6 +225,7 @@ class CpuBackend final : public Backend {
   }
 
   void embed(const Tensor& ids, const Weight& table, float scale, Tensor& out) override {
+    const auto timed = profiler_.scope("embed");
     const bool affine = table.format == WeightFormat::Affine;
     if (affine)
       check_affine(table, "embed");
@@ -247,6 +260,7 @@ class CpuBackend final : public Backend {
   }
 
   void rms_norm(const Tensor& x, const Tensor* w, float eps, NormKind kind, Tensor& y) override {
+    const auto timed = profiler_.scope("rms_norm");
     ROWLM_REQUIRE(x.dtype() == DType::F32 && x.rank() >= 1 && x.dim(-1) > 0 && x.on_host(),
                   "rms_norm: x must be f32 [..., D] with D > 0, got " + describe(x));
     ROWLM_REQUIRE(y.dtype() == DType::F32 && y.shape() == x.shape() && y.on_host(),
@@ -281,6 +295,7 @@ class CpuBackend final : public Backend {
   }
 
   void rope(Tensor& x, const Tensor& positions, RopeTable& rope_table) override {
+    const auto timed = profiler_.scope("rope");
     auto* table = dynamic_cast<CpuRopeTable*>(&rope_table);
     ROWLM_REQUIRE(table != nullptr, "rope: the table belongs to another backend");
     const int64_t half = int64_t(table->inv_freq.size()), hd = 2 * half, T = positions.numel();
@@ -309,6 +324,7 @@ class CpuBackend final : public Backend {
   }
 
   void gated_activation(const Tensor& gate, const Tensor& up, Activation act, Tensor& out) override {
+    const auto timed = profiler_.scope("gated_activation");
     ROWLM_REQUIRE(gate.dtype() == DType::F32 && up.dtype() == DType::F32 && out.dtype() == DType::F32 &&
                       gate.shape() == up.shape() && out.shape() == gate.shape() && gate.on_host() && up.on_host() &&
                       out.on_host(),
@@ -324,6 +340,7 @@ class CpuBackend final : public Backend {
   }
 
   void copy(const Tensor& src, Tensor& dst) override {
+    const auto timed = profiler_.scope("copy");
     ROWLM_REQUIRE(src.dtype() == dst.dtype() && src.numel() == dst.numel() && src.on_host() && dst.on_host(),
                   "copy: src and dst must have one dtype and size, got " + describe(src) + " and " + describe(dst));
     ROWLM_REQUIRE(!overlaps(src, dst), "copy: src and dst must not overlap");
@@ -331,6 +348,7 @@ class CpuBackend final : public Backend {
   }
 
   void add(Tensor& y, const Tensor& x) override {
+    const auto timed = profiler_.scope("add");
     ROWLM_REQUIRE(y.dtype() == DType::F32 && x.dtype() == DType::F32 && y.shape() == x.shape() && x.on_host() &&
                       y.on_host(),
                   "add: y and x must be f32 of one shape, got " + describe(y) + " and " + describe(x));
@@ -341,12 +359,14 @@ class CpuBackend final : public Backend {
   }
 
   void scale(Tensor& y, float s) override {
+    const auto timed = profiler_.scope("scale");
     ROWLM_REQUIRE(y.dtype() == DType::F32 && y.on_host(), "scale: y must be f32, got " + describe(y));
     float* ys = y.data<float>();
     elementwise(y.numel(), [&](int64_t i, int64_t n) { kernels_.scale(ys + i, s, n); });
   }
 
   void softcap(Tensor& y, float cap) override {
+    const auto timed = profiler_.scope("softcap");
     ROWLM_REQUIRE(y.dtype() == DType::F32 && y.on_host(), "softcap: y must be f32, got " + describe(y));
     ROWLM_REQUIRE(cap > 0.0f && std::isfinite(cap), "softcap: cap must be positive and finite, got " + std::to_string(cap));
     float* ys = y.data<float>();
@@ -354,6 +374,7 @@ class CpuBackend final : public Backend {
   }
 
   void gather_rows(const Tensor& src, const Tensor& rows, Tensor& dst) override {
+    const auto timed = profiler_.scope("gather_rows");
     ROWLM_REQUIRE(src.rank() >= 1 && src.on_host(), "gather_rows: src must have at least one dimension");
     const int64_t R = src.dim(0), n = rows.numel();
     const int64_t row_elems = R == 0 ? 0 : src.numel() / R;
@@ -373,6 +394,7 @@ class CpuBackend final : public Backend {
   }
 
   void argmax_rows(const Tensor& x, Tensor& codes) override {
+    const auto timed = profiler_.scope("argmax_rows");
     check_argmax_rows(x, codes);
     ROWLM_REQUIRE(x.on_host() && codes.on_host(), "argmax_rows: x and codes must be host tensors");
     const int64_t n = x.dim(0), V = x.dim(1);
@@ -384,6 +406,7 @@ class CpuBackend final : public Backend {
   }
 
   void scatter_add_rows(Tensor& dst, const Tensor& rows, const Tensor& weights, const Tensor& src) override {
+    const auto timed = profiler_.scope("scatter_add_rows");
     ROWLM_REQUIRE(dst.dtype() == DType::F32 && dst.rank() >= 1 && dst.on_host(),
                   "scatter_add_rows: dst must be f32, got " + describe(dst));
     const int64_t R = dst.dim(0), n = rows.numel();
@@ -403,6 +426,7 @@ class CpuBackend final : public Backend {
 
   void moe_route(const Tensor& logits, int top_k, bool renormalize, const Tensor* per_expert_scale, Tensor& experts,
                  Tensor& weights) override {
+    const auto timed = profiler_.scope("moe_route");
     ROWLM_REQUIRE(logits.dtype() == DType::F32 && logits.rank() == 2 && logits.dim(1) > 0 && logits.on_host(),
                   "moe_route: logits must be f32 [T, E], got " + describe(logits));
     const int64_t T = logits.dim(0), E = logits.dim(1);
@@ -435,6 +459,7 @@ class CpuBackend final : public Backend {
 
   void moe_experts(const Tensor& x, const Tensor& experts, const Tensor& weights, const ExpertBank& bank,
                    Activation act, Tensor& out) override {
+    const auto timed = profiler_.scope("moe_experts");
     ROWLM_REQUIRE(x.dtype() == DType::F32 && x.rank() == 2 && x.on_host(), "moe_experts: x must be f32 [T, H], got " + describe(x));
     const int64_t T = x.dim(0), H = x.dim(1);
     ROWLM_REQUIRE(out.dtype() == DType::F32 && out.shape() == x.shape() && out.on_host() && !overlaps(out, x),
@@ -488,6 +513,7 @@ class CpuBackend final : public Backend {
   // --- KV bytes
 
   void kv_write(KvArena& arena, std::span<const int64_t> slots, const Tensor& k, const Tensor& v) override {
+    const auto timed = profiler_.scope("kv_write");
     cpu::CpuKvArena& a = own(arena, "kv_write");
     const kv::LayerSpec& spec = a.spec();
     const int64_t T = int64_t(slots.size()), width = int64_t(spec.kv_heads) * spec.head_dim;
@@ -515,12 +541,14 @@ class CpuBackend final : public Backend {
   }
 
   void kv_copy_blocks(KvArena& arena, std::span<const KvBlockCopy> copies) override {
+    const auto timed = profiler_.scope("kv_copy_blocks");
     cpu::CpuKvArena& a = own(arena, "kv_copy_blocks");
     check_kv_copies(a, copies);
     for (const KvBlockCopy& c : copies) std::memcpy(a.block(c.dst), a.block(c.src), a.block_bytes());
   }
 
   void kv_read(const KvArena& arena, std::span<const int64_t> slots, std::span<std::byte> records) override {
+    const auto timed = profiler_.scope("kv_read");
     const cpu::CpuKvArena& a = own(arena, "kv_read");
     const std::size_t rec = kv::token_record_bytes(a.spec());
     ROWLM_REQUIRE(records.size() == slots.size() * rec, "kv_read: " + std::to_string(slots.size()) +
@@ -533,6 +561,7 @@ class CpuBackend final : public Backend {
   }
 
   void kv_store(KvArena& arena, std::span<const int64_t> slots, std::span<const std::byte> records) override {
+    const auto timed = profiler_.scope("kv_store");
     cpu::CpuKvArena& a = own(arena, "kv_store");
     const std::size_t rec = kv::token_record_bytes(a.spec());
     ROWLM_REQUIRE(records.size() == slots.size() * rec, "kv_store: " + std::to_string(slots.size()) +
@@ -546,6 +575,7 @@ class CpuBackend final : public Backend {
 
   void attention(const Tensor& q, const KvArena& arena, const AttentionBatch& batch, const AttentionParams& params,
                  Tensor& out) override {
+    const auto timed = profiler_.scope("attention");
     const cpu::CpuKvArena& a = own(arena, "attention");
     const kv::LayerSpec& spec = a.spec();
     ROWLM_REQUIRE(params.num_heads > 0 && params.head_dim == spec.head_dim && params.num_heads % spec.kv_heads == 0,
@@ -624,6 +654,7 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   MatmulPrecision precision_;
   Workspace workspace_;
+  OpProfiler profiler_;
 };
 
 }  // namespace

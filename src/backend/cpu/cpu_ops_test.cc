@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -61,6 +62,33 @@ std::string error_of(const std::function<void()>& fn) {
     return e.what();
   }
   return "no error";
+}
+
+// The CPU backend's profile: each operation's wall time while profiling is
+// on, nothing while off, the results unchanged.
+TEST(CpuOps, ProfileCountsEachOperationWhileOnAndChangesNoResult) {
+  std::mt19937 rng(7);
+  auto be = make_cpu_backend(2);
+  const Tensor x = random_f32({5, 64}, rng), w = random_f32({24, 64}, rng), g = random_f32({64}, rng);
+  const Weight wt = be->prepare_weight(Weight::dense(w));
+  Tensor plain(DType::F32, {5, 24}), profiled(DType::F32, {5, 24}), normed(DType::F32, {5, 64});
+  be->matmul(x, wt, plain);
+  EXPECT_TRUE(be->profile().empty());
+  be->set_profiling(true);
+  be->matmul(x, wt, profiled);
+  be->matmul(x, wt, profiled);
+  be->rms_norm(x, &g, 1e-6f, NormKind::Plain, normed);
+  be->set_profiling(false);
+  be->matmul(x, wt, profiled);
+  std::map<std::string, int64_t> launches;
+  for (const auto& p : be->profile()) {
+    launches[p.op] = p.launches;
+    EXPECT_GE(p.seconds, 0.0) << p.op;
+  }
+  EXPECT_EQ(launches, (std::map<std::string, int64_t>{{"matmul", 2}, {"rms_norm", 1}}));
+  EXPECT_EQ(std::memcmp(plain.raw(), profiled.raw(), plain.nbytes()), 0);
+  be->clear_profile();
+  EXPECT_TRUE(be->profile().empty());
 }
 
 TEST(CpuOps, RmsNormMatchesHfFormulaInDouble) {
