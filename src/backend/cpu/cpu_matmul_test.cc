@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
 #include <random>
 
 #include "backend/cpu/kernels.h"
@@ -52,6 +55,33 @@ TEST(CpuMatmul, EveryPathMatchesTheCanonicalOrderBitwise) {
       }
     }
   }
+}
+
+// A weight that does not start on a cache line (a safetensors view, packed
+// at any even offset) is copied into aligned memory by prepare_weight, with
+// the same bytes and the same products; an aligned one stays a view.
+TEST(CpuMatmul, MisalignedWeightsAreCopiedAlignedWithTheSameResults) {
+  std::mt19937 rng(5);
+  const int64_t M = 3, K = 96, N = 40;
+  const Tensor x = random_f32({M, K}, rng);
+  const Tensor w = narrowed(random_f32({N, K}, rng, 0.5f), DType::BF16);
+  // The same bf16 matrix 2 bytes into a buffer: 2-byte aligned, as in a checkpoint.
+  Tensor buffer(DType::BF16, {N * K + 32});
+  std::memcpy(static_cast<std::byte*>(buffer.raw()) + 2, w.raw(), w.nbytes());
+  const Tensor shifted = Tensor::view(DType::BF16, {N, K}, static_cast<const std::byte*>(buffer.raw()) + 2,
+                                      std::shared_ptr<const void>(buffer.raw(), [keep = buffer](const void*) {}));
+  auto b = make_cpu_backend(2);
+  const Weight aligned = b->prepare_weight(Weight::dense(w));
+  EXPECT_EQ(aligned.values.raw(), w.raw()) << "an aligned weight stays a view";
+  const Weight copied = b->prepare_weight(Weight::dense(shifted));
+  EXPECT_NE(copied.values.raw(), shifted.raw());
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(copied.values.raw()) % 64, 0u);
+  ASSERT_EQ(copied.values.nbytes(), w.nbytes());
+  EXPECT_EQ(std::memcmp(copied.values.raw(), w.raw(), w.nbytes()), 0);
+  Tensor want(DType::F32, {M, N}), got(DType::F32, {M, N});
+  b->matmul(x, aligned, want);
+  b->matmul(x, copied, got);
+  EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0) << "the copy's products differ";
 }
 
 // Small chunks force the schedule through many weight chunks and, with few
