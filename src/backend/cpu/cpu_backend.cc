@@ -181,8 +181,8 @@ class CpuBackend final : public Backend {
     // A view of a checkpoint stays a view where it starts on a cache line.
     // Safetensors packs tensors back to back, so most start anywhere (2-byte
     // alignment for bf16): then many 64-byte loads of the kernels split
-    // across two lines, measured 10-15% slower decode (docs/perf.md). Such
-    // weights are copied once, into huge pages where the system has them.
+    // across two lines; copied once (into huge pages where the system has
+    // them) they decoded 10-21% faster (docs/perf.md).
     if (reinterpret_cast<std::uintptr_t>(w.values.raw()) % kWeightAlignment == 0) return w;
     Weight out = w;
     out.values = cpu::copy_to_huge_pages(w.values, pool_);
