@@ -552,10 +552,11 @@ class CudaBackend final : public Backend {
       Tensor* yp = &y;
       gemm_bf16(x, outputs_of({&wp, 1}, {&yp, 1}));
     } else if (w.format == WeightFormat::Affine && w.code_order == CodeOrder::Mma16) {
-      const std::size_t bytes = cuda::affine_mma_workspace_bytes(M, N, K, w.group_size, gemm_gpu_.sms);
-      Tensor scratch = workspace_.tensor(DType::U8, {int64_t(bytes)});
+      const std::size_t bytes = cuda::affine_mma_workspace_bytes(M, N, K, gemm_gpu_.sms);
+      Tensor scratch;
+      if (bytes) scratch = workspace_.tensor(DType::F32, {int64_t(bytes / sizeof(float))});
       queue_.launch("affine_mma", &cuda::affine_mma, x.data<float>(), weight_ref(w), y.data<float>(), M, N, K,
-                    scratch.raw(), int(gemm_gpu_.sms));
+                    bytes ? scratch.data<float>() : static_cast<float*>(nullptr), int(gemm_gpu_.sms));
     } else {
       queue_.launch("matmul_f32", &cuda::matmul_f32, x.data<float>(), weight_ref(w), y.data<float>(), M, N, K);
     }

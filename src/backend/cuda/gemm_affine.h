@@ -8,13 +8,13 @@
 // the integers they are (exact in bf16); each group's scale and bias are
 // applied to the group's sums:
 //   Q_g[m, n] = Σ_{k in g} x_k · q[n, k]   (mma, f32 accumulation)
-//   X_g[m]    = Σ_{k in g} x_k             (affine_mma_prepare)
+//   X_g[m]    = Σ_{k in g} x_k             (mma of a fragment of ones)
 //   s · Q_g + b · X_g = Σ_{k in g} x_k · (s · q + b) up to the roundings.
 //
 // Batch invariance. Every output element is summed in one canonical order,
 // whatever M is and whichever launch configuration runs:
-//   1. X_g[m]: the group's bf16 activations added to 0.0f in increasing k.
-//   2. Q_g[m, n]: mma.m16n8k16 steps from 0.0f, 16 k at a time, increasing k.
+//   1. Q_g[m, n]: mma.m16n8k16 steps from 0.0f, 16 k at a time, increasing k;
+//   2. X_g[m]: the same steps with every code replaced by 1.
 //   3. K is cut into chunks of kAffineChunk columns at fixed offsets; a
 //      chunk's partial P starts at 0.0f and takes, group by group in
 //      increasing k, P = fma(s, Q_g, P), then P = fma(b, X_g, P).
@@ -56,13 +56,14 @@ inline bool mma16_fits(int64_t rows, int64_t cols, int bits, int group_size) {
 void affine_mma16_from_stream(const uint32_t* stream_words, uint32_t* mma_words, int64_t rows, int64_t cols,
                               cudaStream_t stream);
 
-// Device bytes of workspace affine_mma needs: the bf16 activations, the
-// group sums, and the chunks' partials where it splits over K.
-std::size_t affine_mma_workspace_bytes(int64_t M, int64_t N, int64_t K, int group_size, int sms);
+// Device bytes of workspace affine_mma needs: the chunks' partials where it
+// splits over K, else 0.
+std::size_t affine_mma_workspace_bytes(int64_t M, int64_t N, int64_t K, int sms);
 
-// y = x · wᵀ for a 4-bit Mma16 weight `w` [N, K] (w.order == 2); x f32 [M, K];
-// workspace: at least affine_mma_workspace_bytes, 256-byte aligned.
-void affine_mma(const float* x, const WeightRef& w, float* y, int64_t M, int64_t N, int64_t K, void* workspace,
+// y = x · wᵀ for a 4-bit Mma16 weight `w` [N, K] (w.order == kMma16Order);
+// x f32 [M, K] (rows 16-byte aligned: K is a multiple of 16); workspace: at
+// least affine_mma_workspace_bytes (may be null when that is 0).
+void affine_mma(const float* x, const WeightRef& w, float* y, int64_t M, int64_t N, int64_t K, float* workspace,
                 int sms, cudaStream_t stream);
 
 }  // namespace rowlm::cuda

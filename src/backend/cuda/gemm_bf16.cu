@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/cuda/chunk_sums.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/gemm_hopper.h"
 #include "backend/cuda/gemm_outputs.cuh"
@@ -206,16 +207,6 @@ __global__ void __launch_bounds__(C::kThreads)
   }
 }
 
-// y = Σ over chunks c of partials[c] (added to 0.0f in increasing c): step 3
-// above, for one output.
-__global__ void sum_chunks_kernel(const float* __restrict__ partials, float* __restrict__ y, int64_t MN, int chunks) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= MN) return;
-  float total = 0.0f;
-  for (int c = 0; c < chunks; ++c) total = total + partials[int64_t(c) * MN + i];
-  y[i] = total;
-}
-
 int64_t chunks_of(int64_t K) { return (K + kGemmChunk - 1) / kGemmChunk; }
 
 template <class C>
@@ -238,8 +229,7 @@ void launch(bool split, const uint16_t* x, const GemmOutputs& outs, int64_t M, i
     int64_t cols_before = 0;
     for (int s = 0; s < outs.count; ++s) {
       const int64_t MN = M * outs.n[s];
-      sum_chunks_kernel<<<unsigned((MN + 255) / 256), 256, 0, stream>>>(scratch + chunks * M * cols_before, outs.y[s],
-                                                                         MN, int(chunks));
+      sum_chunks(scratch + chunks * M * cols_before, outs.y[s], MN, chunks, stream);
       cols_before += outs.n[s];
     }
   }
