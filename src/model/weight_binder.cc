@@ -2,31 +2,50 @@
 
 #include <algorithm>
 #include <charconv>
+#include <span>
+#include <vector>
 
 #include "core/error.h"
+#include "model/xorshift64.h"
 
 namespace rowlm::decoder {
 namespace {
 
 bool is_float(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
 
-Tensor to_f32(const Tensor& t) {
-  Tensor out(DType::F32, t.shape());
-  float* dst = out.data<float>();
-  const int64_t n = t.numel();
+// The synthetic stream's draw: the sum of four uniforms, rescaled (cheap,
+// bounded, close enough to normal), kNormalSteps steps of the state.
+constexpr int64_t kNormalSteps = 4;
+float normal_from(uint64_t& state) {
+  float sum = 0;
+  for (int k = 0; k < kNormalSteps; ++k) {
+    state = xorshift64_step(state);
+    sum += float(state >> 40) * (1.0f / 16777216.0f);
+  }
+  return (sum - 2.0f) * 1.7320508f;
+}
+
+// Elements [first, first + out.size()) of a float tensor as f32.
+void widen(const Tensor& t, int64_t first, std::span<float> out) {
+  const int64_t n = int64_t(out.size());
   switch (t.dtype()) {
     case DType::F32:
-      for (int64_t i = 0; i < n; ++i) dst[i] = t.data<float>()[i];
+      for (int64_t i = 0; i < n; ++i) out[std::size_t(i)] = t.data<float>()[first + i];
       break;
     case DType::BF16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(t.data<uint16_t>()[i]);
+      for (int64_t i = 0; i < n; ++i) out[std::size_t(i)] = bf16_to_f32(t.data<uint16_t>()[first + i]);
       break;
     case DType::F16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(t.data<uint16_t>()[i]);
+      for (int64_t i = 0; i < n; ++i) out[std::size_t(i)] = f16_to_f32(t.data<uint16_t>()[first + i]);
       break;
     default:
       ROWLM_CHECK(false, "to_f32 of a non-float tensor");
   }
+}
+
+Tensor to_f32(const Tensor& t) {
+  Tensor out(DType::F32, t.shape());
+  widen(t, 0, {out.data<float>(), std::size_t(t.numel())});
   return out;
 }
 
@@ -164,8 +183,7 @@ Weight SyntheticSource::matrix(const std::string& rel, const Shape& shape) {
   const int64_t cols = shape.back(), rows = shape_numel(shape) / std::max<int64_t>(cols, 1);
   if (!quantize_) return Weight::dense(tensor(rel, shape).reshaped({rows, cols}));
   Tensor values(DType::BF16, {rows, cols});
-  uint16_t* d = values.data<uint16_t>();
-  for (int64_t i = 0; i < values.numel(); ++i) d[i] = f32_to_bf16(std_ * normal());
+  fill_bf16(values.data<uint16_t>(), values.numel());
   Weight w = quantize_matrix(values, *quantize_);
   w_.weight_bytes += w.values.nbytes() + w.scales.nbytes() + w.biases.nbytes();
   w_.parameter_count += rows * cols;
@@ -191,20 +209,30 @@ Weight quantize_matrix(const Tensor& t, const quant::AffineSpec& spec, DType par
   w.values = Tensor(DType::U32, {rows, words});
   w.scales = Tensor(params, {rows, groups});
   w.biases = Tensor(params, {rows, groups});
-  const Tensor values = t.dtype() == DType::F32 ? t : to_f32(t);
   const std::size_t param_bytes = dtype_size(params) * std::size_t(groups);
-  for (int64_t r = 0; r < rows; ++r)
-    quant::quantize({values.data<float>() + r * cols, std::size_t(cols)}, spec, params,
-                    {w.values.data<uint32_t>() + r * words, std::size_t(words)},
-                    static_cast<std::byte*>(w.scales.raw()) + std::size_t(r) * param_bytes,
-                    static_cast<std::byte*>(w.biases.raw()) + std::size_t(r) * param_bytes);
+  // Rows are independent: a large matrix is quantized by rows in parallel,
+  // each row widened to f32 on its own (the same values in any order).
+  auto quantize_rows = [&](int64_t begin, int64_t end) {
+    std::vector<float> row(static_cast<std::size_t>(cols));
+    for (int64_t r = begin; r < end; ++r) {
+      widen(t, r * cols, row);
+      quant::quantize(row, spec, params, {w.values.data<uint32_t>() + r * words, std::size_t(words)},
+                      static_cast<std::byte*>(w.scales.raw()) + std::size_t(r) * param_bytes,
+                      static_cast<std::byte*>(w.biases.raw()) + std::size_t(r) * param_bytes);
+    }
+  };
+  if (rows * cols < (int64_t(1) << 22)) {
+    quantize_rows(0, rows);
+  } else {
+    ThreadPool pool;
+    pool.parallel_for(rows, 16, quantize_rows);
+  }
   return w;
 }
 
 Tensor SyntheticSource::tensor(const std::string&, const Shape& shape) {
   Tensor t(DType::BF16, shape);
-  uint16_t* d = t.data<uint16_t>();
-  for (int64_t i = 0; i < t.numel(); ++i) d[i] = f32_to_bf16(std_ * normal());
+  fill_bf16(t.data<uint16_t>(), t.numel());
   w_.weight_bytes += t.nbytes();
   w_.parameter_count += t.numel();
   return t;
@@ -212,21 +240,28 @@ Tensor SyntheticSource::tensor(const std::string&, const Shape& shape) {
 
 Tensor SyntheticSource::vector(const std::string&, int64_t size) {
   Tensor t(DType::F32, {size});
-  for (int64_t i = 0; i < size; ++i) t.data<float>()[i] = 1.0f + 0.1f * normal();
+  for (int64_t i = 0; i < size; ++i) t.data<float>()[i] = 1.0f + 0.1f * normal_from(state_);
   w_.parameter_count += size;
   return t;
 }
 
-// Sum of four uniforms, rescaled: cheap, bounded, close enough to normal.
-float SyntheticSource::normal() {
-  float sum = 0;
-  for (int k = 0; k < 4; ++k) {
-    state_ ^= state_ << 13;
-    state_ ^= state_ >> 7;
-    state_ ^= state_ << 17;
-    sum += float(state_ >> 40) * (1.0f / 16777216.0f);
+void SyntheticSource::fill_bf16(uint16_t* d, int64_t n) {
+  constexpr int64_t kChunk = int64_t(1) << 20;  // elements a thread draws after one jump
+  if (n <= kChunk) {
+    for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(std_ * normal_from(state_));
+    return;
   }
-  return (sum - 2.0f) * 1.7320508f;
+  const uint64_t start = state_;
+  pool().run((n + kChunk - 1) / kChunk, [&](int64_t c) {
+    uint64_t s = xorshift64_jump(start, uint64_t(kNormalSteps * c * kChunk));
+    for (int64_t i = c * kChunk, e = std::min(n, i + kChunk); i < e; ++i) d[i] = f32_to_bf16(std_ * normal_from(s));
+  });
+  state_ = xorshift64_jump(start, uint64_t(kNormalSteps * n));
+}
+
+ThreadPool& SyntheticSource::pool() {
+  if (!pool_) pool_ = std::make_unique<ThreadPool>();
+  return *pool_;
 }
 
 namespace {

@@ -24,11 +24,13 @@
 // (quantization_config.h) for that module when the config has one.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "io/checkpoint.h"
 #include "model/decoder.h"
 #include "model/quantization_config.h"
@@ -86,12 +88,16 @@ class SyntheticSource {
   Tensor first_of(const std::vector<std::string>& names, const Shape& shape) { return tensor(names.front(), shape); }
 
  private:
-  float normal();
+  // n elements of the stream into d, in parallel chunks for large n (the
+  // same values as drawn one by one).
+  void fill_bf16(uint16_t* d, int64_t n);
+  ThreadPool& pool();
   uint64_t state_;
   float std_;
   DecoderWeights& w_;
   std::optional<quant::AffineSpec> quantize_;
   std::string prefix_;
+  std::unique_ptr<ThreadPool> pool_;  // made on the first large tensor
 };
 
 // An expert bank from stacked expert tensors, each viewed as a matrix of E
