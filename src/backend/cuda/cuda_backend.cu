@@ -744,7 +744,10 @@ class CudaBackend final : public Backend {
     require_here(x, "argmax_rows: x");
     require_here(codes, "argmax_rows: codes");
     DeviceGuard guard(device_);
-    queue_.launch("argmax_rows", &cuda::argmax_rows, x.data<float>(), x.dim(0), x.dim(1), codes.data<int32_t>());
+    Tensor partials =
+        workspace_.tensor(DType::U8, {int64_t(cuda::argmax_rows_workspace_bytes(x.dim(0), x.dim(1)))});
+    queue_.launch("argmax_rows", &cuda::argmax_rows, x.data<float>(), x.dim(0), x.dim(1), codes.data<int32_t>(),
+                  partials.raw());
   }
 
   void sample_rows(Tensor& x, std::span<const RowSampling> rows, std::span<const RowSamplingEdit> edits,

@@ -1,5 +1,7 @@
 #include "backend/cuda/dense_kernels.h"
 
+#include <algorithm>
+
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/weight_ref.cuh"
 #include "backend/cuda/launch_dependent.h"
@@ -407,45 +409,73 @@ __global__ void gather_rows_kernel(const uint8_t* src, const int32_t* rows, int6
   dst[i] = src[int64_t(rows[r]) * row_bytes + b];
 }
 
-constexpr int kArgmaxThreads = 1024;
+// argmax_rows: a row's slices in parallel blocks, then a merge. Each
+// partial holds, over its entries, the largest value and its lowest index,
+// the first NaN or +inf as 2i (NaN) or 2i + 1 (+inf), and whether any entry
+// is finite. Combining two partials is associative and commutative (a total
+// order on (value, index), a min, an or), so the code does not depend on how
+// the row is sliced or in which order partials meet.
+constexpr int kArgmaxThreads = 256;
+constexpr int64_t kArgmaxSlice = 4096;  // entries per block
+constexpr int64_t kArgmaxMostSlices = 256;
 
-__global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const float* x, int64_t V, int32_t* codes) {
-  allow_dependents();
-  const float* row = x + int64_t(blockIdx.x) * V;
-  // Per thread, over entries i = threadIdx.x + k·blockDim (rising): the
-  // largest value and its first index, the first NaN or +inf as 2i (NaN) or
-  // 2i + 1 (+inf), whether any entry is finite.
-  float best = -INFINITY;
-  int64_t best_i = V, bad = 2 * V;
-  bool finite = false;
-  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
-    const float v = row[i];
-    if (isnan(v) || v == INFINITY) {
-      bad = min(bad, 2 * i + (isnan(v) ? 0 : 1));
-      continue;
-    }
-    finite = finite || isfinite(v);
-    if (v > best) best = v, best_i = i;
-  }
-  __shared__ float s_best[kArgmaxThreads];
-  __shared__ int64_t s_best_i[kArgmaxThreads], s_bad[kArgmaxThreads];
-  __shared__ int s_finite[kArgmaxThreads];
+struct ArgmaxPartial {
+  float best;
+  int32_t finite;
+  int64_t best_i, bad;
+};
+
+__device__ __forceinline__ void combine(ArgmaxPartial& a, const ArgmaxPartial& b) {
+  if (b.best > a.best || (b.best == a.best && b.best_i < a.best_i)) a.best = b.best, a.best_i = b.best_i;
+  a.bad = min(a.bad, b.bad);
+  a.finite |= b.finite;
+}
+
+// A block's partials combined into s[0] (kArgmaxThreads entries).
+__device__ void combine_block(ArgmaxPartial* s, ArgmaxPartial mine) {
   const int t = threadIdx.x;
-  s_best[t] = best, s_best_i[t] = best_i, s_bad[t] = bad, s_finite[t] = finite;
+  s[t] = mine;
   __syncthreads();
-  for (int half = blockDim.x / 2; half > 0; half /= 2) {
-    if (t < half) {
-      const float b = s_best[t + half];
-      const int64_t bi = s_best_i[t + half];
-      if (b > s_best[t] || (b == s_best[t] && bi < s_best_i[t])) s_best[t] = b, s_best_i[t] = bi;
-      s_bad[t] = min(s_bad[t], s_bad[t + half]);
-      s_finite[t] = s_finite[t] | s_finite[t + half];
-    }
+  for (int half = kArgmaxThreads / 2; half > 0; half /= 2) {
+    if (t < half) combine(s[t], s[t + half]);
     __syncthreads();
   }
-  if (t == 0) {
-    // argmax_code.h: -2 - 2i for a NaN at i, -3 - 2i for +inf; -1 for no finite entry.
-    codes[blockIdx.x] = s_bad[0] < 2 * V ? int32_t(-2 - s_bad[0]) : !s_finite[0] ? -1 : int32_t(s_best_i[0]);
+}
+
+int64_t argmax_slices(int64_t V) { return std::min((V + kArgmaxSlice - 1) / kArgmaxSlice, kArgmaxMostSlices); }
+
+// Block (slice, row): entries [slice·L, (slice+1)·L) of the row, L = V / slices rounded up.
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_slices_kernel(const float* x, int64_t V, int64_t slices, ArgmaxPartial* partials) {
+  const float* row = x + int64_t(blockIdx.y) * V;
+  const int64_t per = (V + slices - 1) / slices, begin = int64_t(blockIdx.x) * per, end = min(V, begin + per);
+  ArgmaxPartial mine{-INFINITY, 0, V, 2 * V};
+  for (int64_t i = begin + threadIdx.x; i < end; i += kArgmaxThreads) {  // rising i: the first bad entry
+    const float v = row[i];
+    if (isnan(v) || v == INFINITY) {
+      mine.bad = min(mine.bad, 2 * i + (isnan(v) ? 0 : 1));
+      continue;
+    }
+    mine.finite |= isfinite(v) ? 1 : 0;
+    if (v > mine.best) mine.best = v, mine.best_i = i;
+  }
+  __shared__ ArgmaxPartial s[kArgmaxThreads];
+  combine_block(s, mine);
+  if (threadIdx.x == 0) partials[int64_t(blockIdx.y) * slices + blockIdx.x] = s[0];
+}
+
+// A block per row: its slices' partials into the code (argmax_code.h: -2 - 2i
+// for a NaN at i, -3 - 2i for +inf; -1 for no finite entry).
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_merge_kernel(const ArgmaxPartial* partials, int64_t V, int64_t slices, int32_t* codes) {
+  allow_dependents();
+  ArgmaxPartial mine{-INFINITY, 0, V, 2 * V};
+  for (int64_t j = threadIdx.x; j < slices; j += kArgmaxThreads) combine(mine, partials[int64_t(blockIdx.x) * slices + j]);
+  __shared__ ArgmaxPartial s[kArgmaxThreads];
+  combine_block(s, mine);
+  if (threadIdx.x == 0) {
+    const ArgmaxPartial& r = s[0];
+    codes[blockIdx.x] = r.bad < 2 * V ? int32_t(-2 - r.bad) : !r.finite ? -1 : int32_t(r.best_i);
   }
 }
 
@@ -616,9 +646,16 @@ void gather_rows(const void* src, const int32_t* rows, int64_t n, int64_t row_by
       static_cast<const uint8_t*>(src), rows, n, row_bytes, bound, static_cast<uint8_t*>(dst), error);
 }
 
-void argmax_rows(const float* x, int64_t n, int64_t V, int32_t* codes, cudaStream_t stream) {
+std::size_t argmax_rows_workspace_bytes(int64_t n, int64_t V) {
+  return std::size_t(n * argmax_slices(V)) * sizeof(ArgmaxPartial);
+}
+
+void argmax_rows(const float* x, int64_t n, int64_t V, int32_t* codes, void* workspace, cudaStream_t stream) {
   if (n == 0) return;
-  argmax_rows_kernel<<<unsigned(n), kArgmaxThreads, 0, stream>>>(x, V, codes);
+  const int64_t slices = argmax_slices(V);
+  auto* partials = static_cast<ArgmaxPartial*>(workspace);
+  argmax_slices_kernel<<<dim3(unsigned(slices), unsigned(n)), kArgmaxThreads, 0, stream>>>(x, V, slices, partials);
+  argmax_merge_kernel<<<unsigned(n), kArgmaxThreads, 0, stream>>>(partials, V, slices, codes);
 }
 
 void scatter_add_rows(float* dst, const int32_t* rows, const float* weights, const float* src, int64_t n, int64_t D,

@@ -92,11 +92,14 @@ void softcap(float* y, float cap, int64_t n, cudaStream_t stream);
 // dst[i, :] = src[rows[i], :], rows of `row_bytes` bytes.
 void gather_rows(const void* src, const int32_t* rows, int64_t n, int64_t row_bytes, int64_t bound, void* dst,
                  int* error, cudaStream_t stream);
+// codes[r] = the argmax code (backend/argmax_code.h) of row r of x [n, V]
+// (larger value, then lower index; the first NaN or +inf by index): blocks
+// over slices of each row, then a merge per row, through `workspace` (at
+// least argmax_rows_workspace_bytes, 16-byte aligned). Any slicing gives the
+// same code.
+std::size_t argmax_rows_workspace_bytes(int64_t n, int64_t V);
+void argmax_rows(const float* x, int64_t n, int64_t V, int32_t* codes, void* workspace, cudaStream_t stream);
 // dst[rows[i], :] += weights[i] · src[i, :] in order of i, for every column.
-// codes[r] = the argmax code (backend/argmax_code.h) of row r of x [n, V]:
-// a block per row, each thread striding over the row, then a reduction
-// (larger value, then lower index; the first NaN or +inf by index).
-void argmax_rows(const float* x, int64_t n, int64_t V, int32_t* codes, cudaStream_t stream);
 void scatter_add_rows(float* dst, const int32_t* rows, const float* weights, const float* src, int64_t n, int64_t D,
                       int64_t bound, int* error, cudaStream_t stream);
 
