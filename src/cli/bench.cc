@@ -95,15 +95,52 @@ double percentile(std::vector<double> v, double p) {
   return v[lo] + (v[hi] - v[lo]) * (idx - double(lo));
 }
 
+// The backend's profile since it was cleared, turned off: the device time of
+// each kind of operation per `per` (runs or steps), largest first, beside
+// the wall time per `per` (the gap is what the host adds while profiled).
+nlohmann::json profile_summary(Backend& backend, double per, double wall_seconds) {
+  backend.set_profiling(false);
+  std::vector<Backend::OpProfile> ops = backend.profile();
+  backend.clear_profile();
+  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+  double device = 0;
+  for (const auto& op : ops) device += op.seconds;
+  device /= per;
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& op : ops)
+    list.push_back({{"op", op.op},
+                    {"launches", double(op.launches) / per},
+                    {"seconds", op.seconds / per},
+                    {"fraction", device > 0 ? op.seconds / per / device : 0.0}});
+  return {{"wall_seconds", wall_seconds / per}, {"device_seconds", device}, {"ops", list}};
+}
+
+// Runs `run` `repeats` times with the backend's profiling on; per run.
+template <class Run>
+nlohmann::json profiled(Backend& backend, int repeats, Run&& run) {
+  backend.clear_profile();
+  backend.set_profiling(true);
+  const auto t0 = Clock::now();
+  for (int i = 0; i < repeats; ++i) run();
+  return profile_summary(backend, repeats, seconds_since(t0));
+}
+
 // Continuous batching under load: C requests submitted at once to one
 // engine; aggregate and per-request throughput, time to first token.
 // With `grammar`, every request is held to it (structured outputs) and
 // ends where its JSON value does, or at gen_tokens.
+// With `profiled_backend` (the engine's, in manual mode) the steps run on
+// this thread with its profiling on, and the run reports the operations'
+// time per step.
 nlohmann::json concurrency_run(Engine& engine, int concurrency, int64_t prompt_tokens, int64_t gen_tokens,
                                uint32_t& rng, int vocab, float temperature, float top_p,
-                               const std::shared_ptr<const constrain::Grammar>& grammar) {
+                               const std::shared_ptr<const constrain::Grammar>& grammar, Backend* profiled_backend) {
   std::vector<std::shared_ptr<RequestHandle>> handles;
   const EngineStats before = engine.stats();
+  if (profiled_backend) {
+    profiled_backend->clear_profile();
+    profiled_backend->set_profiling(true);
+  }
   const auto t0 = Clock::now();
   for (int c = 0; c < concurrency; ++c) {
     Request r;
@@ -119,6 +156,7 @@ nlohmann::json concurrency_run(Engine& engine, int concurrency, int64_t prompt_t
     r.response_format = grammar;
     handles.push_back(engine.submit(r));
   }
+  if (profiled_backend) engine.run_until_idle();
   std::vector<double> ttft, per_request;
   int64_t generated = 0;
   for (auto& h : handles) {
@@ -135,7 +173,7 @@ nlohmann::json concurrency_run(Engine& engine, int concurrency, int64_t prompt_t
   const double steps = double(std::max<int64_t>(after.steps - before.steps, 1));
   const double forward_s = after.forward_seconds - before.forward_seconds;
   const double outside_s = after.step_seconds - before.step_seconds - forward_s;
-  return {{"concurrency", concurrency},
+  nlohmann::json run = {{"concurrency", concurrency},
           {"steps", after.steps - before.steps},
           {"forward_ms_per_step", forward_s / steps * 1e3},
           {"outside_forward_ms_per_step", outside_s / steps * 1e3},
@@ -145,6 +183,8 @@ nlohmann::json concurrency_run(Engine& engine, int concurrency, int64_t prompt_t
           {"per_request_decode_tokens_per_s_p50", percentile(per_request, 0.5)},
           {"time_to_first_token_p50_s", percentile(ttft, 0.5)},
           {"time_to_first_token_p95_s", percentile(ttft, 0.95)}};
+  if (profiled_backend) run["profile_per_step"] = profile_summary(*profiled_backend, steps, forward_s);
+  return run;
 }
 
 // --concurrency: the engine under C simultaneous requests, for each C.
@@ -169,11 +209,17 @@ int concurrency_bench(const Args& args, const std::string& concurrency, const st
   apply_kv_quantize_options(args, eo);
   eo.kv_budget_bytes = parse_bytes(args.get("kv-budget"), "--kv-budget");
   eo.prefix_cache = false;
+  // --profile: the steps run on this thread (manual mode), each operation timed.
+  const bool profile = args.flag_set("profile");
+  eo.background = !profile;
   eo.max_running = *std::max_element(levels.begin(), levels.end());
   eo.token_budget = std::max<int>(256, eo.max_running);
   std::unique_ptr<Engine> engine;
+  Backend* backend_of_engine = nullptr;  // with random weights: the engine's backend
   std::string source;
   if (auto dir = args.get_opt("model")) {
+    if (profile) throw Error("--profile with --concurrency runs on random weights (leave out --model)");
+    if (args.get_opt("quantize")) throw Error("--quantize applies to random weights (leave out --model)");
     eo.model_dir = resolve_model(*dir, false).dir;
     engine = Engine::create(eo);
     source = *dir;
@@ -181,15 +227,20 @@ int concurrency_bench(const Args& args, const std::string& concurrency, const st
     auto backend = make_backend(backend_options_from(args));
     const gemma4::Config cfg = gemma4::parse_config(shape_config(shape, layers).dump(), "bench:" + shape);
     std::fprintf(stderr, "bench: building random %s weights with %d layers...\n", shape.c_str(), layers);
-    auto model = gemma4::make_model(cfg, gemma4::make_synthetic_weights(cfg, 1), *backend);
+    std::optional<quant::AffineSpec> quantize;
+    if (auto q = args.get_opt("quantize")) quantize = parse_quantize_spec(*q);
+    auto model = gemma4::make_model(cfg, gemma4::make_synthetic_weights(cfg, 1, 0.02f, quantize), *backend);
+    backend_of_engine = backend.get();
     engine = Engine::create(eo, std::move(backend), std::move(model));
-    source = "random " + shape + " weights, " + std::to_string(layers) + " layers";
+    source = "random " + shape + " weights, " + std::to_string(layers) + " layers" +
+             (quantize ? ", quantized " + *args.get_opt("quantize") : "");
   }
   nlohmann::json runs = nlohmann::json::array();
   uint32_t seed = 7;
   const int vocab = std::min(engine->model_info().vocab_size, 262144);
   for (int32_t c : levels)
-    runs.push_back(concurrency_run(*engine, c, prompt_tokens, gen_tokens, seed, vocab, temperature, top_p, grammar));
+    runs.push_back(concurrency_run(*engine, c, prompt_tokens, gen_tokens, seed, vocab, temperature, top_p, grammar,
+                                   profile ? backend_of_engine : nullptr));
   const double single = runs[0]["aggregate_tokens_per_s"];
   for (auto& r : runs) r["aggregate_vs_first"] = double(r["aggregate_tokens_per_s"]) / single;
   nlohmann::json out = {{"model", source}, {"kv_codec", eo.kv_codec}, {"threads", eo.threads},
@@ -214,32 +265,6 @@ int concurrency_bench(const Args& args, const std::string& concurrency, const st
   return 0;
 }
 
-// Runs `run` `repeats` times with the backend's profiling on and returns the
-// device time per run of each kind of operation, largest first, beside the
-// wall time per run (the gap is what the host adds while profiled).
-template <class Run>
-nlohmann::json profiled(Backend& backend, int repeats, Run&& run) {
-  backend.clear_profile();
-  backend.set_profiling(true);
-  const auto t0 = Clock::now();
-  for (int i = 0; i < repeats; ++i) run();
-  const double wall = seconds_since(t0) / repeats;
-  backend.set_profiling(false);
-  std::vector<Backend::OpProfile> ops = backend.profile();
-  backend.clear_profile();
-  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
-  double device = 0;
-  for (const auto& op : ops) device += op.seconds;
-  device /= repeats;
-  nlohmann::json list = nlohmann::json::array();
-  for (const auto& op : ops)
-    list.push_back({{"op", op.op},
-                    {"launches", double(op.launches) / repeats},
-                    {"seconds", op.seconds / repeats},
-                    {"fraction", device > 0 ? op.seconds / repeats / device : 0.0}});
-  return {{"wall_seconds", wall}, {"device_seconds", device}, {"ops", list}};
-}
-
 }  // namespace
 
 int run_bench(const std::vector<std::string>& argv) {
@@ -261,7 +286,8 @@ int run_bench(const std::vector<std::string>& argv) {
       .flag("no-ceilings", "skip the bandwidth and FMA measurements")
       .flag("profile", "after the timed runs, time each kind of device operation in a prefill and in a decode step "
                        "of each batch size (GPU: device time, launches one by one while profiled; CPU: wall time of each "
-                       "operation, its threads included)")
+                       "operation, its threads included); with --concurrency, the engine's steps run on the calling "
+                       "thread, profiled, and each run reports its operations per step")
       .option("concurrency", "C,C,...",
               "instead: run C requests at once through the engine, for each C (continuous batching)")
       .option("model", "MODEL_DIR", "with --concurrency: a real model instead of random weights")
