@@ -187,6 +187,11 @@ struct EngineStats {
   // in them: the difference is what a step costs outside the model (sampling,
   // detokenization, stop strings, delivery, scheduling and KV bookkeeping).
   double step_seconds = 0, forward_seconds = 0;
+  // Of those, the steps that fed one token per request and no drafts (plain
+  // decode steps, no prompt chunk): what a decode step costs, comparable with
+  // `rowlm bench`'s forward at the same batch.
+  int64_t decode_steps = 0;
+  double decode_step_seconds = 0, decode_forward_seconds = 0;
 };
 
 class QueueFull : public Error {

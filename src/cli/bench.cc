@@ -173,10 +173,16 @@ nlohmann::json concurrency_run(Engine& engine, int concurrency, int64_t prompt_t
   const double steps = double(std::max<int64_t>(after.steps - before.steps, 1));
   const double forward_s = after.forward_seconds - before.forward_seconds;
   const double outside_s = after.step_seconds - before.step_seconds - forward_s;
+  const double decode_steps = double(std::max<int64_t>(after.decode_steps - before.decode_steps, 1));
+  const double decode_forward_s = after.decode_forward_seconds - before.decode_forward_seconds;
+  const double decode_outside_s = after.decode_step_seconds - before.decode_step_seconds - decode_forward_s;
   nlohmann::json run = {{"concurrency", concurrency},
           {"steps", after.steps - before.steps},
           {"forward_ms_per_step", forward_s / steps * 1e3},
           {"outside_forward_ms_per_step", outside_s / steps * 1e3},
+          {"decode_steps", after.decode_steps - before.decode_steps},
+          {"decode_forward_ms_per_step", decode_forward_s / decode_steps * 1e3},
+          {"decode_outside_forward_ms_per_step", decode_outside_s / decode_steps * 1e3},
           {"seconds", wall},
           {"generated_tokens", generated},
           {"aggregate_tokens_per_s", double(generated) / wall},

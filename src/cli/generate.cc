@@ -81,16 +81,16 @@ int run_generate(const std::vector<std::string>& argv) {
     std::cout << "\n";
   }
   std::cout.flush();  // the summary on stderr comes after the text
-  // Per step: the forward pass, and everything else the engine did (one
-  // request alone: a step is a token after the first).
+  // Per decode step (a token after the first): the forward pass, and
+  // everything else the engine did.
   const EngineStats st = engine->stats();
-  const double steps = double(std::max<int64_t>(st.steps, 1));
+  const double steps = double(std::max<int64_t>(st.decode_steps, 1));
   std::fprintf(stderr,
                "[%s] prompt %lld tokens (%lld cached), generated %lld, time to first token %.1f ms, %.1f tokens/s; "
-               "per step %.2f ms forward, %.2f ms outside it\n",
+               "per decode step %.2f ms forward, %.2f ms outside it\n",
                finish_reason_name(r.finish), (long long)r.usage.prompt_tokens, (long long)r.usage.cached_prompt_tokens,
                (long long)r.usage.completion_tokens, r.timings.time_to_first_token_s * 1e3, r.timings.decode_tokens_per_s,
-               st.forward_seconds / steps * 1e3, (st.step_seconds - st.forward_seconds) / steps * 1e3);
+               st.decode_forward_seconds / steps * 1e3, (st.decode_step_seconds - st.decode_forward_seconds) / steps * 1e3);
   if (r.finish == FinishReason::Error) throw Error(r.error);
   return 0;
 }

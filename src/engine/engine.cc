@@ -294,6 +294,8 @@ bool EngineImpl::step_locked_out() {
       return true;
     }
     const auto forward_end = Clock::now();
+    const bool decode_only = jobs.empty() && std::all_of(plan.feeds.begin(), plan.feeds.end(),
+                                                         [](const Feed& f) { return f.tokens == 1; });
     apply_logits(plan, jobs, out);
     scheduler_->remove_finished();
     for (const auto& r : scheduler_->running()) runner_->end_step(*r);
@@ -303,6 +305,11 @@ bool EngineImpl::step_locked_out() {
       ++s.steps;
       s.step_seconds += std::chrono::duration<double>(step_end - step_start).count();
       s.forward_seconds += std::chrono::duration<double>(forward_end - forward_start).count();
+      if (decode_only) {
+        ++s.decode_steps;
+        s.decode_step_seconds += std::chrono::duration<double>(step_end - step_start).count();
+        s.decode_forward_seconds += std::chrono::duration<double>(forward_end - forward_start).count();
+      }
     });
     return true;
   }

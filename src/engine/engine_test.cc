@@ -188,6 +188,22 @@ TEST(Engine, PrefixReuseSkipsCachedPromptTokens) {
   expect_same(a, b, "same request with and without its prefix cached");
 }
 
+// One request alone: its prompt in one step, then one decode step per
+// further token; the decode steps' times are a part of all steps' times.
+TEST(Engine, StatsCountDecodeStepsApart) {
+  auto engine = Engine::create(manual());
+  auto h = engine->submit(make_request(Spec{kPrompts[3], 0.0f, 1, 8, 0, {}}));
+  engine->run_until_idle();
+  ASSERT_EQ(h->result().usage.completion_tokens, 8);
+  const EngineStats st = engine->stats();
+  EXPECT_EQ(st.steps, 8);
+  EXPECT_EQ(st.decode_steps, 7) << "every step after the prompt's";
+  EXPECT_GT(st.decode_forward_seconds, 0.0);
+  EXPECT_LT(st.decode_forward_seconds, st.forward_seconds) << "the prompt's step is not a decode step";
+  EXPECT_GE(st.decode_step_seconds, st.decode_forward_seconds);
+  EXPECT_LT(st.decode_step_seconds, st.step_seconds);
+}
+
 TEST(Engine, CancelFreesBlocks) {
   auto engine = Engine::create(manual());
   Spec s{kPrompts[3], 0.9f, 5, 200, 0, {}};
