@@ -16,7 +16,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/row_argmax.h"
-#include "backend/cpu/weight_copy.h"
+#include "backend/cpu/huge_pages.h"
 #include "backend/kv_checks.h"
 #include "backend/moe_routing.h"
 #include "backend/op_profiler.h"
@@ -102,10 +102,12 @@ class CpuBackend final : public Backend {
       : kernels_(cpu::kernels_for(isa)),
         pool_(threads),
         precision_(precision == MatmulPrecision::Auto ? MatmulPrecision::F32 : precision),
+        // Huge pages: a fresh chunk is first written by every thread of a
+        // forward at once, and 4 KiB faults made the first prefills of a
+        // process run at half speed on 16 cores (docs/perf.md).
         workspace_(Device::host(), [](std::size_t bytes) {
-          void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-          if (!p) throw OutOfMemory("workspace: out of host memory for " + std::to_string(bytes) + " bytes");
-          return Workspace::Chunk{static_cast<std::byte*>(p), std::shared_ptr<void>(p, std::free)};
+          std::shared_ptr<std::byte> p = cpu::allocate_huge_pages(bytes, "workspace");
+          return Workspace::Chunk{p.get(), std::move(p)};
         }, 64) {}
 
   std::string name() const override {
