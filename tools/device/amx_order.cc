@@ -5,6 +5,10 @@
 //   serial_even_odd  acc += a[2i]·b[2i], then acc += a[2i+1]·b[2i+1], i in order
 //   serial_odd_even  the pair's odd product first
 //   pair_then_add    acc += (a[2i]·b[2i] + a[2i+1]·b[2i+1]), the pair rounded once
+//   split_per_instr  the SDM's current pseudocode as read: per instruction (16
+//                    pairs) the even and the odd products summed apart from zero,
+//                    then acc += (even + odd)
+//   split_acc_first  the same, then (acc + even) + odd
 // A kernel that reproduces AMX's bits for one row of x (decode) has to be the
 // emulation that matches every output. Prints one JSON object; exits 2 where
 // the CPU or the kernel does not grant AMX tiles.
@@ -65,7 +69,7 @@ int main() {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_int_distribution<int> exponent(-8, 8);
   auto draw = [&] { return f32_to_bf16(std::ldexp(normal(rng), exponent(rng))); };
-  long long outputs = 0, even_odd = 0, odd_even = 0, pair_add = 0;
+  long long outputs = 0, even_odd = 0, odd_even = 0, pair_add = 0, split = 0, split_acc = 0;
   for (int K : {32, 64, 256, 2048}) {
     for (int trial = 0; trial < 20; ++trial) {
       std::vector<uint16_t> a(std::size_t(M) * K), b(std::size_t(K) * N);
@@ -96,7 +100,17 @@ int main() {
       _mm_setcsr(saved | 0x8040);  // FTZ and DAZ
       for (int m = 0; m < M; ++m)
         for (int n = 0; n < N; ++n) {
-          volatile float eo = 0.0f, oe = 0.0f, pa = 0.0f;
+          volatile float eo = 0.0f, oe = 0.0f, pa = 0.0f, sp = 0.0f, sa = 0.0f;
+          for (int i0 = 0; i0 < K / 2; i0 += kPerTile / 2) {
+            float even = 0.0f, odd = 0.0f;
+            for (int i = i0; i < i0 + kPerTile / 2; ++i) {
+              even = std::fma(bf16_to_f32(a[std::size_t(m) * K + 2 * i]), bf16_to_f32(b[std::size_t(2 * i) * N + n]), even);
+              odd = std::fma(bf16_to_f32(a[std::size_t(m) * K + 2 * i + 1]),
+                             bf16_to_f32(b[std::size_t(2 * i + 1) * N + n]), odd);
+            }
+            sp = sp + (even + odd);
+            sa = (sa + even) + odd;
+          }
           for (int i = 0; i < K / 2; ++i) {
             const float a0 = bf16_to_f32(a[std::size_t(m) * K + 2 * i]), a1 = bf16_to_f32(a[std::size_t(m) * K + 2 * i + 1]);
             const float b0 = bf16_to_f32(b[std::size_t(2 * i) * N + n]), b1 = bf16_to_f32(b[std::size_t(2 * i + 1) * N + n]);
@@ -109,12 +123,14 @@ int main() {
           even_odd += bits(eo) == got;
           odd_even += bits(oe) == got;
           pair_add += bits(pa) == got;
+          split += bits(sp) == got;
+          split_acc += bits(sa) == got;
         }
       _mm_setcsr(saved);
     }
   }
   std::printf("{\"amx\": true, \"outputs\": %lld, \"equal\": {\"serial_even_odd\": %lld, \"serial_odd_even\": %lld, "
-              "\"pair_then_add\": %lld}}\n",
-              outputs, even_odd, odd_even, pair_add);
+              "\"pair_then_add\": %lld, \"split_per_instr\": %lld, \"split_acc_first\": %lld}}\n",
+              outputs, even_odd, odd_even, pair_add, split, split_acc);
   return 0;
 }
