@@ -7,18 +7,9 @@
 #include <new>
 #include <string>
 
+#include "core/asan.h"
 #include "core/error.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define ROWLM_KV_ARENA_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ROWLM_KV_ARENA_ASAN 1
-#endif
-#endif
-#ifdef ROWLM_KV_ARENA_ASAN
-#include <sanitizer/asan_interface.h>
-#endif
 
 namespace rowlm::cpu {
 namespace {
@@ -28,11 +19,8 @@ namespace {
 constexpr std::size_t kChunkTarget = std::size_t(1) << 20;
 // A block's bytes as the kernels may touch them: a 64-byte multiple.
 std::size_t block_extent(std::size_t block_bytes) { return (block_bytes + 63) / 64 * 64; }
-#ifdef ROWLM_KV_ARENA_ASAN
-constexpr std::size_t kRedZone = 64;  // poisoned after every block: overruns are reported
-#else
-constexpr std::size_t kRedZone = 0;
-#endif
+// Under ASan, poisoned after every block: overruns are reported.
+constexpr std::size_t kRedZone = kAsan ? 64 : 0;
 
 std::size_t page_bytes() {
   const long p = sysconf(_SC_PAGESIZE);
@@ -41,26 +29,10 @@ std::size_t page_bytes() {
 
 std::size_t round_up(std::size_t n, std::size_t m) { return (n + m - 1) / m * m; }
 
-void poison(std::byte* p, std::size_t n) {
-#ifdef ROWLM_KV_ARENA_ASAN
-  ASAN_POISON_MEMORY_REGION(p, n);
-#else
-  (void)p, (void)n;
-#endif
-}
-
-void unpoison(std::byte* p, std::size_t n) {
-#ifdef ROWLM_KV_ARENA_ASAN
-  ASAN_UNPOISON_MEMORY_REGION(p, n);
-#else
-  (void)p, (void)n;
-#endif
-}
-
 }  // namespace
 
 void CpuKvArena::Unmap::operator()(std::byte* p) const {
-  unpoison(p, bytes);  // the range may be mapped again by anyone
+  asan_unpoison(p, bytes);  // the range may be mapped again by anyone
   munmap(p, bytes);
 }
 
@@ -85,7 +57,7 @@ void CpuKvArena::grow(int64_t count) {
       if (p == MAP_FAILED)
         throw OutOfMemory("KV arena: out of host memory for " + std::to_string(count) + " blocks");
       fresh.emplace_back(static_cast<std::byte*>(p), Unmap{chunk_bytes_});
-      poison(fresh.back().get(), chunk_bytes_);  // blocks are unpoisoned as they come to exist
+      asan_poison(fresh.back().get(), chunk_bytes_);  // blocks are unpoisoned as they come to exist
     }
   } catch (const std::bad_alloc&) {
     throw OutOfMemory("KV arena: out of host memory for " + std::to_string(count) + " blocks");
@@ -93,7 +65,7 @@ void CpuKvArena::grow(int64_t count) {
   for (Chunk& c : fresh) chunks_.push_back(std::move(c));  // capacity reserved: no throw
   for (int64_t id = blocks(); id < count; ++id) {
     std::byte* b = chunks_[std::size_t(id / blocks_per_chunk_)].get() + std::size_t(id % blocks_per_chunk_) * stride_;
-    unpoison(b, block_extent(layout_.block_bytes));
+    asan_unpoison(b, block_extent(layout_.block_bytes));
     addresses_.push_back(b);
   }
 }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/asan.h"
 #include "core/error.h"
 
 namespace rowlm::cpu {
@@ -24,10 +25,18 @@ std::shared_ptr<std::byte> allocate_huge_pages(std::size_t bytes, const char* wh
   void* base = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (base == MAP_FAILED)
     throw OutOfMemory(std::string(what) + ": out of host memory for " + std::to_string(bytes) + " bytes");
-  std::shared_ptr<void> mapping(base, [mapped](void* p) { ::munmap(p, mapped); });
+  std::shared_ptr<void> mapping(base, [mapped](void* p) {
+    asan_unpoison(p, mapped);
+    ::munmap(p, mapped);
+  });
   auto* start = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(base) + kHugePage - 1) /
                                              kHugePage * kHugePage);
   ::madvise(start, rounded, MADV_HUGEPAGE);  // a hint: without it the memory is still right
+  // Under ASan, all but the bytes asked for (to a whole cache line, as the
+  // kernels read) is poisoned, as malloc's redzones would be.
+  const std::size_t usable = (bytes + 63) / 64 * 64;
+  asan_poison(base, std::size_t(start - static_cast<std::byte*>(base)));
+  asan_poison(start + usable, static_cast<std::byte*>(base) + mapped - (start + usable));
   return std::shared_ptr<std::byte>(std::move(mapping), start);
 }
 
