@@ -10,7 +10,6 @@
 #include "core/asan.h"
 #include "core/error.h"
 
-
 namespace rowlm::cpu {
 namespace {
 
