@@ -94,7 +94,9 @@ TEST(CpuMatmulBf16, EveryTableMatchesTheCanonicalPairOrderBitwise) {
   std::mt19937 rng(11);
   // Odd K (tails of every parity), N past every tile width, M past every row group.
   const int64_t shapes[][3] = {{1, 1, 1},  {1, 31, 13},  {2, 32, 6},  {3, 33, 7},   {4, 100, 25},
-                               {5, 63, 11}, {7, 200, 31}, {17, 70, 19}, {64, 129, 29}, {1, 0, 3}};
+                               {5, 63, 11}, {7, 200, 31}, {17, 70, 19}, {64, 129, 29}, {1, 0, 3},
+                               // K in blocks on every table (kernel_algorithms.h, k_block)
+                               {9, 3500, 70}, {33, 2100, 150}};
   for (const auto& s : shapes) {
     const int64_t M = s[0], K = s[1], N = s[2];
     expect_tables_match_oracle(bf16_values(M * K, rng, 1.0f), bf16_values(N * K, rng, 0.5f), M, N, K,

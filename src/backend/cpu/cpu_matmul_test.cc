@@ -36,7 +36,10 @@ constexpr Shape3 kShapes[] = {{1, 1, 1},   {1, 37, 13},  {2, 16, 6},   {3, 100, 
                               {4, 47, 25}, {5, 33, 11},  {7, 200, 31}, {17, 70, 19},
                               {64, 129, 29}, {1, 0, 3},
                               // large enough for the threaded schedules
-                              {2, 1001, 141}, {33, 300, 43}};
+                              {2, 1001, 141}, {33, 300, 43},
+                              // K in blocks on every path (kernel_algorithms.h, k_block), with
+                              // several slabs of N and a tail step in the last block
+                              {9, 3500, 70}, {33, 2100, 150}};
 
 TEST(CpuMatmul, EveryPathMatchesTheCanonicalOrderBitwise) {
   std::mt19937 rng(1);

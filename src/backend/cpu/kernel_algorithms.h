@@ -98,19 +98,24 @@ struct PairStep {
   static typename V::R mac(typename V::R acc, const XV& x, const WV& w) { return V::dot_pairs(acc, x, w); }
 };
 
-// One MR x NR tile of dot products over the whole K, in S's canonical order.
+// One MR x NR tile of dot products over elements [k0, k1) of K, in S's
+// canonical order. k0 is a multiple of the step. The lanes' partial sums
+// enter from `carry` (MR x NR vectors of kLanes floats) unless k0 = 0, and
+// leave to it unless k1 = K, where the zero-padded tail step and the
+// reduce tree finish y. Carrying a sum through memory changes no bit, so a
+// tile computed in K blocks equals the tile computed whole.
 template <class V, class S, int MR, int NR>
-inline void dot_tile(const typename S::X* x, int64_t ldx, const typename S::W* w, int64_t ldw, int64_t K,
-                     float* y, int64_t ldy) {
+inline void dot_tile(const typename S::X* x, int64_t ldx, const typename S::W* w, int64_t ldw, int64_t k0,
+                     int64_t k1, int64_t K, float* carry, float* y, int64_t ldy) {
   using R = typename V::R;
   constexpr int kStep = S::kElements;
   R acc[MR][NR];
 #pragma GCC unroll 16
   for (int m = 0; m < MR; ++m)
 #pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) acc[m][n] = V::zero();
-  int64_t k = 0;
-  for (; k + kStep <= K; k += kStep) {
+    for (int n = 0; n < NR; ++n) acc[m][n] = k0 == 0 ? V::zero() : V::load(carry + (m * NR + n) * kLanes);
+  int64_t k = k0;
+  for (; k + kStep <= k1; k += kStep) {
     typename S::XV xv[MR];
 #pragma GCC unroll 16
     for (int m = 0; m < MR; ++m) xv[m] = S::load_x(x + m * ldx + k);
@@ -124,6 +129,13 @@ inline void dot_tile(const typename S::X* x, int64_t ldx, const typename S::W* w
 #pragma GCC unroll 16
       for (int m = 0; m < MR; ++m) acc[m][n] = S::mac(acc[m][n], xv[m], wv);
     }
+  }
+  if (k1 < K) {
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 16
+      for (int n = 0; n < NR; ++n) V::store(carry + (m * NR + n) * kLanes, acc[m][n]);
+    return;
   }
   if (k < K) {  // the zero-padded tail block: every lane still gets its step
     const int rest = int(K - k);
@@ -148,9 +160,11 @@ template <class V, class S>
 struct Tiles {
   using X = typename S::X;
   using W = typename S::W;
+  static constexpr int kStep = S::kElements;
   template <int MR, int NR>
-  static void run(const X* x, int64_t ldx, const W* w, int64_t ldw, int64_t K, float* y, int64_t ldy) {
-    dot_tile<V, S, MR, NR>(x, ldx, w, ldw, K, y, ldy);
+  static void run(const X* x, int64_t ldx, const W* w, int64_t ldw, int64_t k0, int64_t k1, int64_t K, float* carry,
+                  float* y, int64_t ldy) {
+    dot_tile<V, S, MR, NR>(x, ldx, w, ldw, k0, k1, K, carry, y, ldy);
   }
 };
 
@@ -170,37 +184,78 @@ constexpr int tile_rows() {
 // Runs the tile of m rows of x by n rows of w, for 1 <= m <= kM, 1 <= n <= kN.
 template <class T, int kM, int kN>
 inline void dot_tile_any(int m, int n, const typename T::X* x, int64_t ldx, const typename T::W* w, int64_t ldw,
-                         int64_t K, float* y, int64_t ldy) {
+                         int64_t k0, int64_t k1, int64_t K, float* carry, float* y, int64_t ldy) {
   if constexpr (kM > 0 && kN > 0) {
     if (m < kM)
-      dot_tile_any<T, kM - 1, kN>(m, n, x, ldx, w, ldw, K, y, ldy);
+      dot_tile_any<T, kM - 1, kN>(m, n, x, ldx, w, ldw, k0, k1, K, carry, y, ldy);
     else if (n < kN)
-      dot_tile_any<T, kM, kN - 1>(m, n, x, ldx, w, ldw, K, y, ldy);
+      dot_tile_any<T, kM, kN - 1>(m, n, x, ldx, w, ldw, k0, k1, K, carry, y, ldy);
     else
-      T::template run<kM, kN>(x, ldx, w, ldw, K, y, ldy);
+      T::template run<kM, kN>(x, ldx, w, ldw, k0, k1, K, carry, y, ldy);
   }
 }
 
+// Bytes of x and w slices that a K block keeps in L1 (of 32-48 KB): a block
+// of a row group's x is met by every weight tile, and a block of a weight
+// tile by every row group, from L1 instead of L2. Unblocked, a group of 4
+// rows of x against a 6,144-wide down projection (96 KB) came from L2 for
+// every tile, beside the weights.
+constexpr int64_t kBlockL1Bytes = int64_t(24) << 10;
+
+// Elements of K per block for full groups of MR rows of x and tiles of NR
+// rows of w: K whole when its slices fit kBlockL1Bytes, else the fewest
+// equal blocks (rounded up to whole steps) that do.
+template <class T, int MR, int NR>
+int64_t k_block(int64_t K) {
+  constexpr int64_t kBytesPerK = MR * int64_t(sizeof(typename T::X)) + NR * int64_t(sizeof(typename T::W));
+  const int64_t blocks = (K * kBytesPerK + kBlockL1Bytes - 1) / kBlockL1Bytes;
+  if (blocks <= 1) return K;
+  const int64_t kc = (K + blocks - 1) / blocks;
+  return (kc + T::kStep - 1) / T::kStep * T::kStep;
+}
+
+// The tiles' partial sums between K blocks live on the stack (the header
+// allocates nothing): 48 KB, at least one tile of any shape.
+constexpr int64_t kCarryFloats = int64_t(12) << 10;
+
 // All M rows of x against all N rows of w in groups of MR rows of x and
-// tiles of NR rows of w: weight tiles outer, row groups inner, so a tile
-// read from memory is reused from L1 by every group and the weight stream
-// advances at the pace of the arithmetic. (The driver hands over at most
-// one group at a time when x is too large to stay in cache.)
+// tiles of NR rows of w. Within a K block (k_block), weight tiles outer and
+// row groups inner: a tile read from memory is reused from L1 by every
+// group, the weight stream advances at the pace of the arithmetic, and the
+// block of x is reused by every tile. Blocked, N goes in slabs whose tiles'
+// sums fit the carry. (The driver hands over at most one group at a time
+// when x is too large to stay in cache.) Fewer rows than a group (decode)
+// run K whole: their x is small.
 template <class V, class T, int MR>
 inline void dot_panel(const typename T::X* x, int64_t ldx, int64_t M, const typename T::W* w, int64_t ldw,
                       int64_t N, int64_t K, float* y, int64_t ldy) {
   constexpr int NR = tile_rows<V, MR>();
-  for (int64_t n = 0; n < N; n += NR) {
-    const int nr = int(N - n < NR ? N - n : NR);
-    for (int64_t m = 0; m < M; m += MR) {
-      const int mr = int(M - m < MR ? M - m : MR);
-      const auto* xm = x + m * ldx;
-      const auto* wn = w + n * ldw;
-      float* ymn = y + m * ldy + n;
-      if (mr == MR && nr == NR)
-        T::template run<MR, NR>(xm, ldx, wn, ldw, K, ymn, ldy);
-      else
-        dot_tile_any<T, MR, NR>(mr, nr, xm, ldx, wn, ldw, K, ymn, ldy);
+  constexpr int64_t kTileFloats = int64_t(MR) * NR * kLanes;
+  static_assert(kTileFloats <= kCarryFloats, "the carry holds at least one tile");
+  const int64_t kc = M >= MR ? k_block<T, MR, NR>(K) : K;
+  const int64_t groups = (M + MR - 1) / MR;
+  alignas(64) float carry[kCarryFloats];
+  int64_t slab_tiles = kc < K ? kCarryFloats / kTileFloats / groups : (N + NR - 1) / NR;
+  if (slab_tiles < 1) slab_tiles = 1;
+  for (int64_t slab = 0; slab < N; slab += slab_tiles * NR) {
+    const int64_t slab_end = N - slab < slab_tiles * NR ? N : slab + slab_tiles * NR;
+    for (int64_t k0 = 0;; k0 += kc) {
+      const int64_t k1 = K - k0 <= kc ? K : k0 + kc;
+      for (int64_t n = slab; n < slab_end; n += NR) {
+        const int nr = int(slab_end - n < NR ? slab_end - n : NR);
+        for (int64_t m = 0; m < M; m += MR) {
+          const int mr = int(M - m < MR ? M - m : MR);
+          const auto* xm = x + m * ldx;
+          const auto* wn = w + n * ldw;
+          float* ymn = y + m * ldy + n;
+          float* tile_carry = carry + (kc < K ? ((n - slab) / NR * groups + m / MR) * kTileFloats : 0);
+          if (mr == MR && nr == NR)
+            T::template run<MR, NR>(xm, ldx, wn, ldw, k0, k1, K, tile_carry, ymn, ldy);
+          else
+            dot_tile_any<T, MR, NR>(mr, nr, xm, ldx, wn, ldw, k0, k1, K, tile_carry, ymn, ldy);
+        }
+      }
+      if (k1 == K) break;
     }
   }
 }
