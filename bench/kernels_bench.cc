@@ -7,7 +7,8 @@
 // reads its weights from DRAM, never from the last-level cache, as in a
 // forward pass.
 //
-//   kernels_bench [--threads N] [--isa scalar|avx2|avx512] [--only gemv|gemm|batch] [--quick]
+//   kernels_bench [--threads N] [--isa scalar|avx2|avx512] [--only gemv|gemm|e2b|batch] [--quick]
+// (--only e2b: the GEMMs of a 256-token prefill of Gemma 4 E2B, layer by layer.)
 
 #include <algorithm>
 #include <chrono>
@@ -101,8 +102,10 @@ int run_bench(int argc, char** argv) {
     else if (arg == "--isa" && i + 1 < argc) isa = cpu::parse_isa(argv[++i]);
     else if (arg == "--quick") quick = true;
     else if (arg == "--only" && i + 1 < argc) only = argv[++i];
-    else throw Error("kernels_bench: unknown argument '" + arg + "' (use --threads N, --isa NAME, --only gemv|gemm|batch, --quick)");
+    else throw Error("unknown argument '" + arg + "' (use --threads N, --isa NAME, --only gemv|gemm|e2b|batch, --quick)");
   }
+  if (!only.empty() && only != "gemv" && only != "gemm" && only != "e2b" && only != "batch")
+    throw Error("--only must be gemv, gemm, e2b or batch, got '" + only + "'");
   ThreadPool pool(threads);
   Bench bench{cpu::kernels_for(isa), pool};
 
@@ -116,7 +119,7 @@ int run_bench(int argc, char** argv) {
   struct Gemv { int64_t N, K; };
   std::vector<Gemv> gemvs = {{2048, 8192}, {8192, 2048}, {262144, 1536}};
   if (quick) gemvs.resize(2);
-  if (only == "gemm" || only == "batch") gemvs.clear();
+  if (!only.empty() && only != "gemv") gemvs.clear();
   std::printf("  \"gemv\": [");
   const char* sep = "\n";
   for (DType dt : {DType::BF16, DType::F16, DType::F32})
@@ -134,10 +137,16 @@ int run_bench(int argc, char** argv) {
   struct Gemm { int64_t M, N, K; };
   std::vector<Gemm> gemms = {{64, 2048, 2560}, {128, 4096, 2560}, {512, 2560, 10240}, {512, 10240, 2560}};
   if (quick) gemms = {{64, 2048, 2560}, {256, 2048, 2560}};
+  if (only == "e2b")  // a 256-token prefill's linears in Gemma 4 E2B: q, k/v, o, gate/up and down
+                      // (single and double-wide MLP), the per-layer input's gate and projection
+    gemms = {{256, 2048, 1536}, {256, 256, 1536}, {256, 1536, 2048}, {256, 6144, 1536}, {256, 1536, 6144},
+             {256, 12288, 1536}, {256, 1536, 12288}, {256, 256, 1536}, {256, 1536, 256}};
   if (only == "gemv" || only == "batch") gemms.clear();
   std::printf("  \"gemm\": [");
   sep = "\n";
-  for (DType dt : {DType::BF16, DType::F16, DType::F32})
+  const std::vector<DType> gemm_dtypes =
+      only == "e2b" ? std::vector<DType>{DType::BF16} : std::vector<DType>{DType::BF16, DType::F16, DType::F32};
+  for (DType dt : gemm_dtypes)
     for (const Gemm& g : gemms) {
       const double gflops = 2.0 * double(g.M) * double(g.N) * double(g.K) /
                             bench.seconds_per_matmul(dt, g.M, g.N, g.K, quick ? 1 : 2) / 1e9;
@@ -155,7 +164,7 @@ int run_bench(int argc, char** argv) {
   std::vector<Gemv> batch_shapes = {{8192, 1536}, {1536, 12288}};
   std::vector<int64_t> batch_rows = {1, 4, 16};
   if (quick) batch_shapes.resize(1);
-  if (only == "gemv" || only == "gemm") batch_shapes.clear();
+  if (!only.empty() && only != "batch") batch_shapes.clear();
   std::printf("  \"batched_decode\": [");
   sep = "\n";
   for (const Gemv& g : batch_shapes)

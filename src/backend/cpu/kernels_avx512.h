@@ -23,17 +23,26 @@ struct VAvx512 {
   struct Mask {
     __mmask16 m;
   };
-  // Tiles of 4 rows of x x 6 weight rows (or 2 x 12, 1 x 12): 24
-  // accumulators + the x vectors + 1 weight vector of the 32 zmm.
+  // Tiles of 6 rows of x x 4 weight rows (fewer rows: 4 x 6, 3 x 8, 2 x 12,
+  // 1 x 12): 24 accumulators + the x vectors + 1 weight vector of the 32 zmm.
+  // Six rows rather than four: each widened weight vector feeds six FMAs
+  // (prefill on the 16-core Xeon host 2% faster, and 6% against 4 x 6 with
+  // K in blocks).
   struct P {
     __m512i v;  // 32 bf16, pairs (2j, 2j+1) in lane j
   };
-  static constexpr int kMR = 4;
+  static constexpr int kMR = 6;
   static constexpr int kAccumulators = 24;
 
   static __mmask16 first(int n) { return __mmask16((1u << n) - 1u); }
+  // bf16 j into the high half of lane j, zeros below: one VPERMW with
+  // zero-masking (the shuffle port only), where zero-extend and shift take
+  // two ops, one of them on a port the FMAs use on Intel cores.
   static __m512 widen_bf16(__m256i h) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    const __m512i to_high = _mm512_set_epi16(15, 0, 14, 0, 13, 0, 12, 0, 11, 0, 10, 0, 9, 0, 8, 0, 7, 0, 6, 0, 5,
+                                             0, 4, 0, 3, 0, 2, 0, 1, 0, 0, 0);
+    return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(__mmask32(0xAAAAAAAAu), to_high,
+                                                               _mm512_castsi256_si512(h)));
   }
 
   static R zero() { return {_mm512_setzero_ps()}; }
