@@ -96,7 +96,9 @@ TEST(CpuMatmulBf16, EveryTableMatchesTheCanonicalPairOrderBitwise) {
   const int64_t shapes[][3] = {{1, 1, 1},  {1, 31, 13},  {2, 32, 6},  {3, 33, 7},   {4, 100, 25},
                                {5, 63, 11}, {7, 200, 31}, {17, 70, 19}, {64, 129, 29}, {1, 0, 3},
                                // K in blocks on every table (kernel_algorithms.h, k_block)
-                               {9, 3500, 70}, {33, 2100, 150}};
+                               {9, 3500, 70}, {33, 2100, 150},
+                               // more row groups than the carry holds (M in parts)
+                               {200, 1300, 9}, {400, 3100, 5}};
   for (const auto& s : shapes) {
     const int64_t M = s[0], K = s[1], N = s[2];
     expect_tables_match_oracle(bf16_values(M * K, rng, 1.0f), bf16_values(N * K, rng, 0.5f), M, N, K,

@@ -39,7 +39,9 @@ constexpr Shape3 kShapes[] = {{1, 1, 1},   {1, 37, 13},  {2, 16, 6},   {3, 100, 
                               {2, 1001, 141}, {33, 300, 43},
                               // K in blocks on every path (kernel_algorithms.h, k_block), with
                               // several slabs of N and a tail step in the last block
-                              {9, 3500, 70}, {33, 2100, 150}};
+                              {9, 3500, 70}, {33, 2100, 150},
+                              // more row groups than the carry holds (M in parts)
+                              {200, 1000, 9}, {400, 2100, 5}};
 
 TEST(CpuMatmul, EveryPathMatchesTheCanonicalOrderBitwise) {
   std::mt19937 rng(1);

@@ -223,9 +223,10 @@ constexpr int64_t kCarryFloats = int64_t(12) << 10;
 // row groups inner: a tile read from memory is reused from L1 by every
 // group, the weight stream advances at the pace of the arithmetic, and the
 // block of x is reused by every tile. Blocked, N goes in slabs whose tiles'
-// sums fit the carry. (The driver hands over at most one group at a time
-// when x is too large to stay in cache.) Fewer rows than a group (decode)
-// run K whole: their x is small.
+// sums fit the carry, and M in parts where its groups alone do not. (The
+// driver hands over at most one group at a time when x is too large to
+// stay in cache.) Fewer rows than a group (decode) run K whole: their x is
+// small.
 template <class V, class T, int MR>
 inline void dot_panel(const typename T::X* x, int64_t ldx, int64_t M, const typename T::W* w, int64_t ldw,
                       int64_t N, int64_t K, float* y, int64_t ldy) {
@@ -234,6 +235,14 @@ inline void dot_panel(const typename T::X* x, int64_t ldx, int64_t M, const type
   static_assert(kTileFloats <= kCarryFloats, "the carry holds at least one tile");
   const int64_t kc = M >= MR ? k_block<T, MR, NR>(K) : K;
   const int64_t groups = (M + MR - 1) / MR;
+  // More row groups than the carry holds for one tile: in parts of M.
+  constexpr int64_t kMaxGroups = kCarryFloats / kTileFloats;
+  if (kc < K && groups > kMaxGroups) {
+    for (int64_t m = 0; m < M; m += kMaxGroups * MR)
+      dot_panel<V, T, MR>(x + m * ldx, ldx, M - m < kMaxGroups * MR ? M - m : kMaxGroups * MR, w, ldw, N, K,
+                          y + m * ldy, ldy);
+    return;
+  }
   alignas(64) float carry[kCarryFloats];
   int64_t slab_tiles = kc < K ? kCarryFloats / kTileFloats / groups : (N + NR - 1) / NR;
   if (slab_tiles < 1) slab_tiles = 1;
