@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/amx_bf16.h"
 #include "backend/cpu/kernels.h"
 #include "core/buffer.h"
 #include "core/error.h"
@@ -66,6 +67,11 @@ double measure_fma_peak(ThreadPool& pool, int repeats, int64_t chain_length) {
 double measure_bf16_dot_peak(ThreadPool& pool, int repeats, int64_t chain_length) {
   return measure_chains(pool, repeats, chain_length, kernels_for(best_isa()).bf16_dot_chains,
                         "measure_bf16_dot_peak");
+}
+
+double measure_amx_bf16_peak(ThreadPool& pool, int repeats, int64_t chain_length) {
+  if (!amx_bf16_usable()) throw Error("measure_amx_bf16_peak: this CPU has no AMX-BF16 tiles");
+  return measure_chains(pool, repeats, chain_length, &amx_bf16_chains, "measure_amx_bf16_peak");
 }
 
 }  // namespace rowlm::cpu

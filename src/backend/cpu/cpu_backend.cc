@@ -6,10 +6,12 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/argmax_code.h"
 #include "backend/cpu/affine_order.h"
+#include "backend/cpu/amx_bf16.h"
 #include "backend/cpu/attention.h"
 #include "backend/cpu/ceilings.h"
 #include "backend/cpu/cpu_kv_arena.h"
@@ -98,10 +100,11 @@ const cpu::CpuKvArena& own(const KvArena& arena, const char* op) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int threads, cpu::Isa isa, MatmulPrecision precision)
+  CpuBackend(int threads, cpu::Isa isa, MatmulPrecision precision, bool amx)
       : kernels_(cpu::kernels_for(isa)),
         pool_(threads),
         precision_(precision == MatmulPrecision::Auto ? MatmulPrecision::F32 : precision),
+        amx_(amx && precision_ == MatmulPrecision::Bf16),
         // Huge pages: a fresh chunk is first written by every thread of a
         // forward at once, and 4 KiB faults made the first prefills of a
         // process run at half speed on 16 cores (docs/perf.md).
@@ -114,7 +117,7 @@ class CpuBackend final : public Backend {
     std::string name = "cpu (" + std::string(cpu::isa_name(kernels_.isa)) + ", " +
                        std::to_string(pool_.size()) + " threads";
     if (precision_ == MatmulPrecision::Bf16)
-      name += kernels_.native_bf16 ? ", bf16 matmul" : ", bf16 matmul emulated";
+      name += amx_ ? ", bf16 matmul on AMX" : kernels_.native_bf16 ? ", bf16 matmul" : ", bf16 matmul emulated";
     return name + ")";
   }
   Device device() const override { return Device::host(); }
@@ -125,8 +128,9 @@ class CpuBackend final : public Backend {
     return cpu::measure_read_bandwidth(pool_, bytes, repeats);
   }
   double measure_matmul_peak(MatmulPrecision precision, int repeats) override {
-    return precision == MatmulPrecision::Bf16 ? cpu::measure_bf16_dot_peak(pool_, repeats)
-                                              : cpu::measure_fma_peak(pool_, repeats);
+    if (precision == MatmulPrecision::Bf16)
+      return amx_ ? cpu::measure_amx_bf16_peak(pool_, repeats) : cpu::measure_bf16_dot_peak(pool_, repeats);
+    return cpu::measure_fma_peak(pool_, repeats);
   }
 
   // --- Memory
@@ -219,6 +223,8 @@ class CpuBackend final : public Backend {
     // dequantized values are f32, not bf16 (as for dense f32 and f16 weights).
     if (affine)
       cpu::matmul_affine(kernels_, pool_, x.data<float>(), M, K, affine_rows(w), N, y.data<float>());
+    else if (amx_ && w.values.dtype() == DType::BF16)
+      cpu::matmul_amx_bf16(pool_, x.data<float>(), M, K, w.values.data<uint16_t>(), K, N, y.data<float>());
     else
       cpu::matmul(kernels_, pool_, x.data<float>(), M, K, cpu::WeightRows{w.values.dtype(), w.values.raw(), K}, N,
                   y.data<float>(), precision_);
@@ -666,6 +672,7 @@ class CpuBackend final : public Backend {
   const cpu::Kernels& kernels_;
   ThreadPool pool_;
   MatmulPrecision precision_;
+  bool amx_;  // bf16 matmuls with bf16 weights on AMX tiles (amx_bf16.h)
   Workspace workspace_;
   OpProfiler profiler_;
 };
@@ -673,11 +680,20 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(int threads, cpu::Isa isa, MatmulPrecision precision) {
-  return std::make_unique<CpuBackend>(threads, isa, precision);
+  return std::make_unique<CpuBackend>(threads, isa, precision, false);
+}
+
+std::unique_ptr<Backend> make_cpu_backend_amx(int threads) {
+  if (!cpu::amx_bf16_usable()) throw Error("make_cpu_backend_amx: this CPU has no AMX-BF16 tiles (or the kernel refused them)");
+  return std::make_unique<CpuBackend>(threads, cpu::Isa::Avx512, MatmulPrecision::Bf16, true);
 }
 
 std::unique_ptr<Backend> make_cpu_backend(int threads, MatmulPrecision precision) {
-  return make_cpu_backend(threads, cpu::isa_from_env(), precision);
+  const cpu::Isa isa = cpu::isa_from_env();
+  const char* amx_env = std::getenv("ROWLM_CPU_AMX");
+  const bool amx = precision == MatmulPrecision::Bf16 && isa == cpu::Isa::Avx512 &&
+                   !(amx_env && std::string_view(amx_env) == "0") && cpu::amx_bf16_usable();
+  return std::make_unique<CpuBackend>(threads, isa, precision, amx);
 }
 
 }  // namespace rowlm

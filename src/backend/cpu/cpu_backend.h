@@ -7,7 +7,11 @@
 // attention kernels all come from one cpu::Kernels table). make_cpu_backend
 // without an ISA uses cpu::isa_from_env(): ROWLM_CPU_ISA=scalar|avx2|avx512
 // forces a path, otherwise the best one runs. All paths give bitwise
-// identical results; tests and benchmarks compare them.
+// identical results; tests and benchmarks compare them. One exception, by
+// choice: under MatmulPrecision::Bf16 on a CPU with AMX-BF16, the backend
+// without an explicit ISA runs the bf16 matmuls on AMX tiles, in AMX's
+// summation order (cpu/amx_bf16.h), unless ROWLM_CPU_AMX=0: as batch
+// invariant and deterministic as the others, but not their bits.
 //
 // Threads: operations run on the backend's own thread pool (`threads`
 // including the caller; 0 = one per core), which is not reentrant: one
@@ -24,5 +28,8 @@ std::unique_ptr<Backend> make_cpu_backend(int threads = 0, MatmulPrecision preci
 // An Error if this CPU cannot run `isa`.
 std::unique_ptr<Backend> make_cpu_backend(int threads, cpu::Isa isa,
                                           MatmulPrecision precision = MatmulPrecision::F32);
+// AVX-512 with the bf16 matmuls on AMX tiles (MatmulPrecision::Bf16); an
+// Error where cpu::amx_bf16_usable() is false.
+std::unique_ptr<Backend> make_cpu_backend_amx(int threads);
 
 }  // namespace rowlm

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "backend/cpu/amx_bf16.h"
 #include "backend/cpu/ceilings.h"
 #include "core/error.h"
 
@@ -28,6 +29,17 @@ TEST(CpuCeilings, RejectsDegenerateArguments) {
   EXPECT_THROW(cpu::measure_fma_peak(pool, 0), Error);
   EXPECT_THROW(cpu::measure_fma_peak(pool, 1, 0), Error);
   EXPECT_THROW(cpu::measure_bf16_dot_peak(pool, 1, 0), Error);
+}
+
+// The AMX probe where the tiles exist; a clear error where they do not.
+TEST(CpuCeilings, AmxProbeRunsWhereTheTilesExistAndSaysSoElsewhere) {
+  ThreadPool pool(2);
+  if (!cpu::amx_bf16_usable()) {
+    EXPECT_THROW(cpu::measure_amx_bf16_peak(pool, 1, 1 << 8), Error);
+    return;
+  }
+  const double amx = cpu::measure_amx_bf16_peak(pool, 1, 1 << 8);
+  EXPECT_TRUE(std::isfinite(amx) && amx > 0) << amx;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "backend/cpu/amx_bf16.h"
 #include "core/dtype.h"
 
 namespace rowlm::cpu {
@@ -39,8 +40,10 @@ struct Schedule {
   int64_t m_begin(int64_t item) const { return item % m_parts * m_part; }
 };
 
-Schedule schedule(const Kernels& kernels, ThreadPool& pool, int64_t M, int64_t K, int64_t N, int64_t row_bytes,
-                  const MatmulTuning& tuning) {
+// mr: rows of x per tile (m_part is a multiple); row_multiple: chunks are
+// multiples of it (every tile width of the kernel divides it).
+Schedule schedule(int64_t mr, int64_t row_multiple, ThreadPool& pool, int64_t M, int64_t K, int64_t N,
+                  int64_t row_bytes, const MatmulTuning& tuning) {
   Schedule s;
   const int64_t depth = std::max<int64_t>(K, 1);
   s.threads = M * N * depth < kMinParallelMacs ? 1 : pool.size();
@@ -48,10 +51,9 @@ Schedule schedule(const Kernels& kernels, ThreadPool& pool, int64_t M, int64_t K
   // holds up the call by one chunk at most.
   int64_t chunk = std::min(ceil_div(std::max<int64_t>(tuning.chunk_bytes, 1), std::max<int64_t>(row_bytes, 1)),
                            ceil_div(N, 4 * s.threads));
-  s.chunk = round_up(std::max<int64_t>(chunk, 1), kChunkRowMultiple);
+  s.chunk = round_up(std::max<int64_t>(chunk, 1), row_multiple);
   s.chunks = ceil_div(N, s.chunk);
   // Too few chunks for the threads (small N): split the rows of x as well.
-  const int64_t mr = kernels.mr;
   s.m_part = round_up(M, mr);
   if (s.chunks < 2 * s.threads) s.m_part = round_up(ceil_div(M, ceil_div(2 * s.threads, s.chunks)), mr);
   s.m_parts = ceil_div(M, s.m_part);
@@ -83,7 +85,8 @@ void matmul(const Kernels& kernels, ThreadPool& pool, const float* x, int64_t M,
       for (int64_t i = begin; i < end; ++i) x_bf16[std::size_t(i)] = f32_to_bf16(x[i]);
     });
   }
-  const Schedule s = schedule(kernels, pool, M, K, N, std::max<int64_t>(K, 1) * int64_t(dtype_size(w.dtype)), tuning);
+  const Schedule s = schedule(kernels.mr, kChunkRowMultiple, pool, M, K, N,
+                              std::max<int64_t>(K, 1) * int64_t(dtype_size(w.dtype)), tuning);
   const int64_t mr = kernels.mr;
   run_items(pool, s, [&](int64_t item) {
     const int64_t n0 = s.n0(item), n_count = std::min(s.chunk, N - n0);
@@ -102,6 +105,23 @@ void matmul(const Kernels& kernels, ThreadPool& pool, const float* x, int64_t M,
   });
 }
 
+void matmul_amx_bf16(ThreadPool& pool, const float* x, int64_t M, int64_t K, const uint16_t* w, int64_t ldw,
+                     int64_t N, float* y, const MatmulTuning& tuning) {
+  if (M <= 0 || N <= 0) return;
+  // x rounded and packed once per call, tile by tile over the threads.
+  const int64_t tiles_m = ceil_div(M, kAmxRows), blocks = amx_blocks(K);
+  std::vector<uint16_t> packed(std::size_t(amx_packed_elements(M, K)));
+  pool.parallel_for(tiles_m, std::max<int64_t>(1, kConvertGrain / std::max<int64_t>(kAmxRows * K, 1)),
+                    [&](int64_t t0, int64_t t1) { amx_pack_x(x, M, K, t0, t1, packed.data()); });
+  const Schedule s = schedule(kAmxRows, kAmxRows * 3, pool, M, K, N, std::max<int64_t>(K, 1) * 2, tuning);
+  run_items(pool, s, [&](int64_t item) {
+    const int64_t n0 = s.n0(item), n_count = std::min(s.chunk, N - n0);
+    const int64_t t0 = s.m_begin(item) / kAmxRows, t1 = std::min(tiles_m, t0 + s.m_part / kAmxRows);
+    std::vector<uint16_t> scratch(n_count % kAmxRows ? std::size_t(kAmxRows * blocks * kAmxBlock) : 0);
+    amx_matmul_bf16(packed.data(), M, K, t0, t1, w + n0 * ldw, ldw, n_count, y + n0, N, scratch.data());
+  });
+}
+
 AffineRows affine_rows_from(const AffineRows& w, int64_t first_row) {
   AffineRows r = w;
   const int64_t param_bytes = int64_t(dtype_size(w.param_dtype));
@@ -115,7 +135,7 @@ void matmul_affine(const Kernels& kernels, ThreadPool& pool, const float* x, int
                    const AffineRows& w, int64_t N, float* y, const MatmulTuning& tuning) {
   if (M <= 0 || N <= 0) return;
   const int64_t row_bytes = w.code_ld * 4 + 2 * w.param_ld * int64_t(dtype_size(w.param_dtype));
-  const Schedule s = schedule(kernels, pool, M, K, N, row_bytes, tuning);
+  const Schedule s = schedule(kernels.mr, kChunkRowMultiple, pool, M, K, N, row_bytes, tuning);
   const int64_t mr = kernels.mr;
   run_items(pool, s, [&](int64_t item) {
     const int64_t n0 = s.n0(item), n_count = std::min(s.chunk, N - n0);

@@ -28,6 +28,13 @@ void matmul(const Kernels& kernels, ThreadPool& pool, const float* x, int64_t M,
             const WeightRows& w, int64_t N, float* y, MatmulPrecision precision = MatmulPrecision::F32,
             const MatmulTuning& tuning = {});
 
+// The bf16-dot matmul on AMX tiles (amx_bf16.h: AMX's order, not the pair
+// order): x rounded to bf16 once per call, w N bf16 rows of stride ldw.
+// Only where amx_bf16_usable(). Rows of x go in tiles of 16; threads split
+// N (and M in whole tiles), so a row's result depends on nothing else.
+void matmul_amx_bf16(ThreadPool& pool, const float* x, int64_t M, int64_t K, const uint16_t* w, int64_t ldw,
+                     int64_t N, float* y, const MatmulTuning& tuning = {});
+
 // The same for an affine-quantized w (N rows of K columns): bitwise the
 // dense f32 matmul of the dequantized matrix, whatever M, the thread count
 // or the chunking (kernels.h, dot_block_affine). Rows of x up to the tile
