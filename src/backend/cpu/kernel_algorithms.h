@@ -197,9 +197,9 @@ inline void dot_tile_any(int m, int n, const typename T::X* x, int64_t ldx, cons
 
 // Bytes of x and w slices that a K block keeps in L1 (of 32-48 KB): a block
 // of a row group's x is met by every weight tile, and a block of a weight
-// tile by every row group, from L1 instead of L2. Unblocked, a group of 4
-// rows of x against a 6,144-wide down projection (96 KB) came from L2 for
-// every tile, beside the weights.
+// tile by every row group, from L1 instead of L2. Unblocked, a group of
+// rows of x against a 6,144-wide down projection (96 KB for 4 rows) came
+// from L2 for every tile, beside the weights.
 constexpr int64_t kBlockL1Bytes = int64_t(24) << 10;
 
 // Elements of K per block for full groups of MR rows of x and tiles of NR
@@ -244,8 +244,8 @@ inline void dot_panel(const typename T::X* x, int64_t ldx, int64_t M, const type
     return;
   }
   alignas(64) float carry[kCarryFloats];
-  int64_t slab_tiles = kc < K ? kCarryFloats / kTileFloats / groups : (N + NR - 1) / NR;
-  if (slab_tiles < 1) slab_tiles = 1;
+  // At least one tile: groups <= kMaxGroups here.
+  const int64_t slab_tiles = kc < K ? kCarryFloats / kTileFloats / groups : (N + NR - 1) / NR;
   for (int64_t slab = 0; slab < N; slab += slab_tiles * NR) {
     const int64_t slab_end = N - slab < slab_tiles * NR ? N : slab + slab_tiles * NR;
     for (int64_t k0 = 0;; k0 += kc) {
