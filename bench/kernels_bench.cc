@@ -3,9 +3,10 @@
 //   GEMM (prefill) in GFLOP/s and % of the measured f32 FMA peak,
 // for bf16, f16 and f32 weights; and batched decode (M = 1, 4, 16 rows
 // against bf16 weights) with f32 and bf16 matmul precision, against the FMA
-// and bf16-dot peaks. Weight sets are cycled so that every matmul
-// reads its weights from DRAM, never from the last-level cache, as in a
-// forward pass.
+// and bf16-dot peaks, bf16 also in AMX's order (on the AVX-512 vector units,
+// and on the tiles where the CPU has AMX). Weight sets are cycled so that
+// every matmul reads its weights from DRAM, never from the last-level cache,
+// as in a forward pass.
 //
 //   kernels_bench [--threads N] [--isa scalar|avx2|avx512] [--only gemv|gemm|e2b|batch] [--quick]
 // (--only e2b: the GEMMs of a 256-token prefill of Gemma 4 E2B, layer by layer.)
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/amx_bf16.h"
 #include "backend/cpu/ceilings.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
@@ -60,6 +62,20 @@ Tensor make_activations(int64_t M, int64_t K) {
   return x;
 }
 
+// Which matmul runs: the kernel table's (cpu::matmul, in the precision
+// asked for), or the bf16 matmul in AMX's order on the vector units
+// (cpu::matmul_amx_bf16_rows) or on the tiles (cpu::matmul_amx_bf16, every M).
+enum class Route { Table, AmxVector, AmxTiles };
+
+const char* route_name(Route route) {
+  switch (route) {
+    case Route::Table: return "table";
+    case Route::AmxVector: return "amx_order_vector";
+    case Route::AmxTiles: return "amx_order_tiles";
+  }
+  return "";
+}
+
 struct Bench {
   const cpu::Kernels& kernels;
   ThreadPool& pool;
@@ -68,7 +84,7 @@ struct Bench {
   // the weights to exceed the last-level cache several times: a forward
   // pass reads each weight matrix from DRAM, never from cache.
   double seconds_per_matmul(DType dtype, int64_t M, int64_t N, int64_t K, int passes,
-                            MatmulPrecision precision = MatmulPrecision::F32) {
+                            MatmulPrecision precision = MatmulPrecision::F32, Route route = Route::Table) {
     const double bytes = double(N) * double(K) * double(dtype_size(dtype));
     const int copies = int(std::clamp(std::ceil(256e6 / bytes), 1.0, 16.0));  // 8x the L3
     std::vector<Tensor> ws;
@@ -76,9 +92,16 @@ struct Bench {
     const Tensor x = make_activations(M, K);
     Tensor y(DType::F32, {M, N});
     auto pass = [&] {
-      for (const Tensor& w : ws)
-        cpu::matmul(kernels, pool, x.data<float>(), M, K, cpu::WeightRows{w.dtype(), w.raw(), K}, N,
-                    y.data<float>(), precision);
+      for (const Tensor& w : ws) {
+        if (route == Route::AmxVector)
+          cpu::matmul_amx_bf16_rows(pool, x.data<float>(), M, K, w.data<uint16_t>(), K, N, y.data<float>());
+        else if (route == Route::AmxTiles)
+          cpu::matmul_amx_bf16(pool, x.data<float>(), M, K, w.data<uint16_t>(), K, N, y.data<float>(),
+                               cpu::MatmulTuning{.amx_vector_rows = 0});
+        else
+          cpu::matmul(kernels, pool, x.data<float>(), M, K, cpu::WeightRows{w.dtype(), w.raw(), K}, N,
+                      y.data<float>(), precision);
+      }
     };
     pass();  // warm-up
     double best = 1e300;
@@ -160,24 +183,34 @@ int run_bench(int argc, char** argv) {
   std::printf("\n  ],\n");
 
   // Batched decode: a few rows against weights streamed from DRAM, where
-  // the bf16-dot path's doubled multiply-add rate shows.
+  // the bf16-dot path's doubled multiply-add rate shows; bf16 also in AMX's
+  // order, where decode's few rows leave the tiles for the vector units.
   std::vector<Gemv> batch_shapes = {{8192, 1536}, {1536, 12288}};
   std::vector<int64_t> batch_rows = {1, 4, 16};
   if (quick) batch_shapes.resize(1);
   if (!only.empty() && only != "batch") batch_shapes.clear();
+  struct Variant {
+    MatmulPrecision precision;
+    Route route;
+  };
+  std::vector<Variant> variants = {{MatmulPrecision::F32, Route::Table}, {MatmulPrecision::Bf16, Route::Table}};
+  if (cpu::isa_supported(cpu::Isa::Avx512)) variants.push_back({MatmulPrecision::Bf16, Route::AmxVector});
+  if (cpu::amx_bf16_usable()) variants.push_back({MatmulPrecision::Bf16, Route::AmxTiles});
   std::printf("  \"batched_decode\": [");
   sep = "\n";
   for (const Gemv& g : batch_shapes)
     for (int64_t M : batch_rows)
-      for (MatmulPrecision precision : {MatmulPrecision::F32, MatmulPrecision::Bf16}) {
-        const double seconds = bench.seconds_per_matmul(DType::BF16, M, g.N, g.K, quick ? 2 : 3, precision);
+      for (const Variant& v : variants) {
+        const double seconds =
+            bench.seconds_per_matmul(DType::BF16, M, g.N, g.K, quick ? 2 : 3, v.precision, v.route);
         const double gflops = 2.0 * double(M) * double(g.N) * double(g.K) / seconds / 1e9;
         const double gbps = double(g.N) * double(g.K) * 2.0 / seconds / 1e9;
-        const double compute_peak = precision == MatmulPrecision::Bf16 ? bf16_peak : peak;
-        std::printf("%s    {\"precision\": \"%s\", \"M\": %lld, \"N\": %lld, \"K\": %lld, \"gflops\": %.1f, "
-                    "\"pct_compute_peak\": %.1f, \"gbps\": %.2f, \"pct_bandwidth\": %.1f}",
-                    sep, std::string(matmul_precision_name(precision)).c_str(), (long long)M, (long long)g.N,
-                    (long long)g.K, gflops, 100.0 * gflops / compute_peak, gbps, 100.0 * gbps / bandwidth);
+        const double compute_peak = v.precision == MatmulPrecision::Bf16 ? bf16_peak : peak;
+        std::printf("%s    {\"precision\": \"%s\", \"path\": \"%s\", \"M\": %lld, \"N\": %lld, \"K\": %lld, "
+                    "\"gflops\": %.1f, \"pct_compute_peak\": %.1f, \"gbps\": %.2f, \"pct_bandwidth\": %.1f}",
+                    sep, std::string(matmul_precision_name(v.precision)).c_str(), route_name(v.route),
+                    (long long)M, (long long)g.N, (long long)g.K, gflops, 100.0 * gflops / compute_peak, gbps,
+                    100.0 * gbps / bandwidth);
         sep = ",\n";
         std::fflush(stdout);
       }

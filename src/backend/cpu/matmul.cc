@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "backend/cpu/amx_bf16.h"
+#include "backend/cpu/amx_bf16_rows.h"
 #include "core/dtype.h"
 
 namespace rowlm::cpu {
@@ -108,6 +109,10 @@ void matmul(const Kernels& kernels, ThreadPool& pool, const float* x, int64_t M,
 void matmul_amx_bf16(ThreadPool& pool, const float* x, int64_t M, int64_t K, const uint16_t* w, int64_t ldw,
                      int64_t N, float* y, const MatmulTuning& tuning) {
   if (M <= 0 || N <= 0) return;
+  if (M <= tuning.amx_vector_rows) {  // decode: the same bits, without the tiles' slow stream
+    matmul_amx_bf16_rows(pool, x, M, K, w, ldw, N, y, tuning);
+    return;
+  }
   // x rounded and packed once per call, tile by tile over the threads.
   const int64_t tiles_m = ceil_div(M, kAmxRows), blocks = amx_blocks(K);
   std::vector<uint16_t> packed(std::size_t(amx_packed_elements(M, K)));
@@ -119,6 +124,26 @@ void matmul_amx_bf16(ThreadPool& pool, const float* x, int64_t M, int64_t K, con
     const int64_t t0 = s.m_begin(item) / kAmxRows, t1 = std::min(tiles_m, t0 + s.m_part / kAmxRows);
     std::vector<uint16_t> scratch(n_count % kAmxRows ? std::size_t(kAmxRows * blocks * kAmxBlock) : 0);
     amx_matmul_bf16(packed.data(), M, K, t0, t1, w + n0 * ldw, ldw, n_count, y + n0, N, scratch.data());
+  });
+}
+
+void matmul_amx_bf16_rows(ThreadPool& pool, const float* x, int64_t M, int64_t K, const uint16_t* w, int64_t ldw,
+                          int64_t N, float* y, const MatmulTuning& tuning) {
+  if (M <= 0 || N <= 0) return;
+  // x rounded and packed once per call, row by row over the threads.
+  const int64_t lag = amx_rows_lag(ldw), ldx = amx_rows_x_stride(K, lag);
+  std::vector<float> packed(std::size_t(M * ldx));
+  pool.parallel_for(M, std::max<int64_t>(1, kConvertGrain / std::max<int64_t>(K, 1)), [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) amx_rows_pack_x(x + m * K, K, lag, packed.data() + m * ldx);
+  });
+  // Chunks of whole 16-row groups of w: only the call's last group is short.
+  const Schedule s = schedule(kAmxRowsMax, kAmxRows, pool, M, K, N, std::max<int64_t>(K, 1) * 2, tuning);
+  run_items(pool, s, [&](int64_t item) {
+    const int64_t n0 = s.n0(item), n_count = std::min(s.chunk, N - n0);
+    const int64_t m_begin = s.m_begin(item), m_end = std::min(M, m_begin + s.m_part);
+    for (int64_t m0 = m_begin; m0 < m_end; m0 += kAmxRowsMax)
+      amx_bf16_rows(packed.data() + m0 * ldx, std::min(kAmxRowsMax, m_end - m0), K, lag, w + n0 * ldw, ldw,
+                    n_count, y + m0 * N + n0, N);
   });
 }
 
