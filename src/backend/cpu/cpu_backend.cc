@@ -12,6 +12,7 @@
 #include "backend/argmax_code.h"
 #include "backend/cpu/affine_order.h"
 #include "backend/cpu/amx_bf16.h"
+#include "backend/cpu/amx_bf16_rows.h"
 #include "backend/cpu/attention.h"
 #include "backend/cpu/ceilings.h"
 #include "backend/cpu/cpu_kv_arena.h"
@@ -100,11 +101,14 @@ const cpu::CpuKvArena& own(const KvArena& arena, const char* op) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int threads, cpu::Isa isa, MatmulPrecision precision, bool amx)
+  // amx_vector_rows: rows of x up to which the AMX path computes AMX's
+  // order on the vector units (cpu::MatmulTuning), when amx is on.
+  CpuBackend(int threads, cpu::Isa isa, MatmulPrecision precision, bool amx, int64_t amx_vector_rows = 0)
       : kernels_(cpu::kernels_for(isa)),
         pool_(threads),
         precision_(precision == MatmulPrecision::Auto ? MatmulPrecision::F32 : precision),
         amx_(amx && precision_ == MatmulPrecision::Bf16),
+        amx_tuning_{.amx_vector_rows = amx_vector_rows},
         // Huge pages: a fresh chunk is first written by every thread of a
         // forward at once, and 4 KiB faults made the first prefills of a
         // process run at half speed on 16 cores (docs/perf.md).
@@ -117,7 +121,10 @@ class CpuBackend final : public Backend {
     std::string name = "cpu (" + std::string(cpu::isa_name(kernels_.isa)) + ", " +
                        std::to_string(pool_.size()) + " threads";
     if (precision_ == MatmulPrecision::Bf16)
-      name += amx_ ? ", bf16 matmul on AMX" : kernels_.native_bf16 ? ", bf16 matmul" : ", bf16 matmul emulated";
+      name += amx_ ? (amx_tuning_.amx_vector_rows > 0 ? ", bf16 matmul on AMX, few rows on AVX-512 in its order"
+                                                       : ", bf16 matmul on AMX")
+                   : kernels_.native_bf16 ? ", bf16 matmul"
+                                          : ", bf16 matmul emulated";
     return name + ")";
   }
   Device device() const override { return Device::host(); }
@@ -224,7 +231,8 @@ class CpuBackend final : public Backend {
     if (affine)
       cpu::matmul_affine(kernels_, pool_, x.data<float>(), M, K, affine_rows(w), N, y.data<float>());
     else if (amx_ && w.values.dtype() == DType::BF16)
-      cpu::matmul_amx_bf16(pool_, x.data<float>(), M, K, w.values.data<uint16_t>(), K, N, y.data<float>());
+      cpu::matmul_amx_bf16(pool_, x.data<float>(), M, K, w.values.data<uint16_t>(), K, N, y.data<float>(),
+                           amx_tuning_);
     else
       cpu::matmul(kernels_, pool_, x.data<float>(), M, K, cpu::WeightRows{w.values.dtype(), w.values.raw(), K}, N,
                   y.data<float>(), precision_);
@@ -673,6 +681,7 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   MatmulPrecision precision_;
   bool amx_;  // bf16 matmuls with bf16 weights on AMX tiles (amx_bf16.h)
+  cpu::MatmulTuning amx_tuning_;  // and which of them run AMX's order on the vector units
   Workspace workspace_;
   OpProfiler profiler_;
 };
@@ -683,17 +692,25 @@ std::unique_ptr<Backend> make_cpu_backend(int threads, cpu::Isa isa, MatmulPreci
   return std::make_unique<CpuBackend>(threads, isa, precision, false);
 }
 
-std::unique_ptr<Backend> make_cpu_backend_amx(int threads) {
+std::unique_ptr<Backend> make_cpu_backend_amx(int threads, int64_t vector_rows) {
+  if (vector_rows < 0 || vector_rows > cpu::kAmxRowsMax)
+    throw Error("make_cpu_backend_amx: vector_rows must be 0 to " + std::to_string(cpu::kAmxRowsMax) + ", got " +
+                std::to_string(vector_rows));
   if (!cpu::amx_bf16_usable()) throw Error("make_cpu_backend_amx: this CPU has no AMX-BF16 tiles (or the kernel refused them)");
-  return std::make_unique<CpuBackend>(threads, cpu::Isa::Avx512, MatmulPrecision::Bf16, true);
+  return std::make_unique<CpuBackend>(threads, cpu::Isa::Avx512, MatmulPrecision::Bf16, true, vector_rows);
 }
 
 std::unique_ptr<Backend> make_cpu_backend(int threads, MatmulPrecision precision) {
   const cpu::Isa isa = cpu::isa_from_env();
-  const char* amx_env = std::getenv("ROWLM_CPU_AMX");
-  const bool amx = precision == MatmulPrecision::Bf16 && isa == cpu::Isa::Avx512 &&
-                   !(amx_env && std::string_view(amx_env) == "0") && cpu::amx_bf16_usable();
-  return std::make_unique<CpuBackend>(threads, isa, precision, amx);
+  // ROWLM_CPU_AMX: unset or 1, the tiles for every bf16 matmul; rows, the
+  // tiles and, for calls of up to 4 rows, the same order on the vector
+  // units; 0, no AMX.
+  const std::string_view amx_env = std::getenv("ROWLM_CPU_AMX") ? std::getenv("ROWLM_CPU_AMX") : "1";
+  if (amx_env != "0" && amx_env != "1" && amx_env != "rows")
+    throw Error("ROWLM_CPU_AMX must be 0, 1 or rows, got '" + std::string(amx_env) + "'");
+  const bool amx =
+      precision == MatmulPrecision::Bf16 && isa == cpu::Isa::Avx512 && amx_env != "0" && cpu::amx_bf16_usable();
+  return std::make_unique<CpuBackend>(threads, isa, precision, amx, amx_env == "rows" ? cpu::kAmxRowsMax : 0);
 }
 
 }  // namespace rowlm

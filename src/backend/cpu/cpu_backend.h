@@ -12,11 +12,16 @@
 // without an explicit ISA runs the bf16 matmuls on AMX tiles, in AMX's
 // summation order (cpu/amx_bf16.h), unless ROWLM_CPU_AMX=0: as batch
 // invariant and deterministic as the others, but not their bits.
+// ROWLM_CPU_AMX=rows also computes that order on the AVX-512 units for
+// calls of up to 4 rows (decode; cpu/amx_bf16_rows.h): the same bits, a
+// different speed, to be measured before it becomes the default. Any other
+// value than 0, 1 or rows is an Error.
 //
 // Threads: operations run on the backend's own thread pool (`threads`
 // including the caller; 0 = one per core), which is not reentrant: one
 // caller at a time.
 
+#include <cstdint>
 #include <memory>
 
 #include "backend/backend.h"
@@ -28,8 +33,9 @@ std::unique_ptr<Backend> make_cpu_backend(int threads = 0, MatmulPrecision preci
 // An Error if this CPU cannot run `isa`.
 std::unique_ptr<Backend> make_cpu_backend(int threads, cpu::Isa isa,
                                           MatmulPrecision precision = MatmulPrecision::F32);
-// AVX-512 with the bf16 matmuls on AMX tiles (MatmulPrecision::Bf16); an
-// Error where cpu::amx_bf16_usable() is false.
-std::unique_ptr<Backend> make_cpu_backend_amx(int threads);
+// AVX-512 with the bf16 matmuls on AMX tiles (MatmulPrecision::Bf16), and
+// calls of up to vector_rows (0 to 4) rows in AMX's order on the vector
+// units; an Error where cpu::amx_bf16_usable() is false.
+std::unique_ptr<Backend> make_cpu_backend_amx(int threads, int64_t vector_rows = 0);
 
 }  // namespace rowlm

@@ -11,6 +11,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/test_util.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/isa.h"
 #include "core/thread_pool.h"
 
@@ -181,18 +183,58 @@ TEST(CpuMatmulAmx, ARowsResultDoesNotDependOnTheRestOfTheBatch) {
   std::mt19937 rng(5);
   const int64_t K = 300, N = 70;
   const Tensor w = testing::narrowed(testing::random_f32({N, K}, rng, 0.3f), DType::BF16);
-  auto backend = make_cpu_backend_amx(2);
-  EXPECT_NE(backend->name().find("AMX"), std::string::npos) << backend->name();
-  const auto weight = backend->prepare_weight(Weight::dense(w));
   const Tensor batch = testing::random_f32({37, K}, rng);
-  Tensor all(DType::F32, {37, N});
-  backend->matmul(batch, weight, all);
-  for (int64_t m : {0, 15, 16, 36}) {
-    Tensor one(DType::F32, {1, K}), y(DType::F32, {1, N});
-    std::copy(batch.data<float>() + m * K, batch.data<float>() + (m + 1) * K, one.data<float>());
-    backend->matmul(one, weight, y);
-    for (int64_t n = 0; n < N; ++n)
-      ASSERT_EQ(float_bits(y.data<float>()[n]), float_bits(all.data<float>()[m * N + n])) << "row " << m << " n=" << n;
+  // Tiles for every M, then calls of up to 4 rows on the vector units
+  // (ROWLM_CPU_AMX=rows): a lone row goes to the one and the batch to the
+  // other, with the same bits.
+  for (int64_t vector_rows : {int64_t(0), cpu::kAmxRowsMax}) {
+    auto backend = make_cpu_backend_amx(2, vector_rows);
+    EXPECT_NE(backend->name().find("AMX"), std::string::npos) << backend->name();
+    const auto weight = backend->prepare_weight(Weight::dense(w));
+    Tensor all(DType::F32, {37, N});
+    backend->matmul(batch, weight, all);
+    for (int64_t m : {0, 15, 16, 36}) {
+      Tensor one(DType::F32, {1, K}), y(DType::F32, {1, N});
+      std::copy(batch.data<float>() + m * K, batch.data<float>() + (m + 1) * K, one.data<float>());
+      backend->matmul(one, weight, y);
+      for (int64_t n = 0; n < N; ++n)
+        ASSERT_EQ(float_bits(y.data<float>()[n]), float_bits(all.data<float>()[m * N + n]))
+            << "vector_rows=" << vector_rows << " row " << m << " n=" << n;
+    }
+  }
+}
+
+// ROWLM_CPU_AMX takes 0, 1 or rows; anything else names the variable
+// rather than silently picking a path (on any CPU, AMX or not).
+TEST(CpuBackendAmxChoice, AnUnknownRowlmCpuAmxValueIsAnError) {
+  struct RestoreEnv {
+    std::string saved;
+    bool had = false;
+    RestoreEnv() {
+      if (const char* v = std::getenv("ROWLM_CPU_AMX")) saved = v, had = true;
+    }
+    ~RestoreEnv() {
+      if (had) setenv("ROWLM_CPU_AMX", saved.c_str(), 1);
+      else unsetenv("ROWLM_CPU_AMX");
+    }
+  } restore;
+  setenv("ROWLM_CPU_AMX", "tile", 1);
+  try {
+    make_cpu_backend(1, MatmulPrecision::Bf16);
+    FAIL() << "ROWLM_CPU_AMX=tile was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ROWLM_CPU_AMX must be 0, 1 or rows, got 'tile'"), std::string::npos)
+        << e.what();
+  }
+  for (const char* ok : {"0", "1", "rows"}) {
+    setenv("ROWLM_CPU_AMX", ok, 1);
+    EXPECT_NO_THROW(make_cpu_backend(1, MatmulPrecision::Bf16)) << ok;
+  }
+  try {
+    make_cpu_backend_amx(1, cpu::kAmxRowsMax + 1);
+    FAIL() << "5 vector rows were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("vector_rows must be 0 to 4, got 5"), std::string::npos) << e.what();
   }
 }
 
