@@ -80,25 +80,7 @@ build() {
 
 # One line from a `rowlm bench` JSON on stdin.
 summary() {
-  python3 -c "$(cat <<'PY'
-import json, sys
-text = sys.stdin.read()
-if "{" not in text:
-    print("no JSON:", text[-300:])
-    sys.exit()
-j = json.loads(text[text.index("{"):])
-parts = []
-prefill = j.get("prefill")
-if prefill:
-    parts.append("prefill %.0f" % prefill["tokens_per_s"])
-for d in j.get("decode", []):
-    parts.append("b%d %.1f (median %.1f)" % (d["batch"], d["tokens_per_s"], d.get("tokens_per_s_median", 0)))
-bw = j.get("ceilings", {}).get("read_bandwidth_gb_s")
-if bw:
-    parts.append("read %.0f GB/s" % bw)
-print(" | ".join(parts))
-PY
-)"
+  python3 "$root/tools/device/bench_summary.py"
 }
 
 bench() {
