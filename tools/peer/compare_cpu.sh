@@ -36,18 +36,24 @@ check_shape() {
 }
 
 build() {
+  # llama.cpp and rowlm build side by side; rowlm's build/ is the one
+  # tools/device/cpu_amx_compare.sh configures (same flags, so neither rebuilds
+  # the other's targets).
   [ -d "$llama" ] || tar -C "$work" -xJf "$root/.device-llama/llama.cpp-cuda.txz"
+  local peer_pid=""
   if [ ! -x "$llama/build-cpu/bin/llama-bench" ] || [ ! -x "$llama/build-cpu/bin/llama-quantize" ]; then
-    cmake -S "$llama" -B "$llama/build-cpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DGGML_NATIVE=ON \
-          -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF \
-          -DLLAMA_OPENSSL=OFF >/dev/null
-    cmake --build "$llama/build-cpu" -j "$(nproc)" --target llama-bench llama-quantize >/dev/null
+    (cmake -S "$llama" -B "$llama/build-cpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DGGML_NATIVE=ON \
+           -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF \
+           -DLLAMA_OPENSSL=OFF >/dev/null &&
+       cmake --build "$llama/build-cpu" -j "$(nproc)" --target llama-bench llama-quantize >/dev/null) &
+    peer_pid=$!
   fi
-  if [ ! -x "$root/build/rowlm" ]; then
-    # shellcheck disable=SC2086  # the recipe's arguments are meant to split
-    cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DROWLM_CUDA=OFF -DCMAKE_UNITY_BUILD=ON \
-          ${ROWLM_DEVICE_CMAKE_ARGS:-} >/dev/null
-    cmake --build "$root/build" -j "$(nproc)" --target rowlm >/dev/null
+  # shellcheck disable=SC2086  # the recipe's arguments are meant to split
+  cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DROWLM_CUDA=OFF -DCMAKE_UNITY_BUILD=ON \
+        -DROWLM_BENCH=ON ${ROWLM_DEVICE_CMAKE_ARGS:-} >/dev/null
+  cmake --build "$root/build" -j "$(nproc)" --target rowlm backend_cpu_tests kernels_bench >/dev/null
+  if [ -n "$peer_pid" ]; then
+    wait "$peer_pid" || { echo "compare_cpu.sh: building llama.cpp failed" >&2; exit 1; }
   fi
   echo "compare_cpu.sh: built $llama/build-cpu/bin/{llama-bench,llama-quantize} and $root/build/rowlm" >&2
 }
