@@ -11,7 +11,10 @@
 // std:: templates that could be emitted out of line.
 //
 // V provides: R (16 floats), half_to_float (one f16 widened, inline), codes8
-// (16 consecutive 8-bit codes from 4 words, as floats), Table4 with table4(s, b) and, each giving 16 4-bit codes
+// (16 consecutive 8-bit codes from 4 words, as floats), Unpack with
+// unpack(bits) and codes(unpack, bytes, readable) (16 codes of 1-7 bits from
+// the bit stream at `bytes`, as floats; `readable` bytes from there may be
+// read, at least 2·bits), Table4 with table4(s, b) and, each giving 16 4-bit codes
 // dequantized as add(mul(code, s), b) (a lookup table on AVX-512, the
 // arithmetic elsewhere): dequant4(table, words) for 16 codes in stream
 // order, and Block4 with block4(words) (a 32-code block in Halves32 order,
@@ -360,32 +363,44 @@ __attribute__((always_inline)) inline float affine_param(const void* p, DType t,
   return f;
 }
 
+// Where lane j of 16 codes of `bits` bits (1-8), packed little-end first
+// from a byte p, finds its code: the code starts `shift` bits into byte
+// `byte`, and may run into byte + 1. As VPSHUFB control for the lane's
+// 32 bits: bytes byte and byte + 1, then two zero bytes. The vector V's
+// unpack(bits) loads these once per tile.
+struct CodeLanes {
+  int32_t shuffle[kLanes];
+  int32_t shift[kLanes];
+};
+inline CodeLanes code_lanes(int bits) {
+  CodeLanes c{};
+  for (int j = 0; j < kLanes; ++j) {
+    const int bit = j * bits, byte = bit / 8;
+    c.shuffle[j] = int32_t(uint32_t(byte) | uint32_t(byte + 1) << 8 | 0x80800000u);
+    c.shift[j] = bit % 8;
+  }
+  return c;
+}
+
 // 16 codes of a row from code index k (a multiple of 16), as floats. B is
 // the bit width when known at compile time (8: whole words per step), else
-// 0 and `bits` says it: the bit-stream layout of quant/affine.h, where a 3-,
-// 5- or 6-bit code may straddle two words. (4-bit codes: GroupDequant<V, 4>.)
+// 0 and u.bits says it: the bit-stream layout of quant/affine.h, where a 3-,
+// 5- or 6-bit code may straddle two words. K: the row's codes, so that no
+// load reads past the row's last byte. (4-bit codes: GroupDequant<V, 4>.)
 template <class V, int B>
-inline typename V::R affine_codes(const uint32_t* row, int64_t k, int bits) {
+inline typename V::R affine_codes(const uint32_t* row, int64_t k, const typename V::Unpack& u, int64_t K) {
   static_assert(B != 4, "4-bit codes are dequantized by GroupDequant<V, 4>");
   if constexpr (B == 8) {
     return V::codes8(row + k / 4);
   } else {
-    alignas(64) float c[kLanes];
-    const uint32_t mask = (1u << bits) - 1u;
-    for (int j = 0; j < kLanes; ++j) {
-      const int64_t bit = (k + j) * bits;
-      const int shift = int(bit % 32);
-      uint64_t v = row[bit / 32] >> shift;
-      if (shift + bits > 32) v |= uint64_t(row[bit / 32 + 1]) << (32 - shift);
-      c[j] = float(uint32_t(v) & mask);
-    }
-    return V::load(c);
+    const auto* bytes = reinterpret_cast<const uint8_t*>(row) + k * u.bits / 8;
+    return V::codes(u, bytes, (K - k) * u.bits / 8);
   }
 }
 
 // A row's per-group dequantization state: its scale and bias broadcast, or
 // for 4-bit codes V's Table4 (each code's value scale·code + bias, computed
-// by the same two roundings). at(row, k, bits, K): the 16 values from code
+// by the same two roundings). at(row, k, unpack, K): the 16 values from code
 // k (a multiple of 16) of a row of K codes.
 template <class V, int B>
 struct GroupDequant {
@@ -394,8 +409,8 @@ struct GroupDequant {
     s = V::set1(scale);
     b = V::set1(bias);
   }
-  typename V::R at(const uint32_t* row, int64_t k, int bits, int64_t) const {
-    return V::add(V::mul(affine_codes<V, B>(row, k, bits), s), b);
+  typename V::R at(const uint32_t* row, int64_t k, const typename V::Unpack& u, int64_t K) const {
+    return V::add(V::mul(affine_codes<V, B>(row, k, u, K), s), b);
   }
 };
 // 4-bit codes in Halves32 order: the block of codes k - k % 32 .. starts at
@@ -406,7 +421,7 @@ struct GroupDequant<V, 4> {
   typename V::Table4 t;
   void set(float scale, float bias) { t = V::table4(V::set1(scale), V::set1(bias)); }
   static const uint32_t* block_of(const uint32_t* row, int64_t k) { return row + k / 32 * 4; }
-  typename V::R at(const uint32_t* row, int64_t k, int, int64_t K) const {
+  typename V::R at(const uint32_t* row, int64_t k, const typename V::Unpack&, int64_t K) const {
     if (k >= K / 32 * 32) return V::dequant4(t, row + k / 8);
     const typename V::Block4 c = V::block4(block_of(row, k));
     return k % 32 == 0 ? V::dequant4_lo(t, c) : V::dequant4_hi(t, c);
@@ -505,6 +520,8 @@ inline void affine_tile(const float* x, int64_t ldx, const AffineRows& w, int64_
   const AffineTileRows<NR> t(w, n0);
   zero_tile<V, MR, NR>(acc);
   const int64_t G = w.group_size;
+  const typename V::Unpack u = V::unpack(w.bits);
+  const int bits = B != 0 ? B : w.bits;
   for (int64_t g = 0; g < K / G; ++g) {
     GroupDequant<V, B> dq[NR];
     t.template set_group<V>(dq, w, g);
@@ -515,9 +532,10 @@ inline void affine_tile(const float* x, int64_t ldx, const AffineRows& w, int64_
 #pragma GCC unroll 16
       for (int n = 0; n < NR; ++n) {
         // As dot_tile: the next tile's rows into L2, one per cache line.
-        if constexpr (B != 0)
-          if (k * B % 512 == 0) __builtin_prefetch(t.rows[n] + NR * w.code_ld + k * B / 32, 0, 2);
-        const R wv = dq[n].at(t.rows[n], k, w.bits, K);
+        // (Once per 64-byte line: the step whose first code starts in the line's first 16 codes' bits.)
+        if ((k * bits) % 512 < 16 * bits)
+          __builtin_prefetch(reinterpret_cast<const uint8_t*>(t.rows[n] + NR * w.code_ld) + k * bits / 8, 0, 2);
+        const R wv = dq[n].at(t.rows[n], k, u, K);
 #pragma GCC unroll 16
         for (int m = 0; m < MR; ++m) acc[m][n] = V::fma(xv[m], wv, acc[m][n]);
       }
@@ -589,6 +607,7 @@ void dot_block_affine(const float* x, int64_t ldx, int64_t M, const AffineRows& 
 template <class V, int B>
 void dequantize_affine_typed(const AffineRows& w, int64_t rows, int64_t K, float* out, int64_t ldo) {
   const int64_t G = w.group_size;
+  const typename V::Unpack u = V::unpack(w.bits);
   for (int64_t r = 0; r < rows; ++r) {
     const uint32_t* codes = w.codes + r * w.code_ld;
     for (int64_t g = 0; g < K / G; ++g) {
@@ -605,7 +624,7 @@ void dequantize_affine_typed(const AffineRows& w, int64_t rows, int64_t K, float
           continue;
         }
       }
-      for (int64_t k = g * G; k < (g + 1) * G; k += kLanes) V::store(out + r * ldo + k, dq.at(codes, k, w.bits, K));
+      for (int64_t k = g * G; k < (g + 1) * G; k += kLanes) V::store(out + r * ldo + k, dq.at(codes, k, u, K));
     }
   }
 }

@@ -62,6 +62,33 @@ struct VAvx2 {
     return widen_codes(_mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m)));
   }
   static R codes8(const uint32_t* p) { return widen_codes(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  // Codes of 1-7 bits: the 2·bits bytes in both 128-bit halves, each lane's
+  // two bytes picked by VPSHUFB (code_lanes), shifted by its own count and
+  // masked. Where fewer than 16 bytes of the row are left, the bytes go
+  // through a zeroed copy (AVX2 has no masked byte load).
+  struct Unpack {
+    __m256i shuffle_lo, shuffle_hi, shift_lo, shift_hi, mask;
+    int bits;
+  };
+  static Unpack unpack(int bits) {
+    const CodeLanes c = code_lanes(bits);
+    const auto at = [](const int32_t* v) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v)); };
+    return {at(c.shuffle), at(c.shuffle + 8), at(c.shift), at(c.shift + 8), _mm256_set1_epi32((1 << bits) - 1), bits};
+  }
+  static R codes(const Unpack& u, const uint8_t* p, int64_t readable) {
+    __m128i b;
+    if (readable >= 16) {
+      b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    } else {
+      alignas(16) uint8_t buf[16] = {};
+      for (int i = 0; i < 2 * u.bits; ++i) buf[i] = p[i];
+      b = _mm_load_si128(reinterpret_cast<const __m128i*>(buf));
+    }
+    const __m256i v = _mm256_broadcastsi128_si256(b);
+    const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(v, u.shuffle_lo), u.shift_lo), u.mask);
+    const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(v, u.shuffle_hi), u.shift_hi), u.mask);
+    return {_mm256_cvtepi32_ps(lo), _mm256_cvtepi32_ps(hi)};
+  }
   // 4-bit dequantization by arithmetic (AVX-512 uses a lookup table).
   struct Table4 {
     R s, b;

@@ -61,6 +61,24 @@ struct VAvx512 {
   static R codes8(const uint32_t* p) {
     return {_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))))};
   }
+  // Codes of 1-7 bits: the 2·bits bytes (a masked load, so nothing past
+  // them is read) in every 128-bit lane, each lane's two bytes picked by
+  // VPSHUFB (code_lanes), shifted by its own count and masked. (A plain
+  // broadcasting load where 16 bytes are readable measured slower.)
+  struct Unpack {
+    __m512i shuffle, shift, mask;
+    __mmask16 bytes;
+    int bits;
+  };
+  static Unpack unpack(int bits) {
+    const CodeLanes c = code_lanes(bits);
+    return {_mm512_loadu_si512(c.shuffle), _mm512_loadu_si512(c.shift), _mm512_set1_epi32((1 << bits) - 1),
+            __mmask16((1u << (2 * bits)) - 1u), bits};
+  }
+  static R codes(const Unpack& u, const uint8_t* p, int64_t) {
+    const __m512i v = _mm512_broadcast_i32x4(_mm_maskz_loadu_epi8(u.bytes, p));
+    return {_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(_mm512_shuffle_epi8(v, u.shuffle), u.shift), u.mask))};
+  }
   // 4-bit dequantization by lookup: the table holds scale·c + bias for the
   // 16 codes c (the same two roundings as the arithmetic), and each code
   // picks its lane with VPERMPS, which reads an index's low 4 bits only, so

@@ -45,6 +45,20 @@ struct VScalar {
   }
   static R codes4(const uint32_t* p) { return map([&](int i) { return float((p[i / 8] >> (4 * (i % 8))) & 15u); }); }
   static R codes8(const uint32_t* p) { return map([&](int i) { return float((p[i / 4] >> (8 * (i % 4))) & 255u); }); }
+  // Codes of 1-7 bits, one lane at a time: the byte the code starts in, and
+  // the next one only where the code runs into it.
+  struct Unpack {
+    int bits;
+  };
+  static Unpack unpack(int bits) { return {bits}; }
+  static R codes(const Unpack& u, const uint8_t* p, int64_t) {
+    return map([&](int i) {
+      const int bit = i * u.bits, byte = bit / 8, shift = bit % 8;
+      uint32_t v = uint32_t(p[byte]) >> shift;
+      if (shift + u.bits > 8) v |= uint32_t(p[byte + 1]) << (8 - shift);
+      return float(v & ((1u << u.bits) - 1u));
+    });
+  }
   // 4-bit dequantization by arithmetic (AVX-512 uses a lookup table).
   struct Table4 {
     R s, b;
