@@ -1,5 +1,8 @@
 #include "backend/weight.h"
 
+#include <bit>
+#include <cstring>
+
 #include "core/error.h"
 
 namespace rowlm {
@@ -30,7 +33,7 @@ Weight Weight::row_range(int64_t begin, int64_t end) const {
   w.values = values.rows(begin, end);
   if (format == WeightFormat::Affine) {
     w.scales = scales.rows(begin, end);
-    w.biases = biases.rows(begin, end);
+    if (!implied_zero) w.biases = biases.rows(begin, end);
   }
   return w;
 }
@@ -58,9 +61,32 @@ Weight Weight::reshaped(int64_t new_rows, int64_t new_cols) const {
                     std::to_string(new_cols) + " columns");
     w.values = values.reshaped({new_rows, new_cols * bits / 32});
     w.scales = scales.reshaped({new_rows, new_cols / group_size});
-    w.biases = biases.reshaped({new_rows, new_cols / group_size});
+    if (!implied_zero) w.biases = biases.reshaped({new_rows, new_cols / group_size});
   }
   return w;
+}
+
+Weight without_implied_biases(const Weight& w) {
+  if (w.format != WeightFormat::Affine || w.implied_zero || w.bits < 1 || w.bits > 8) return w;
+  const DType t = w.scales.dtype();
+  const bool float_storage = t == DType::F32 || t == DType::BF16 || t == DType::F16;
+  ROWLM_CHECK(float_storage && w.biases.dtype() == t && w.scales.shape() == w.biases.shape() &&
+                    w.scales.on_host() && w.biases.on_host(),
+                "without_implied_biases: " + w.describe() + ": scales and biases must be host f32, bf16 or f16 of one shape");
+  const auto widen = [t](const Tensor& p, int64_t i) {
+    if (t == DType::F32) return static_cast<const float*>(p.raw())[i];
+    const uint16_t h = static_cast<const uint16_t*>(p.raw())[i];
+    return t == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
+  };
+  const int zero = 1 << (w.bits - 1);
+  const float minus_zero = -float(zero);
+  for (int64_t i = 0, n = w.scales.numel(); i < n; ++i)
+    if (std::bit_cast<uint32_t>(widen(w.scales, i) * minus_zero) != std::bit_cast<uint32_t>(widen(w.biases, i)))
+      return w;
+  Weight out = w;
+  out.biases = Tensor();
+  out.implied_zero = zero;
+  return out;
 }
 
 }  // namespace rowlm

@@ -75,6 +75,12 @@ struct Weight {
   Tensor scales, biases;  // Affine only
   int bits = 0, group_size = 0;  // Affine only
   CodeOrder code_order = CodeOrder::Stream;  // Affine only
+  // Affine only. Nonzero: `biases` is empty and every group's bias is
+  // −implied_zero · scale, computed in f32 (exact: implied_zero is a power
+  // of two), which is what the biases held (without_implied_biases). GGUF's
+  // symmetric types (Q4_0, Q5_0, Q8_0, Q3_K, Q6_K) convert so: their bias
+  // costs a matmul bandwidth but carries nothing.
+  int implied_zero = 0;
 
   // A dense weight viewing `t` ([rows, cols]).
   static Weight dense(Tensor t);
@@ -93,6 +99,12 @@ struct Weight {
   // affine weight, cols must keep whole words and groups).
   Weight reshaped(int64_t rows, int64_t cols) const;
 };
+
+// `w` without its biases where each group's bias is, bit for bit, the f32
+// product scale · −2^(bits−1) (see Weight::implied_zero); otherwise `w`.
+// Reads every scale and bias once (host memory); Error for an affine weight
+// whose parameters are not host f32/bf16/f16 tensors of one shape.
+Weight without_implied_biases(const Weight& w);
 
 // The experts of one MoE layer: gate, up and down per expert, each expert
 // a gated MLP (down(act(gate·x) ⊙ up·x)).

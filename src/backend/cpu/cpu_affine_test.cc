@@ -15,6 +15,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/test_util.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "quant/affine.h"
 
@@ -22,6 +23,7 @@ namespace rowlm {
 namespace {
 
 using testing::all_backends;
+using testing::copy_of;
 using testing::expect_bitwise;
 using testing::oracle_matmul;
 using testing::random_f32;
@@ -153,6 +155,78 @@ TEST(CpuAffine, EmbedIsTheDequantizedRowTimesTheScale) {
       for (std::size_t t = 0; t < ids.size(); ++t)
         for (int64_t d = 0; d < 96; ++d) want[t * 96 + d] = values[std::size_t(ids[t] * 96 + d)] * scale;
       expect_bitwise(out, want, b.label() + " " + table.describe());
+    }
+  }
+}
+
+// The weight with each group's bias set to scale · −2^(bits−1), stored as
+// its parameters are (exact: a power of two times a stored scale), as GGUF's
+// symmetric types convert.
+Weight with_symmetric_biases(Weight w) {
+  const DType t = w.scales.dtype();
+  const float minus_zero = -float(1 << (w.bits - 1));
+  w.biases = Tensor(t, w.scales.shape());
+  for (int64_t i = 0; i < w.scales.numel(); ++i) {
+    if (t == DType::F32) {
+      w.biases.data<float>()[i] = w.scales.data<float>()[i] * minus_zero;
+    } else {
+      const uint16_t h = w.scales.data<uint16_t>()[i];
+      const float scale = t == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
+      w.biases.data<uint16_t>()[i] = t == DType::F16 ? f32_to_f16(scale * minus_zero) : f32_to_bf16(scale * minus_zero);
+    }
+  }
+  return w;
+}
+
+// Biases that are scale · −2^(bits−1) bit for bit are dropped by
+// prepare_weight (the kernels compute them) and the matmul, a row range of
+// it and the embedding still give the dequantized matrix's bits. One bias
+// off by its last bit, or a zero bias whose sign differs from the product's
+// (scale 0: 0 · −8 = −0, stored +0), keeps the biases.
+TEST(CpuAffine, ImpliedBiasesAreDroppedAndGiveTheSameBits) {
+  std::mt19937 rng(29);
+  auto backends = all_backends();
+  struct Case {
+    int bits, group;
+    DType params;
+  };
+  for (const Case c : {Case{4, 32, DType::F16}, Case{6, 16, DType::F32}, Case{8, 32, DType::F16},
+                       Case{5, 32, DType::BF16}, Case{3, 16, DType::F32}, Case{4, 64, DType::BF16}}) {
+    const int64_t N = 37, K = 256;
+    const Weight symmetric = with_symmetric_biases(random_affine(N, K, c.bits, c.group, c.params, rng));
+    Weight off_by_a_bit = symmetric;
+    off_by_a_bit.biases = copy_of(symmetric.biases);
+    static_cast<uint8_t*>(off_by_a_bit.biases.raw())[0] ^= 1;
+    Weight signed_zero = symmetric;
+    signed_zero.scales = copy_of(symmetric.scales);
+    signed_zero.biases = copy_of(symmetric.biases);
+    std::memset(signed_zero.scales.raw(), 0, dtype_size(c.params));
+    std::memset(signed_zero.biases.raw(), 0, dtype_size(c.params));
+    for (const Weight* w : {&symmetric, static_cast<const Weight*>(&off_by_a_bit), static_cast<const Weight*>(&signed_zero)}) {
+      const bool implied = w == &symmetric;
+      const auto values = dequantized(*w);
+      for (auto& b : backends) {
+        const std::string at = b.label() + " " + label(*w, 0) + (implied ? " (symmetric)" : " (kept)");
+        const Weight prepared = b.backend->prepare_weight(*w);
+        EXPECT_EQ(prepared.biases.empty(), implied) << at;
+        EXPECT_EQ(prepared.implied_zero, implied ? 1 << (c.bits - 1) : 0) << at;
+        for (int64_t M : {1, 3, 9}) {
+          const Tensor x = random_f32({M, K}, rng);
+          Tensor y(DType::F32, {M, N});
+          b.backend->matmul(x, prepared, y);
+          expect_bitwise(y, oracle_matmul(x, values, N), at + " M=" + std::to_string(M));
+          const std::vector<float> tail(values.begin() + 5 * K, values.begin() + 21 * K);
+          Tensor y_rows(DType::F32, {M, 16});
+          b.backend->matmul(x, prepared.row_range(5, 21), y_rows);
+          expect_bitwise(y_rows, oracle_matmul(x, tail, 16), at + " rows [5, 21) M=" + std::to_string(M));
+        }
+        const std::vector<int32_t> ids = {36, 0, 7};
+        Tensor out(DType::F32, {3, K});
+        b.backend->embed(testing::i32_tensor(ids), prepared, 1.0f, out);
+        std::vector<float> want;
+        for (int32_t id : ids) want.insert(want.end(), values.begin() + id * K, values.begin() + (id + 1) * K);
+        expect_bitwise(out, want, at + " embed");
+      }
     }
   }
 }

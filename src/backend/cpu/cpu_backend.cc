@@ -178,10 +178,13 @@ class CpuBackend final : public Backend {
   Weight prepare_weight(const Weight& w) override {
     if (w.format == WeightFormat::Affine) {
       check_affine(w, "prepare_weight", /*prepared=*/false);
-      if (w.bits != 4 || w.code_order == CodeOrder::Halves32) return w;
+      // Biases that are −2^(bits−1)·scale (GGUF's symmetric types) are
+      // computed from the scales instead of read: a bandwidth-bound decode
+      // streams 0.5 bits a weight less at Q4_0, 2 at Q6_K.
+      Weight out = without_implied_biases(w);
+      if (w.bits != 4 || w.code_order == CodeOrder::Halves32) return out;
       // 4-bit codes in the decode kernel's order (weight.h): a copy, so the
       // checkpoint's mapping is no longer read.
-      Weight out = w;
       out.values = cpu::halves32_from_stream(w.values, w.rows, w.cols);
       out.code_order = CodeOrder::Halves32;
       return out;
@@ -644,14 +647,24 @@ class CpuBackend final : public Backend {
     ROWLM_REQUIRE(w.code_order == CodeOrder::Stream || (w.bits == 4 && w.code_order == CodeOrder::Halves32),
                   at + ": codes must be in the checkpoint's stream order (or this backend's 4-bit order)");
     const Shape params{w.rows, w.cols / w.group_size};
+    ROWLM_REQUIRE(w.implied_zero == 0 || (w.implied_zero == 1 << (w.bits - 1) && w.biases.empty()),
+                  at + ": implied biases need no biases tensor and a zero of 2^(bits-1)");
     for (const Tensor* t : {&w.scales, &w.biases})
-      ROWLM_REQUIRE(is_float_storage(t->dtype()) && t->shape() == params && t->dtype() == w.scales.dtype(),
+      ROWLM_REQUIRE((t == &w.biases && w.implied_zero) ||
+                        (is_float_storage(t->dtype()) && t->shape() == params && t->dtype() == w.scales.dtype()),
                     at + ": scales and biases must both be f32, bf16 or f16 " + shape_str(params) + ", got " +
                         describe(w.scales) + " and " + describe(w.biases));
   }
   static cpu::AffineRows affine_rows(const Weight& w) {
-    return cpu::AffineRows{static_cast<const uint32_t*>(w.values.raw()), w.values.dim(1), w.scales.raw(),
-                           w.biases.raw(), w.scales.dim(1), w.scales.dtype(), w.bits, w.group_size};
+    return cpu::AffineRows{static_cast<const uint32_t*>(w.values.raw()),
+                           w.values.dim(1),
+                           w.scales.raw(),
+                           w.implied_zero ? nullptr : w.biases.raw(),
+                           w.scales.dim(1),
+                           w.scales.dtype(),
+                           w.bits,
+                           w.group_size,
+                           -float(w.implied_zero)};
   }
 
   // Rows of `width` floats per parallel chunk so a chunk has enough work.

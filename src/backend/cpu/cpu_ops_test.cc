@@ -17,6 +17,7 @@ namespace rowlm {
 namespace {
 
 using testing::all_backends;
+using testing::copy_of;
 using testing::BackendCase;
 using testing::f32_tensor;
 using testing::float_bits;
@@ -27,12 +28,6 @@ using testing::ulp_distance;
 using testing::widened;
 
 constexpr double kUlp = 1.0 / (1 << 23);  // spacing of floats in [1, 2)
-
-Tensor copy_of(const Tensor& t) {
-  Tensor c(t.dtype(), t.shape());
-  std::memcpy(c.raw(), t.raw(), t.nbytes());
-  return c;
-}
 
 // Runs `op` (which writes its result into a fresh tensor) on every backend
 // and checks all results are bitwise equal to the first; returns it.

@@ -437,6 +437,15 @@ struct GroupDequant<V, 4> {
 // What the affine tiles share: each weight row's codes and parameter
 // offset, zeroed accumulators, a group's dequantization state per row, and
 // the reduced results.
+// Group g's scale and bias at parameter entry i (row offset + group) as f32:
+// the stored bias, or for implied biases scale · bias_per_scale (exact).
+template <class V>
+__attribute__((always_inline)) inline void affine_group_params(const AffineRows& w, int64_t i, float& scale,
+                                                                float& bias) {
+  scale = affine_param<V>(w.scales, w.param_dtype, i);
+  bias = w.biases ? affine_param<V>(w.biases, w.param_dtype, i) : scale * w.bias_per_scale;
+}
+
 template <int NR>
 struct AffineTileRows {
   const uint32_t* rows[NR];
@@ -451,8 +460,11 @@ struct AffineTileRows {
   template <class V, class Dq>
   void set_group(Dq* dq, const AffineRows& w, int64_t g) const {
 #pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n)
-      dq[n].set(affine_param<V>(w.scales, w.param_dtype, params[n] + g), affine_param<V>(w.biases, w.param_dtype, params[n] + g));
+    for (int n = 0; n < NR; ++n) {
+      float scale, bias;
+      affine_group_params<V>(w, params[n] + g, scale, bias);
+      dq[n].set(scale, bias);
+    }
   }
 };
 template <class V, int MR, int NR>
@@ -612,7 +624,9 @@ void dequantize_affine_typed(const AffineRows& w, int64_t rows, int64_t K, float
     const uint32_t* codes = w.codes + r * w.code_ld;
     for (int64_t g = 0; g < K / G; ++g) {
       GroupDequant<V, B> dq;
-      dq.set(affine_param<V>(w.scales, w.param_dtype, r * w.param_ld + g), affine_param<V>(w.biases, w.param_dtype, r * w.param_ld + g));
+      float scale, bias;
+      affine_group_params<V>(w, r * w.param_ld + g, scale, bias);
+      dq.set(scale, bias);
       if constexpr (B == 4) {
         if (G % 32 == 0) {
           for (int64_t k = g * G; k < (g + 1) * G; k += 2 * kLanes) {

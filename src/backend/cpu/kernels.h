@@ -42,6 +42,9 @@ struct AffineRows {
   DType param_dtype = DType::BF16;
   int bits = 4;
   int group_size = 64;
+  // With biases == nullptr each group's bias is scale · bias_per_scale
+  // (Weight::implied_zero: −2^(bits−1), so the product is exact).
+  float bias_per_scale = 0.0f;
 };
 
 // What scan_blocks finds in a block of a row: its largest value (NaN aside;

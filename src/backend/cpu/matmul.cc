@@ -152,7 +152,7 @@ AffineRows affine_rows_from(const AffineRows& w, int64_t first_row) {
   const int64_t param_bytes = int64_t(dtype_size(w.param_dtype));
   r.codes = w.codes + first_row * w.code_ld;
   r.scales = static_cast<const char*>(w.scales) + first_row * w.param_ld * param_bytes;
-  r.biases = static_cast<const char*>(w.biases) + first_row * w.param_ld * param_bytes;
+  if (w.biases) r.biases = static_cast<const char*>(w.biases) + first_row * w.param_ld * param_bytes;
   return r;
 }
 

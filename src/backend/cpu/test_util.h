@@ -70,6 +70,11 @@ inline std::vector<float> widened(const Tensor& t) {
 }
 
 // Host tensors of indices and values (the CPU backend's device is the host).
+inline Tensor copy_of(const Tensor& t) {
+  Tensor c(t.dtype(), t.shape());
+  std::memcpy(c.raw(), t.raw(), t.nbytes());
+  return c;
+}
 inline Tensor i32_tensor(const std::vector<int32_t>& v) {
   Tensor t(DType::I32, {int64_t(v.size())});
   std::copy(v.begin(), v.end(), t.data<int32_t>());
