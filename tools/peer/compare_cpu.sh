@@ -43,7 +43,7 @@ build() {
   local peer_pid=""
   if [ ! -x "$llama/build-cpu/bin/llama-bench" ] || [ ! -x "$llama/build-cpu/bin/llama-quantize" ]; then
     (cmake -S "$llama" -B "$llama/build-cpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DGGML_NATIVE=ON \
-           -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF \
+           -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_CURL=OFF \
            -DLLAMA_OPENSSL=OFF >/dev/null &&
        cmake --build "$llama/build-cpu" -j "$(nproc)" --target llama-bench llama-quantize >/dev/null) &
     peer_pid=$!
