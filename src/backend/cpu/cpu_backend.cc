@@ -715,10 +715,11 @@ std::unique_ptr<Backend> make_cpu_backend_amx(int threads, int64_t vector_rows) 
 
 std::unique_ptr<Backend> make_cpu_backend(int threads, MatmulPrecision precision) {
   const cpu::Isa isa = cpu::isa_from_env();
-  // ROWLM_CPU_AMX: unset or 1, the tiles for every bf16 matmul; rows, the
-  // tiles and, for calls of up to 4 rows, the same order on the vector
-  // units; 0, no AMX.
-  const std::string_view amx_env = std::getenv("ROWLM_CPU_AMX") ? std::getenv("ROWLM_CPU_AMX") : "1";
+  // ROWLM_CPU_AMX: unset or rows, the tiles and, for calls of up to 4 rows,
+  // the same order on the vector units (decode: 1.28x the tiles alone on
+  // the 16-core host, docs/perf.md); 1, the tiles for every bf16 matmul; 0,
+  // no AMX.
+  const std::string_view amx_env = std::getenv("ROWLM_CPU_AMX") ? std::getenv("ROWLM_CPU_AMX") : "rows";
   if (amx_env != "0" && amx_env != "1" && amx_env != "rows")
     throw Error("ROWLM_CPU_AMX must be 0, 1 or rows, got '" + std::string(amx_env) + "'");
   const bool amx =

@@ -12,10 +12,10 @@
 // without an explicit ISA runs the bf16 matmuls on AMX tiles, in AMX's
 // summation order (cpu/amx_bf16.h), unless ROWLM_CPU_AMX=0: as batch
 // invariant and deterministic as the others, but not their bits.
-// ROWLM_CPU_AMX=rows also computes that order on the AVX-512 units for
-// calls of up to 4 rows (decode; cpu/amx_bf16_rows.h): the same bits, a
-// different speed, to be measured before it becomes the default. Any other
-// value than 0, 1 or rows is an Error.
+// By default (ROWLM_CPU_AMX unset or rows) calls of up to 4 rows (decode)
+// compute that order on the AVX-512 units instead (cpu/amx_bf16_rows.h):
+// the same bits, faster there than the tiles; ROWLM_CPU_AMX=1 keeps every
+// call on the tiles. Any other value than 0, 1 or rows is an Error.
 //
 // Threads: operations run on the backend's own thread pool (`threads`
 // including the caller; 0 = one per core), which is not reentrant: one
