@@ -98,9 +98,19 @@ class Model {
   virtual std::string describe() const = 0;
 };
 
+// How a model is built from its weights, whatever the family.
+struct ModelOptions {
+  // Tensor parallelism (model/tensor_parallel.h): attention heads, KV heads
+  // and MLP columns split over this many shards, the shards' partial
+  // outputs summed in shard order. 1 = unsplit.
+  int tensor_parallel = 1;
+};
+
 // Loads the model in `dir` (config.json + safetensors), or the GGUF file
 // `dir` names (gguf_model.h), for `backend`, which must outlive the model. The family comes from config.json's model_type
 // (families.h); an unknown one is an Error listing the supported types.
-std::unique_ptr<Model> load_model(const std::string& dir, Backend& backend);
+// Options the model cannot honour (a split its geometry does not allow)
+// are an Error naming why.
+std::unique_ptr<Model> load_model(const std::string& dir, Backend& backend, const ModelOptions& options = {});
 
 }  // namespace rowlm
