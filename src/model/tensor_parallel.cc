@@ -18,7 +18,7 @@ void check_split(const decoder::DecoderConfig& config, int shards) {
     if (a.kv_heads < shards)
       throw Error(where + "has " + std::to_string(a.kv_heads) + " KV head" + (a.kv_heads == 1 ? "" : "s") +
                   ", fewer than the shards (KV heads are split, not replicated); use at most " +
-                  std::to_string(a.kv_heads) + " shards");
+                  std::to_string(a.kv_heads) + (a.kv_heads == 1 ? " shard" : " shards"));
     if (a.kv_heads % shards || a.num_heads % shards)
       throw Error(where + "has " + std::to_string(a.num_heads) + " query and " + std::to_string(a.kv_heads) +
                   " KV heads, not divisible by " + n);
