@@ -83,9 +83,7 @@ std::size_t parse_bytes(const std::string& text, const std::string& what) {
 
 kv::CacheOptions cache_options_for(const Args& args, const Model& model) {
   kv::CacheOptions opt;
-  opt.layers = model.kv_layers(kv::CodecSpec{});
-  const auto codecs = kv::parse_codec_map(args.get("kv-codec"), int(opt.layers.size()));
-  for (std::size_t i = 0; i < opt.layers.size(); ++i) opt.layers[i].codec = codecs[i];
+  opt.layers = kv_layers_with_codecs(model, args.get("kv-codec"));
   opt.capacity_bytes = parse_bytes(args.get("kv-budget"), "--kv-budget");
   return opt;
 }

@@ -72,6 +72,7 @@ class DecoderModel final : public Model {
     info_.parameter_count = w_.parameter_count;
     info_.weight_bytes = w_.weight_bytes;
     info_.device = be_.name();
+    info_.tensor_parallel = shards_;
     for (std::size_t l = 0; l < cfg_.layers.size(); ++l) {
       const AttentionConfig& a = cfg_.layers[l].attention;
       if (a.target_kv >= 0)

@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/backend.h"
@@ -105,6 +106,13 @@ struct ModelOptions {
   // outputs summed in shard order. 1 = unsplit.
   int tensor_parallel = 1;
 };
+
+// The model's KV storage layers (Model::kv_layers) with the codecs of
+// `codec_map` (kvcodec's parse_codec_map: "q8", or "bf16,3=q8"), whose layer
+// indices count the model's storage layers before a tensor-parallel split:
+// each split storage layer takes its unsplit layer's codec. Throws
+// rowlm::Error naming a bad entry.
+std::vector<kv::LayerSpec> kv_layers_with_codecs(const Model& model, std::string_view codec_map);
 
 // Loads the model in `dir` (config.json + safetensors), or the GGUF file
 // `dir` names (gguf_model.h), for `backend`, which must outlive the model. The family comes from config.json's model_type

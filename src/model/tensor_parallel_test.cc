@@ -172,6 +172,17 @@ TEST(TensorParallelModel, KvStorageIsSplitByKvHead) {
   EXPECT_THROW(two->kv_storage_of_layers(), Error);
 }
 
+TEST(TensorParallelModel, PerLayerCodecsNameTheUnsplitLayers) {
+  auto backend = make_backend({"cpu", 1});
+  const auto two = load_model(fixture("qwen3/gqa_tied"), *backend, {.tensor_parallel = 2});
+  EXPECT_EQ(two->info().tensor_parallel, 2);
+  const auto layers = kv_layers_with_codecs(*two, "f32,1=q8");  // 3 layers, each split in 2
+  ASSERT_EQ(layers.size(), 6u);
+  const kv::CodecSpec f32 = kv::parse_codec("f32"), q8 = kv::parse_codec("q8");
+  for (std::size_t i = 0; i < layers.size(); ++i) EXPECT_EQ(layers[i].codec, i / 2 == 1 ? q8 : f32) << i;
+  EXPECT_THROW(kv_layers_with_codecs(*two, "f32,3=q8"), Error);  // layer 3 of 3
+}
+
 // --- Whole models on the fixtures --------------------------------------------
 
 // Logits of ids prefilled in one step, f32 everywhere, split over `shards`.
