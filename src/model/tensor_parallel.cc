@@ -69,7 +69,7 @@ Weight split_columns(const Weight& w, int shard, int shards) {
   // Affine: whole groups per shard, and whole 32-bit words of codes.
   if (w.code_order != CodeOrder::Stream) throw Error(what + ": codes already repacked for a backend");
   if (part % w.group_size || (part * w.bits) % 32)
-    throw Error(what + ": " + std::to_string(part) + " columns a shard cut its quantization groups of " +
+    throw Error(what + ": a shard's " + std::to_string(part) + " columns would cut its quantization groups of " +
                 std::to_string(w.group_size));
   out.values = copy_columns(w.values, begin * w.bits / 32, end * w.bits / 32);
   out.scales = copy_columns(w.scales, begin / w.group_size, end / w.group_size);
