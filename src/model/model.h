@@ -93,7 +93,8 @@ class Model {
   // for an id outside the vocabulary.
   virtual void embed(std::span<const int32_t> tokens, Tensor& out) = 0;
   // Per decoder layer, the KV storage layer (an index into kv_layers()) its
-  // attention reads.
+  // attention reads. A model split by tensor parallelism throws rowlm::Error
+  // (its layers read N storage layers each; no drafter reads a split cache).
   virtual std::vector<int> kv_storage_of_layers() const = 0;
   // A human-readable summary of the architecture (for `rowlm inspect`).
   virtual std::string describe() const = 0;

@@ -20,6 +20,7 @@
 #include "core/npy.h"
 #include "kv/kv_cache.h"
 #include "model/gemma3.h"
+#include "model/gemma4.h"
 #include "model/llama_style.h"
 #include "model/logits_test_util.h"
 #include "model/model.h"
@@ -321,6 +322,53 @@ TEST(TensorParallelModel, TwoShardsGiveARowTheSameBitsAloneAndBatched) {
     EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
         << name << ": at 2 shards a row's logits differ alone and batched";
   }
+}
+
+// Gemma 4 with V = raw K (k_eq_v), proportional RoPE on full layers, and
+// 4-bit weights (so o/down are split as affine codes, groups of 16), on
+// random weights: the dense_keqv fixture's shape with two KV heads in every
+// layer (the fixture's full layers have one and are refused). N = 2 against
+// N = 1, and alone against batched at N = 2.
+TEST(TensorParallelModel, Gemma4KeqVQuantizedSplitsToo) {
+  std::ifstream in(fixture("gemma4/dense_keqv/config.json"));
+  json config = json::parse(in);
+  json& text = config.contains("text_config") ? config["text_config"] : config;
+  for (auto& [layer, override_] : text["per_layer_config"].items()) override_["num_key_value_heads"] = 2;
+  const gemma4::Config c = gemma4::parse_config(config.dump(), "dense_keqv, 2 KV heads");
+  std::vector<std::vector<float>> out;
+  for (int shards : {1, 2, 2}) {
+    const bool batched = out.size() == 2;
+    auto backend = make_backend({"cpu", batched ? 2 : 1, MatmulPrecision::F32});
+    auto model = gemma4::make_model(c, gemma4::make_synthetic_weights(c, 5, 0.3f, quant::AffineSpec{4, 16}), *backend,
+                                    "", {.tensor_parallel = shards});
+    kv::CacheOptions opt;
+    opt.layers = model->kv_layers(kv::parse_codec("f32"));
+    opt.block_size = 4;
+    kv::KvCache cache(opt, *backend);
+    const kv::RowId other = cache.create_row(), row = cache.create_row();
+    std::vector<float> got;
+    Tensor logits;
+    const int64_t V = model->info().vocab_size;
+    // Alone: one step; batched: chunks of 3 beside another row.
+    for (std::size_t start = 0; start < kPrompt.size(); start += batched ? 3 : kPrompt.size()) {
+      ForwardBatch b;
+      const int64_t o = cache.length(other);
+      const bool with_other = batched && o < int64_t(kOther.size());
+      if (with_other) b.add(other, o, kOther[std::size_t(o)], true);
+      for (std::size_t i = start; i < std::min(kPrompt.size(), start + (batched ? 3 : kPrompt.size())); ++i)
+        b.add(row, int64_t(i), kPrompt[i], true);
+      model->forward(b, cache, logits);
+      got.insert(got.end(), logits.data<float>() + (with_other ? V : 0), logits.data<float>() + logits.numel());
+    }
+    out.push_back(std::move(got));
+  }
+  ASSERT_EQ(out[0].size(), out[1].size());
+  float diff = 0;
+  for (std::size_t i = 0; i < out[0].size(); ++i) diff = std::max(diff, std::fabs(out[0][i] - out[1][i]));
+  std::cout << "gemma4 k=v q4/16 random weights: N=2 vs N=1 max |dlogit| " << diff << "\n";
+  EXPECT_LE(diff, 2e-5f);
+  EXPECT_EQ(std::memcmp(out[1].data(), out[2].data(), out[1].size() * sizeof(float)), 0)
+      << "at 2 shards a row's logits differ alone and batched";
 }
 
 }  // namespace
