@@ -28,7 +28,13 @@
 // The stand-in: shards run in shard order on the model's one backend (CPU).
 // A multi-GPU version keeps the split and the order and swaps the place the
 // shards run (one backend and thread per device, KV arenas per device) and
-// all_reduce_in_order (NCCL with fixed chunking); see docs/tensor-parallel.md.
+// all_reduce_in_order (NCCL with fixed chunking); see docs/design/tensor-parallel.md.
+//
+// Memory: column shards are copies, so a split model holds o_proj and
+// down_proj once more in host memory (before a backend prepares them).
+//
+// Threads: the split functions are pure; all_reduce_in_order runs on the
+// backend, one caller at a time as every backend operation.
 //
 // Refused with an Error, never split wrongly: fewer KV heads than shards (the
 // message names the model's count; KV heads are not replicated), heads,
