@@ -52,6 +52,12 @@ struct EngineOptions {
   std::string model_dir;
   std::string device = "auto";        // where the model runs: auto, cpu, cuda, cuda:N (rowlm::make_backend)
   int threads = 0;                    // CPU threads; 0 = one per core
+  // Tensor parallelism: attention heads, KV heads and MLP columns split
+  // over this many shards, their partial outputs summed in a fixed order
+  // (docs/tensor-parallel.md). Today the shards run one after another on
+  // the one device (the CPU stand-in of the multi-GPU split); a model whose
+  // geometry does not divide (e.g. fewer KV heads than shards) is an Error.
+  int tensor_parallel = 1;
   // F32: activations stay f32 in every matmul (faithful). Bf16: rounded to
   // bf16 where they meet bf16 weights (about 2x the compute rate on CPUs
   // with AVX512-BF16; tensor cores on the GPU). Auto (the default): F32 on

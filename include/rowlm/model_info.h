@@ -15,6 +15,7 @@ struct ModelInfo {
   int vocab_size = 0;
   int hidden_size = 0;
   int num_layers = 0;
+  int tensor_parallel = 1;    // shards each layer is split over (EngineOptions::tensor_parallel)
   int max_position = 0;       // 0 = unknown
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;

@@ -210,6 +210,7 @@ int concurrency_bench(const Args& args, const std::string& concurrency, const st
   EngineOptions eo;
   eo.device = args.get("device");
   eo.threads = int(threads);
+  eo.tensor_parallel = tensor_parallel_from(args);
   eo.matmul_precision = matmul_precision_from(args);
   eo.kv_codec = args.get("kv-codec");
   apply_kv_quantize_options(args, eo);
@@ -235,7 +236,8 @@ int concurrency_bench(const Args& args, const std::string& concurrency, const st
     std::fprintf(stderr, "bench: building random %s weights with %d layers...\n", shape.c_str(), layers);
     std::optional<quant::AffineSpec> quantize;
     if (auto q = args.get_opt("quantize")) quantize = parse_quantize_spec(*q);
-    auto model = gemma4::make_model(cfg, gemma4::make_synthetic_weights(cfg, 1, 0.02f, quantize), *backend);
+    auto model = gemma4::make_model(cfg, gemma4::make_synthetic_weights(cfg, 1, 0.02f, quantize), *backend, "",
+                                    {.tensor_parallel = eo.tensor_parallel});
     backend_of_engine = backend.get();
     engine = Engine::create(eo, std::move(backend), std::move(model));
     source = "random " + shape + " weights, " + std::to_string(layers) + " layers" +
@@ -334,12 +336,13 @@ int run_bench(const std::vector<std::string>& argv) {
   const Streamed streamed_all = streamed_weights(weights);
   const std::size_t streamed = streamed_all.bytes;
   const int64_t params = weights.parameter_count;
-  auto model = gemma4::make_model(cfg, std::move(weights), *backend);
+  auto model = gemma4::make_model(cfg, std::move(weights), *backend, "", {.tensor_parallel = tensor_parallel_from(args)});
 
   nlohmann::json out;
   out["shape"] = shape;
   out["layers"] = layers;
   out["threads"] = backend->host_threads();
+  out["tensor_parallel"] = tensor_parallel_from(args);
   out["kv_codec"] = args.get("kv-codec");
   out["parameters"] = params;
   out["streamed_weight_bytes_per_step"] = streamed;

@@ -392,6 +392,29 @@ TEST(Cli, Qwen3RunsEveryCommand) {
 // A GGUF file (tests/fixtures/gguf/qwen3_chat_f32.gguf: the qwen3/chat
 // fixture as llama.cpp's converter writes it) runs like the directory it was
 // made from: the same tokens, logits, tokenization and chat prompt.
+// --tensor-parallel 2 (docs/design/tensor-parallel.md) through score and
+// generate: transformers' logits and greedy tokens, as at 1 shard.
+TEST(Cli, TensorParallelKeepsTheFixturesAnswers) {
+  const std::string q = kSource + "/tests/fixtures/qwen3/";
+  const auto ref = fixture("qwen3/gqa_tied/reference.json");
+  const std::string out = (fs::temp_directory_path() / "rowlm_tp2_score.npy").string();
+  const CommandRun r = rowlm("score " + q + "gqa_tied --tensor-parallel 2 --ids " +
+                             join(ref["ids_a"].get<std::vector<int>>()) + " --logits-out " + out);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const Tensor got = read_npy(out), want = read_npy(q + "gqa_tied/logits_a.npy");
+  fs::remove(out);
+  ASSERT_EQ(got.shape(), want.shape());
+  float diff = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) diff = std::max(diff, std::fabs(got.data<float>()[i] - want.data<float>()[i]));
+  EXPECT_LE(diff, 1e-4f);
+  const auto greedy = ref["greedy_tokens"].get<std::vector<int>>();
+  const CommandRun g = rowlm("generate " + q + "gqa_tied --tensor-parallel 2 --ids " +
+                             join(ref["greedy_prompt"].get<std::vector<int>>()) + " --max-tokens " +
+                             std::to_string(greedy.size()) + " --kv-codec f32 --ignore-eos --json");
+  ASSERT_EQ(g.status, 0) << g.err;
+  EXPECT_EQ(json::parse(g.out)["token_ids"].get<std::vector<int>>(), greedy);
+}
+
 TEST(Cli, GgufFileRunsLikeItsModelDirectory) {
   const std::string dir = kSource + "/tests/fixtures/qwen3/chat";
   const std::string gguf = kSource + "/tests/fixtures/gguf/qwen3_chat_f32.gguf";
@@ -455,6 +478,8 @@ TEST(Cli, BadArgumentsGiveClearErrors) {
            {"score " + m + " --ids 1,2", "--logits-out"},
            {"perplexity " + m + " --file /nonexistent.txt", "cannot open"},
            {"batch " + m + " --input -", "line"},
+           {"generate " + m + " \"hi\" --tensor-parallel 0", "--tensor-parallel"},
+           {"generate " + m + " \"hi\" --tensor-parallel 2", "has 1 KV head"},  // rowlm-tiny: MQA
        }) {
     const CommandRun r = rowlm(c.args, "{\"prompt\": 5}\n");
     EXPECT_NE(r.status, 0) << c.args;

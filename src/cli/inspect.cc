@@ -34,7 +34,9 @@ int run_inspect(const std::vector<std::string>& argv) {
   j["vocab_size"] = info.vocab_size;
   j["layers"] = info.num_layers;
   j["max_position"] = info.max_position;
-  // KV bytes per token: per storage layer geometry (window/full), for every codec.
+  j["tensor_parallel"] = info.tensor_parallel;
+  // KV bytes per token: per storage layer geometry (window/full), for every
+  // codec. Split over N shards, a storage layer is one shard's KV heads.
   nlohmann::json kv = nlohmann::json::object();
   // A codec that does not fit the layers (a quantized group wider than
   // head_dim) is reported as null with the reason.
@@ -71,6 +73,8 @@ int run_inspect(const std::vector<std::string>& argv) {
   std::printf("device         %s\n", info.device.c_str());
   std::printf("parameters     %lld (%.1f M)\n", (long long)info.parameter_count, info.parameter_count / 1e6);
   std::printf("weight bytes   %zu (%.1f MB)\n", info.weight_bytes, info.weight_bytes / 1e6);
+  if (info.tensor_parallel > 1)
+    std::printf("tensor parallel %d shards (a storage layer below is one shard's KV heads)\n", info.tensor_parallel);
   std::printf("\nKV cache bytes per token (storage layers: %d sliding, %d full)\n",
               int(kv["bf16"]["sliding_layers"]), int(kv["bf16"]["full_layers"]));
   std::printf("  %-6s %14s %14s %14s\n", "codec", "sliding layer", "full layer", "all layers");

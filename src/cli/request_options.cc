@@ -33,6 +33,7 @@ void add_engine_options(Args& args, int default_max_waiting) {
       .option("draft", "MODEL_DIR|ngram", "speculative decoding with a draft model (a directory or ORG/REPO) or n-gram prompt lookup")
       .option("draft-tokens", "N", "tokens drafted per row per round", "3");
   add_matmul_precision_option(args);
+  add_tensor_parallel_option(args);
 }
 
 void apply_kv_quantize_options(const Args& args, EngineOptions& o) {
@@ -57,6 +58,7 @@ EngineOptions engine_options_from(const Args& args, const std::string& model_dir
   };
   o.device = args.get("device");
   o.threads = ranged("threads", 0, 1024);
+  o.tensor_parallel = tensor_parallel_from(args);
   o.matmul_precision = matmul_precision_from(args);
   o.kv_codec = args.get("kv-codec");
   apply_kv_quantize_options(args, o);

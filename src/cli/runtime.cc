@@ -19,6 +19,20 @@ void add_runtime_options(Args& args, const std::string& default_codec) {
               default_codec)
       .option("kv-budget", "BYTES", "KV pool capacity, e.g. 2G (0 = grow as needed)", "0");
   add_matmul_precision_option(args);
+  add_tensor_parallel_option(args);
+}
+
+void add_tensor_parallel_option(Args& args) {
+  args.option("tensor-parallel", "N",
+              "split attention heads, KV heads and MLP columns over N shards, summed in a fixed order "
+              "(today one after another on the one device: the CPU stand-in of a multi-GPU split)",
+              "1");
+}
+
+int tensor_parallel_from(const Args& args) {
+  const int64_t n = args.get_int("tensor-parallel");
+  if (n < 1 || n > 64) throw Error("--tensor-parallel must be between 1 and 64");
+  return int(n);
 }
 
 void add_device_option(Args& args) {
@@ -69,9 +83,7 @@ std::size_t parse_bytes(const std::string& text, const std::string& what) {
 
 kv::CacheOptions cache_options_for(const Args& args, const Model& model) {
   kv::CacheOptions opt;
-  opt.layers = model.kv_layers(kv::CodecSpec{});
-  const auto codecs = kv::parse_codec_map(args.get("kv-codec"), int(opt.layers.size()));
-  for (std::size_t i = 0; i < opt.layers.size(); ++i) opt.layers[i].codec = codecs[i];
+  opt.layers = kv_layers_with_codecs(model, args.get("kv-codec"));
   opt.capacity_bytes = parse_bytes(args.get("kv-budget"), "--kv-budget");
   return opt;
 }
@@ -94,7 +106,7 @@ Runtime open_runtime(const Args& args, const std::string& model_dir) {
     throw Error(std::string("--device: ") + e.what());
   }
   // Loading maps the weights: slow only on a cold page cache or a large model.
-  rt.model = with_loading_progress(model_dir, [&] { return load_model(model_dir, *rt.backend); });
+  rt.model = with_loading_progress(model_dir, [&] { return load_model(model_dir, *rt.backend, {.tensor_parallel = tensor_parallel_from(args)}); });
   rt.cache_options = cache_options_for(args, *rt.model);
   announce_device(args.get("device"), rt.model->info());
   return rt;

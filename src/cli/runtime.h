@@ -31,6 +31,10 @@ struct Runtime {
 // --kv-budget and --matmul-precision.
 void add_runtime_options(Args& args, const std::string& default_codec);
 
+// --tensor-parallel N (default 1), and its value (1 to 64).
+void add_tensor_parallel_option(Args& args);
+int tensor_parallel_from(const Args& args);
+
 // The backend options the flags ask for (--device, --threads, --matmul-precision).
 BackendOptions backend_options_from(const Args& args);
 

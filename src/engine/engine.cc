@@ -430,7 +430,7 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& options) {
   if (options.model_dir.empty()) throw Error("engine: no model directory given");
   if (options.threads < 0) throw Error("engine: threads must not be negative");
   auto backend = make_backend({options.device, options.threads, options.matmul_precision});
-  auto model = load_model(options.model_dir, *backend);
+  auto model = load_model(options.model_dir, *backend, {.tensor_parallel = options.tensor_parallel});
   return std::make_unique<engine::EngineImpl>(options, std::move(backend), std::move(model));
 }
 

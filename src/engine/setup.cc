@@ -101,9 +101,7 @@ DraftSource load_draft(const EngineOptions& options, Backend& backend, const Mod
 
 kv::CacheOptions cache_options(const EngineOptions& options, const Model& model, const Backend& backend) {
   kv::CacheOptions copt;
-  copt.layers = model.kv_layers(kv::CodecSpec{});
-  const auto codecs = kv::parse_codec_map(options.kv_codec, int(copt.layers.size()));
-  for (std::size_t i = 0; i < copt.layers.size(); ++i) copt.layers[i].codec = codecs[i];
+  copt.layers = kv_layers_with_codecs(model, options.kv_codec);
   if (options.kv_quantize_after) copt.precision_switch = precision_switch(options, copt.layers);
   copt.capacity_bytes = options.kv_budget_bytes;
   if (copt.capacity_bytes == 0) {

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "model/tensor_parallel.h"
 
 namespace rowlm::decoder {
 
@@ -57,9 +58,12 @@ void check_config(const DecoderConfig& c) {
 
 class DecoderModel final : public Model {
  public:
-  DecoderModel(DecoderConfig config, DecoderWeights weights, Backend& backend, std::string description)
-      : cfg_(std::move(config)), w_(std::move(weights)), be_(backend), description_(std::move(description)) {
+  DecoderModel(DecoderConfig config, DecoderWeights weights, Backend& backend, std::string description,
+               int shards = 1)
+      : cfg_(std::move(config)), w_(std::move(weights)), be_(backend), description_(std::move(description)),
+        shards_(shards) {
     check_config(cfg_);
+    tensor_parallel::check_split(cfg_, shards_);
     ROWLM_CHECK(w_.layers.size() == cfg_.layers.size(), "weights do not match the config");
     info_ = cfg_.info;
     info_.vocab_size = cfg_.vocab_size;
@@ -68,6 +72,7 @@ class DecoderModel final : public Model {
     info_.parameter_count = w_.parameter_count;
     info_.weight_bytes = w_.weight_bytes;
     info_.device = be_.name();
+    info_.tensor_parallel = shards_;
     for (std::size_t l = 0; l < cfg_.layers.size(); ++l) {
       const AttentionConfig& a = cfg_.layers[l].attention;
       if (a.target_kv >= 0)
@@ -84,7 +89,9 @@ class DecoderModel final : public Model {
     std::vector<kv::LayerSpec> out;
     for (std::size_t l = 0; l < cfg_.layers.size(); ++l) {
       const AttentionConfig& a = cfg_.layers[l].attention;
-      if (cfg_.layers[l].owns_kv(int(l))) out.push_back({a.kv_heads, a.head_dim, a.window, codec});
+      // Shard s of logical storage layer i is storage layer i·N + s (storage()).
+      if (cfg_.layers[l].owns_kv(int(l)))
+        for (int s = 0; s < shards_; ++s) out.push_back({a.kv_heads / shards_, a.head_dim, a.window, codec});
     }
     return out;
   }
@@ -93,12 +100,23 @@ class DecoderModel final : public Model {
   using Model::forward;
   void forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits, Tensor* hidden, RowPicks* picks) override;
   void embed(std::span<const int32_t> tokens, Tensor& out) override;
-  std::vector<int> kv_storage_of_layers() const override { return storage_of_; }
+  std::vector<int> kv_storage_of_layers() const override {
+    // A reader of this cache (the Gemma 4 assistant) would read one shard's heads only.
+    if (shards_ > 1) throw Error("a model split by tensor parallelism does not share its KV cache with a drafter");
+    return storage_of_;
+  }
   // KvReader::forward (every layer reads target storage).
   void forward_states(Tensor& h, std::span<const kv::AttentionQuery> queries, kv::KvCache& cache, Tensor* logits);
   const DecoderConfig& config() const { return cfg_; }
 
  private:
+  // One shard's part of a layer's split projections (tensor_parallel.h);
+  // with one shard, the whole projections.
+  struct ShardWeights {
+    Weight q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
+    Tensor q_bias, k_bias, v_bias;
+  };
+
   // One step's inputs on the device, shared by every layer.
   struct Step {
     int64_t T = 0;
@@ -160,10 +178,17 @@ class DecoderModel final : public Model {
   float eps() const { return cfg_.norm_eps; }
 
   void attention(int layer, const Step& step, const ForwardBatch& batch, kv::KvCache& cache, Tensor& h);
-  // The gated MLP of rms_norm(h, norm_weight).
-  Tensor mlp(const LayerWeights& lw, Activation act, const Tensor& h, const Tensor& norm_weight);
+  // Shard `shard`'s partial attention output (before o_proj's bias): its
+  // heads' q/k/v, its KV storage, its columns of o_proj.
+  Tensor attention_shard(int layer, int shard, const Step& step, const ForwardBatch& batch, kv::KvCache& cache,
+                         const Tensor& h);
+  // The gated MLP of rms_norm(h, norm_weight): each shard's columns, summed.
+  Tensor mlp(std::span<const ShardWeights> shards, Activation act, const Tensor& h, const Tensor& norm_weight);
   // The feed-forward sublayer's output, before the post-feed-forward norm (run_layers adds it).
-  Tensor feed_forward(const LayerConfig& lc, const LayerWeights& lw, const Tensor& h);
+  Tensor feed_forward(const LayerConfig& lc, const LayerWeights& lw, std::span<const ShardWeights> shards,
+                      const Tensor& h);
+  // The KV storage layer of `shard` of decoder layer `layer`.
+  int storage(int layer, int shard) const { return storage_of_[std::size_t(layer)] * shards_ + shard; }
   Tensor per_layer_inputs(const ForwardBatch& batch, const Tensor& x0);
   void per_layer_input(int layer, const Step& step, Tensor& h, float then_scale);
 
@@ -172,7 +197,9 @@ class DecoderModel final : public Model {
   Backend& be_;
   std::string description_;
   ModelInfo info_;
-  std::vector<int> storage_of_;  // decoder layer -> KV storage layer
+  int shards_ = 1;               // tensor-parallel shards
+  std::vector<int> storage_of_;  // decoder layer -> logical KV storage layer (before the split)
+  std::vector<std::vector<ShardWeights>> shard_weights_;  // [layer][shard]
   int num_storage_ = 0;
   std::vector<std::unique_ptr<RopeTable>> rope_tables_;  // per DecoderConfig::ropes entry
   Weight per_layer_table_;        // per_layer_embed viewed as [V_ple·L, P]
@@ -208,13 +235,34 @@ void DecoderModel::prepare_weights() {
   weight(w_.per_layer_model_projection);
   vec(w_.per_layer_projection_norm);
   for (LayerWeights& l : w_.layers) {
-    for (Weight* m : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj,
-                      &l.per_layer_gate, &l.per_layer_projection, &l.router})
+    // The split projections, from the checkpoint's (host) weights; the
+    // whole ones are dropped once split.
+    using namespace tensor_parallel;
+    std::vector<ShardWeights> shards(static_cast<std::size_t>(shards_));
+    for (int s = 0; s < shards_; ++s) {
+      ShardWeights& sw = shards[std::size_t(s)];
+      sw.q_proj = split_rows(l.q_proj, s, shards_);
+      sw.k_proj = split_rows(l.k_proj, s, shards_);
+      sw.v_proj = split_rows(l.v_proj, s, shards_);
+      sw.gate_proj = split_rows(l.gate_proj, s, shards_);
+      sw.up_proj = split_rows(l.up_proj, s, shards_);
+      sw.o_proj = split_columns(l.o_proj, s, shards_);
+      sw.down_proj = split_columns(l.down_proj, s, shards_);
+      sw.q_bias = split_vector(l.q_bias, s, shards_);
+      sw.k_bias = split_vector(l.k_bias, s, shards_);
+      sw.v_bias = split_vector(l.v_bias, s, shards_);
+      for (Weight* m : {&sw.q_proj, &sw.k_proj, &sw.v_proj, &sw.o_proj, &sw.gate_proj, &sw.up_proj, &sw.down_proj})
+        weight(*m);
+      for (Tensor* t : {&sw.q_bias, &sw.k_bias, &sw.v_bias}) vec(*t);
+    }
+    shard_weights_.push_back(std::move(shards));
+    for (Weight* m : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) *m = Weight();
+    for (Tensor* t : {&l.q_bias, &l.k_bias, &l.v_bias}) *t = Tensor();
+    for (Weight* m : {&l.per_layer_gate, &l.per_layer_projection, &l.router})
       weight(*m);
     for (auto* bank : {&l.experts.gate, &l.experts.up, &l.experts.down})
       for (Weight& m : *bank) weight(m);
-    for (Tensor* t : {&l.attn_norm, &l.post_attn_norm, &l.ffn_norm, &l.post_ffn_norm, &l.q_norm, &l.k_norm,
-                      &l.q_bias, &l.k_bias, &l.v_bias, &l.o_bias, &l.per_layer_norm, &l.router_scale,
+    for (Tensor* t : {&l.attn_norm, &l.post_attn_norm, &l.ffn_norm, &l.post_ffn_norm, &l.q_norm, &l.k_norm, &l.o_bias, &l.per_layer_norm, &l.router_scale,
                       &l.router_expert_scale, &l.expert_norm, &l.dense_post_norm, &l.expert_post_norm})
       vec(*t);
   }
@@ -332,7 +380,7 @@ void DecoderModel::run_layers(Step& step, const ForwardBatch& batch, kv::KvCache
     // The sublayer's output, normed into the stream where the layer has a post-norm.
     // The layer scalar goes into the layer's last normed add (one launch
     // fewer); the bits are those of add then scale.
-    const Tensor f = feed_forward(lc, lw, h);
+    const Tensor f = feed_forward(lc, lw, shard_weights_[l], h);
     const bool ple = cfg_.per_layer_input > 0;
     if (lc.post_ffn_norm) {
       be_.add_rms_norm(h, f, &lw.post_ffn_norm, eps(), cfg_.norm_kind, ple ? 1.0f : lw.layer_scalar);
@@ -426,27 +474,44 @@ void DecoderModel::forward_states(Tensor& h, std::span<const kv::AttentionQuery>
 
 void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch, kv::KvCache& cache, Tensor& h) {
   const LayerConfig& lc = cfg_.layers[std::size_t(l)];
+  const LayerWeights& lw = w_.layers[std::size_t(l)];
+  std::vector<Tensor> partials;
+  partials.reserve(std::size_t(shards_));
+  for (int s = 0; s < shards_; ++s) partials.push_back(attention_shard(l, s, step, batch, cache, h));
+  Tensor o = tensor_parallel::all_reduce_in_order(be_, partials);
+  if (!lw.o_bias.empty()) be_.add_bias(o, lw.o_bias);  // once, after the sum
+  if (lc.post_attention_norm) {
+    be_.add_rms_norm(h, o, &lw.post_attn_norm, eps(), cfg_.norm_kind);
+  } else {
+    be_.add(h, o);
+  }
+}
+
+Tensor DecoderModel::attention_shard(int l, int shard, const Step& step, const ForwardBatch& batch,
+                                     kv::KvCache& cache, const Tensor& h) {
+  const LayerConfig& lc = cfg_.layers[std::size_t(l)];
   const AttentionConfig& ac = lc.attention;
   const LayerWeights& lw = w_.layers[std::size_t(l)];
+  const ShardWeights& sw = shard_weights_[std::size_t(l)][std::size_t(shard)];
   const int64_t T = step.T;
-  const int nH = ac.num_heads, hd = ac.head_dim, kvh = ac.kv_heads;
+  const int nH = ac.num_heads / shards_, hd = ac.head_dim, kvh = ac.kv_heads / shards_;
   RopeTable& rope = *rope_tables_[std::size_t(ac.rope)];
 
-  const int storage = storage_of_[std::size_t(l)];
+  const int kv_layer = storage(l, shard);
   const bool owns_kv = lc.owns_kv(l);
   // q, and the layer's own k and v, from the normed stream in one go.
   Tensor q, k, v;
   if (owns_kv && !ac.k_eq_v) {
-    auto y = normed_linears<3>(h, lw.attn_norm, {&lw.q_proj, &lw.k_proj, &lw.v_proj}, {&lw.q_bias, &lw.k_bias, &lw.v_bias});
+    auto y = normed_linears<3>(h, lw.attn_norm, {&sw.q_proj, &sw.k_proj, &sw.v_proj}, {&sw.q_bias, &sw.k_bias, &sw.v_bias});
     q = std::move(y[0]);
     k = std::move(y[1]);
     v = std::move(y[2]);
   } else if (owns_kv) {
-    auto y = normed_linears<2>(h, lw.attn_norm, {&lw.q_proj, &lw.k_proj}, {&lw.q_bias, &lw.k_bias});
+    auto y = normed_linears<2>(h, lw.attn_norm, {&sw.q_proj, &sw.k_proj}, {&sw.q_bias, &sw.k_bias});
     q = std::move(y[0]);
     k = std::move(y[1]);
   } else {
-    q = std::move(normed_linears<1>(h, lw.attn_norm, {&lw.q_proj}, {&lw.q_bias})[0]);  // [T, nH·hd]
+    q = std::move(normed_linears<1>(h, lw.attn_norm, {&sw.q_proj}, {&sw.q_bias})[0]);  // [T, nH·hd]
   }
   if (ac.qk_norm) {
     be_.rms_norm_rope(q, &lw.q_norm, eps(), cfg_.norm_kind, step.positions, rope);
@@ -469,7 +534,7 @@ void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch,
       Tensor v_heads = v.reshaped({T * kvh, hd});
       be_.rms_norm(v_heads, nullptr, eps(), NormKind::NoScale, v_heads);
     }
-    cache.write(storage, batch.runs, k, v);
+    cache.write(kv_layer, batch.runs, k, v);
   }
 
   AttentionParams params;
@@ -479,25 +544,27 @@ void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch,
   params.scale = ac.scale;
   params.softcap = ac.softcap;
   Tensor attn = scratch({T, int64_t(nH) * hd});
-  cache.attend(storage, step.queries, q, params, attn);
-  Tensor o = linear(attn, lw.o_proj, lw.o_bias);
-  if (lc.post_attention_norm) {
-    be_.add_rms_norm(h, o, &lw.post_attn_norm, eps(), cfg_.norm_kind);
-  } else {
-    be_.add(h, o);
-  }
+  cache.attend(kv_layer, step.queries, q, params, attn);
+  return linear(attn, sw.o_proj);
 }
 
-Tensor DecoderModel::mlp(const LayerWeights& lw, Activation act, const Tensor& h, const Tensor& norm_weight) {
+Tensor DecoderModel::mlp(std::span<const ShardWeights> shards, Activation act, const Tensor& h,
+                         const Tensor& norm_weight) {
   const Tensor none;
-  auto [gate, up] = normed_linears<2>(h, norm_weight, {&lw.gate_proj, &lw.up_proj}, {&none, &none});
-  return gated_linear(gate, up, act, lw.down_proj);
+  std::vector<Tensor> partials;
+  partials.reserve(shards.size());
+  for (const ShardWeights& sw : shards) {
+    auto [gate, up] = normed_linears<2>(h, norm_weight, {&sw.gate_proj, &sw.up_proj}, {&none, &none});
+    partials.push_back(gated_linear(gate, up, act, sw.down_proj));
+  }
+  return tensor_parallel::all_reduce_in_order(be_, partials);
 }
 
-Tensor DecoderModel::feed_forward(const LayerConfig& lc, const LayerWeights& lw, const Tensor& h) {
+Tensor DecoderModel::feed_forward(const LayerConfig& lc, const LayerWeights& lw, std::span<const ShardWeights> shards,
+                                  const Tensor& h) {
   const FfnConfig& fc = lc.ffn;
   if (fc.kind == FfnKind::Dense) {
-    return mlp(lw, fc.activation, h, lw.ffn_norm);
+    return mlp(shards, fc.activation, h, lw.ffn_norm);
   }
   const int64_t T = h.dim(0), H = h.dim(1);
   if (fc.kind == FfnKind::Experts) {
@@ -512,7 +579,7 @@ Tensor DecoderModel::feed_forward(const LayerConfig& lc, const LayerWeights& lw,
     return f;
   }
   // Gemma 4's MoE block: the dense "shared expert" branch ...
-  Tensor dense = mlp(lw, fc.activation, h, lw.ffn_norm);
+  Tensor dense = mlp(shards, fc.activation, h, lw.ffn_norm);
   norm_in_place(dense, lw.dense_post_norm);
   // ... the router, reading the post-attention stream itself ...
   Tensor z = scratch({T, H});
@@ -600,8 +667,9 @@ std::unique_ptr<KvReader> make_kv_reader(DecoderConfig config, DecoderWeights we
 }
 
 std::unique_ptr<Model> make_decoder_model(DecoderConfig config, DecoderWeights weights, Backend& backend,
-                                          std::string description) {
-  return std::make_unique<DecoderModel>(std::move(config), std::move(weights), backend, std::move(description));
+                                          std::string description, const ModelOptions& options) {
+  return std::make_unique<DecoderModel>(std::move(config), std::move(weights), backend, std::move(description),
+                                        options.tensor_parallel);
 }
 
 }  // namespace rowlm::decoder

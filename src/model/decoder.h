@@ -27,6 +27,10 @@
 // Batch invariance: every operation runs per token in one order (backend.h),
 // and attention reads only each row's own blocks, so a token's logits do not
 // depend on what else is in the batch.
+//
+// Tensor parallelism (tensor_parallel.h): each layer's attention and MLP run
+// as N shards, their partial outputs summed in shard order before the bias
+// and the residual add; N = 1 (the default) is one shard holding every head.
 
 #include <memory>
 #include <span>
@@ -143,8 +147,14 @@ struct DecoderWeights {
 // Checks `config` (every layer's geometry, kv sources, rope indices) and
 // builds the model on `backend`, which prepares (and may upload) every
 // weight. `description` is what describe() returns.
+//
+// options.tensor_parallel = N splits every layer over N shards
+// (tensor_parallel.h; an Error when the config cannot be split): the model's
+// kv_layers() then lists N storage layers of kv_heads/N heads per owned
+// layer, and kv_storage_of_layers() is an Error (no drafter reads a split
+// cache). At N = 1 the model is the unsplit one, bit for bit.
 std::unique_ptr<Model> make_decoder_model(DecoderConfig config, DecoderWeights weights, Backend& backend,
-                                          std::string description);
+                                          std::string description, const ModelOptions& options = {});
 
 // A decoder that starts from given input states and reads another model's
 // KV cache: every layer has AttentionConfig::target_kv set and owns no KV

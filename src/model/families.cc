@@ -50,8 +50,8 @@ std::string supported_model_types() {
   return out;
 }
 
-std::unique_ptr<Model> load_model(const std::string& dir, Backend& backend) {
-  if (is_gguf_file(dir)) return load_gguf_model(dir, backend);
+std::unique_ptr<Model> load_model(const std::string& dir, Backend& backend, const ModelOptions& options) {
+  if (is_gguf_file(dir)) return load_gguf_model(dir, backend, options);
   const config::json j = config::read_config(dir);
   const std::string source = dir + "/config.json";
   std::string model_type;
@@ -63,7 +63,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, Backend& backend) {
   if (!family)
     throw Error(source + ": model_type '" + model_type + "' is not supported (supported: " + supported_model_types() +
                 ")");
-  return family->load(dir, backend);
+  return family->load(dir, backend, options);
 }
 
 }  // namespace rowlm

@@ -14,7 +14,7 @@ namespace rowlm {
 struct ModelFamily {
   std::string_view name;                          // e.g. "Gemma 4"
   std::span<const std::string_view> model_types;  // config.json model_type values it reads
-  std::unique_ptr<Model> (*load)(const std::string& dir, Backend& backend);
+  std::unique_ptr<Model> (*load)(const std::string& dir, Backend& backend, const ModelOptions& options);
 };
 
 std::span<const ModelFamily> model_families();

@@ -90,16 +90,16 @@ decoder::DecoderConfig decoder_config(const Config& c) {
 }
 
 std::unique_ptr<Model> make_model(const Config& config, decoder::DecoderWeights weights, Backend& backend,
-                                  std::string directory) {
+                                  std::string directory, const ModelOptions& options) {
   decoder::DecoderConfig d = decoder_config(config);
   d.info.directory = std::move(directory);
-  return decoder::make_decoder_model(std::move(d), std::move(weights), backend, summary(config));
+  return decoder::make_decoder_model(std::move(d), std::move(weights), backend, summary(config), options);
 }
 
-std::unique_ptr<Model> load(const std::string& dir, Backend& backend) {
+std::unique_ptr<Model> load(const std::string& dir, Backend& backend, const ModelOptions& options) {
   Config config = load_config(dir);
   decoder::DecoderWeights weights = load_weights(dir, config);
-  return make_model(config, std::move(weights), backend, dir);
+  return make_model(config, std::move(weights), backend, dir, options);
 }
 
 }  // namespace rowlm::gemma4

@@ -18,10 +18,10 @@ namespace rowlm::gemma4 {
 decoder::DecoderConfig decoder_config(const Config& config);
 
 std::unique_ptr<Model> make_model(const Config& config, decoder::DecoderWeights weights, Backend& backend,
-                                  std::string directory = "");
+                                  std::string directory = "", const ModelOptions& options = {});
 
 // config.json + safetensors in `dir`.
-std::unique_ptr<Model> load(const std::string& dir, Backend& backend);
+std::unique_ptr<Model> load(const std::string& dir, Backend& backend, const ModelOptions& options = {});
 
 // inv_freq for one layer type, as transformers computes it (f32).
 decoder::RopeFrequencies rope_frequencies(const RopeParams& params, int head_dim);

@@ -46,21 +46,21 @@ std::vector<TensorFormat> gguf_tensor_formats(const std::string& path) {
   return out;
 }
 
-std::unique_ptr<Model> load_gguf_model(const std::string& path, Backend& backend) {
+std::unique_ptr<Model> load_gguf_model(const std::string& path, Backend& backend, const ModelOptions& options) {
   const gguf::File file = gguf::File::open(path);
   const config::json hf = gguf_hf_config(file);
   const std::string source = path + " (metadata as config.json)";
   if (hf["model_type"] == "gemma4_text") {
     const gemma4::Config config = gemma4::parse_config(hf.dump(), source);
-    return gemma4::make_model(config, gemma4::load_gguf_weights(file, config), backend, path);
+    return gemma4::make_model(config, gemma4::load_gguf_weights(file, config), backend, path, options);
   }
   if (hf["model_type"] == "gemma3_text") {
     gemma3::Config config = gemma3::parse_config(hf.dump(), source);
     config.from_gguf = true;  // 1 + w norms (Gemma3Model.norm_shift), llama.cpp's f32 embedding scale
-    return gemma3::make_model(config, gemma3::load_gguf_weights(file, config), backend, path);
+    return gemma3::make_model(config, gemma3::load_gguf_weights(file, config), backend, path, options);
   }
   const llama_style::Config config = llama_style::parse_config(hf.dump(), source);
-  return llama_style::make_model(config, llama_style::load_gguf_weights(file, config), backend, path);
+  return llama_style::make_model(config, llama_style::load_gguf_weights(file, config), backend, path, options);
 }
 
 }  // namespace rowlm

@@ -41,6 +41,6 @@ config::json gguf_hf_config(const gguf::File& file);
 // ("Q4_K -> q4/32"), the shape outermost first and the bytes in the file.
 std::vector<TensorFormat> gguf_tensor_formats(const std::string& path);
 
-std::unique_ptr<Model> load_gguf_model(const std::string& path, Backend& backend);
+std::unique_ptr<Model> load_gguf_model(const std::string& path, Backend& backend, const ModelOptions& options = {});
 
 }  // namespace rowlm

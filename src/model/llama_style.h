@@ -77,7 +77,7 @@ decoder::DecoderWeights load_gguf_weights(const gguf::File& file, const Config& 
 decoder::DecoderWeights make_synthetic_weights(const Config& config, uint64_t seed, float stddev = 0.02f);
 
 std::unique_ptr<Model> make_model(const Config& config, decoder::DecoderWeights weights, Backend& backend,
-                                  std::string directory = "");
-std::unique_ptr<Model> load(const std::string& dir, Backend& backend);
+                                  std::string directory = "", const ModelOptions& options = {});
+std::unique_ptr<Model> load(const std::string& dir, Backend& backend, const ModelOptions& options = {});
 
 }  // namespace rowlm::llama_style

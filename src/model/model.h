@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/backend.h"
@@ -92,15 +93,33 @@ class Model {
   // for an id outside the vocabulary.
   virtual void embed(std::span<const int32_t> tokens, Tensor& out) = 0;
   // Per decoder layer, the KV storage layer (an index into kv_layers()) its
-  // attention reads.
+  // attention reads. A model split by tensor parallelism throws rowlm::Error
+  // (its layers read N storage layers each; no drafter reads a split cache).
   virtual std::vector<int> kv_storage_of_layers() const = 0;
   // A human-readable summary of the architecture (for `rowlm inspect`).
   virtual std::string describe() const = 0;
 };
 
+// How a model is built from its weights, whatever the family.
+struct ModelOptions {
+  // Tensor parallelism (model/tensor_parallel.h): attention heads, KV heads
+  // and MLP columns split over this many shards, the shards' partial
+  // outputs summed in shard order. 1 = unsplit.
+  int tensor_parallel = 1;
+};
+
+// The model's KV storage layers (Model::kv_layers) with the codecs of
+// `codec_map` (kvcodec's parse_codec_map: "q8", or "bf16,3=q8"), whose layer
+// indices count the model's storage layers before a tensor-parallel split:
+// each split storage layer takes its unsplit layer's codec. Throws
+// rowlm::Error naming a bad entry.
+std::vector<kv::LayerSpec> kv_layers_with_codecs(const Model& model, std::string_view codec_map);
+
 // Loads the model in `dir` (config.json + safetensors), or the GGUF file
 // `dir` names (gguf_model.h), for `backend`, which must outlive the model. The family comes from config.json's model_type
 // (families.h); an unknown one is an Error listing the supported types.
-std::unique_ptr<Model> load_model(const std::string& dir, Backend& backend);
+// Options the model cannot honour (a split its geometry does not allow)
+// are an Error naming why.
+std::unique_ptr<Model> load_model(const std::string& dir, Backend& backend, const ModelOptions& options = {});
 
 }  // namespace rowlm

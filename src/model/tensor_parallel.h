@@ -1,0 +1,74 @@
+#pragma once
+// Tensor parallelism for the shared decoder (issue 17): how a layer's
+// projections are split over N shards, and the fixed-order sum that joins
+// the shards' partial outputs. The decoder (decoder.cc) runs every layer as
+// N shards whatever N is; N = 1 is the unsplit model, bit for bit.
+//
+// The split (Megatron's):
+//  - q/k/v projections (and their biases) by output rows: shard s holds
+//    query heads [s·nH/N, (s+1)·nH/N) and KV heads [s·kvh/N, (s+1)·kvh/N),
+//    so grouped-query attention stays within a shard.
+//  - gate/up by output rows (MLP columns [s·I/N, (s+1)·I/N)).
+//  - o_proj and down_proj by input columns: each shard's product is a
+//    partial sum of the full output, [T, hidden] f32.
+//  - the partials are summed by all_reduce_in_order: ((p0 + p1) + p2) + …,
+//    shard order, each partial complete before it is added. An elementwise
+//    sum, so a token's result never depends on the batch; at a given N a
+//    row's output is bitwise the same alone and batched. Against N = 1 only
+//    the split of the o/down reductions differs.
+//  - o_proj's bias is added once, after the sum.
+//  - KV: each owned layer's storage is N storage layers of kvh/N heads
+//    (storage layer logical·N + s): one KvCache, one block table per row,
+//    so the row operations (join, retire, rounds, prefix reuse,
+//    extract/restore) stay one logical operation over every shard's blocks.
+//  - Not split, computed once: embeddings, norms, residual stream, per-layer
+//    inputs, the output head. On one host (this stand-in) "replicated" and
+//    "computed once" are the same bits; devices would each hold a copy.
+//
+// The stand-in: shards run in shard order on the model's one backend (CPU).
+// A multi-GPU version keeps the split and the order and swaps the place the
+// shards run (one backend and thread per device, KV arenas per device) and
+// all_reduce_in_order (NCCL with fixed chunking); see docs/design/tensor-parallel.md.
+//
+// Memory: column shards are copies, so a split model holds o_proj and
+// down_proj once more in host memory (before a backend prepares them).
+//
+// Threads: the split functions are pure; all_reduce_in_order runs on the
+// backend, one caller at a time as every backend operation.
+//
+// Refused with an Error, never split wrongly: fewer KV heads than shards (the
+// message names the model's count; KV heads are not replicated), heads,
+// KV heads or MLP width not divisible by N, routed experts (MoE), layers
+// reading another model's KV (the Gemma 4 assistant), affine weights whose
+// column split would cut a quantization group.
+
+#include <span>
+
+#include "backend/backend.h"
+#include "backend/weight.h"
+#include "core/tensor.h"
+#include "model/decoder.h"
+
+namespace rowlm::tensor_parallel {
+
+// Throws rowlm::Error naming the first reason `config` cannot be split over
+// `shards` (which must be >= 1; 1 always can).
+void check_split(const decoder::DecoderConfig& config, int shards);
+
+// Shard `shard` of `shards` of w's rows: a view (no copy). rows % shards == 0.
+Weight split_rows(const Weight& w, int shard, int shards);
+// Shard `shard` of `shards` of w's columns: a host copy (a column range is
+// not a view of row-major storage); w itself when shards == 1. w must be an
+// unprepared checkpoint weight in host memory (code order Stream), with
+// cols % shards == 0 and, when affine, each shard whole groups. Throws
+// rowlm::Error otherwise.
+Weight split_columns(const Weight& w, int shard, int shards);
+// Shard `shard` of `shards` of a vector (a bias, [n]); empty stays empty.
+Tensor split_vector(const Tensor& v, int shard, int shards);
+
+// The in-process all-reduce: partials[0] += partials[1], then partials[2], …
+// in shard order, on `backend` (elementwise, so per token and in one order
+// whatever the batch); returns partials[0]. All of one shape, at least one.
+Tensor all_reduce_in_order(Backend& backend, std::span<Tensor> partials);
+
+}  // namespace rowlm::tensor_parallel
