@@ -108,7 +108,7 @@ TEST(CpuAffine, AnyChunkingGivesTheSameBits) {
     const auto values = dequantized(source);
     const Weight w = make_cpu_backend(1)->prepare_weight(source);
     const cpu::AffineRows rows{w.values.data<uint32_t>(), w.values.dim(1), w.scales.raw(), w.biases.raw(),
-                               w.scales.dim(1), DType::BF16, bits, 64};
+                               w.scales.dim(1), w.scales.dtype(), bits, 64};
     for (int64_t M : {1, 2, 37}) {
       const Tensor x = random_f32({M, K}, rng);
       const auto want = oracle_matmul(x, values, N);
