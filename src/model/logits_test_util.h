@@ -26,10 +26,11 @@ inline float max_abs_diff(const Tensor& a, const Tensor& b) {
 }
 
 // Logits at every position of one prefilled sequence, f32 activations and
-// KV, on the CPU: the model in `path` (a directory or a GGUF file).
-inline Tensor prefill_logits(const std::string& path, const std::vector<int32_t>& ids) {
+// KV, on the CPU: the model in `path` (a directory or a GGUF file), loaded
+// with `options` (e.g. split over shards).
+inline Tensor prefill_logits(const std::string& path, const std::vector<int32_t>& ids, const ModelOptions& options = {}) {
   auto backend = make_backend({"cpu", 2, MatmulPrecision::F32});
-  auto model = load_model(path, *backend);
+  auto model = load_model(path, *backend, options);
   kv::CacheOptions opt;
   opt.layers = model->kv_layers(kv::parse_codec("f32"));
   opt.block_size = 4;

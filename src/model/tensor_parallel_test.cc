@@ -188,20 +188,7 @@ TEST(TensorParallelModel, PerLayerCodecsNameTheUnsplitLayers) {
 
 // Logits of ids prefilled in one step, f32 everywhere, split over `shards`.
 Tensor prefill(const std::string& path, const std::vector<int32_t>& ids, int shards) {
-  auto backend = make_backend({"cpu", 2, MatmulPrecision::F32});
-  auto model = load_model(path, *backend, {.tensor_parallel = shards});
-  kv::CacheOptions opt;
-  opt.layers = model->kv_layers(kv::parse_codec("f32"));
-  opt.block_size = 4;
-  kv::KvCache cache(opt, *backend);
-  const kv::RowId row = cache.create_row();
-  ForwardBatch b;
-  for (std::size_t i = 0; i < ids.size(); ++i) b.add(row, int64_t(i), ids[i], true);
-  Tensor logits;
-  model->forward(b, cache, logits);
-  Tensor copy(DType::F32, logits.shape());
-  std::memcpy(copy.raw(), logits.raw(), logits.nbytes());
-  return copy;
+  return model_testing::prefill_logits(path, ids, {.tensor_parallel = shards});
 }
 
 int64_t argmax(const float* row, int64_t n) { return std::max_element(row, row + n) - row; }
