@@ -6,7 +6,9 @@
 //                    retiring while other rows hold 0 .. 32K tokens each;
 //   precision_switch cost of re-encoding a row bf16 -> q8:64 / q4:64
 //                    (KvCache::switch_precision), per stored token.
-// Usage: kv_bench [--quick]
+// Usage: kv_bench [--quick | --decode]
+//   --decode: decode_attention alone, contexts 1024 and 4096 (A/B runs of
+//             the attention kernels without the other sections).
 
 #include <algorithm>
 #include <chrono>
@@ -105,11 +107,13 @@ struct DecodeConfig {
   int heads, kv_heads, head_dim;
 };
 
-std::string decode_json(bool quick) {
+std::string decode_json(bool quick, bool decode_only = false) {
   const std::vector<DecodeConfig> configs = {{"gemma4_e2b_sliding_gqa8", 8, 1, 256},
                                              {"gemma4_full_hd512_gqa8", 8, 1, 512},
                                              {"mha_8x128", 8, 8, 128}};
-  const std::vector<int64_t> contexts = quick ? std::vector<int64_t>{1024} : std::vector<int64_t>{1024, 4096, 16384};
+  const std::vector<int64_t> contexts = quick         ? std::vector<int64_t>{1024}
+                                        : decode_only ? std::vector<int64_t>{1024, 4096}
+                                                      : std::vector<int64_t>{1024, 4096, 16384};
   const std::vector<const char*> codecs = {"bf16", "q8:64", "q4:64", "f16", "f32"};
   std::string out = "[";
   bool first_entry = true;
@@ -253,7 +257,12 @@ std::string switch_json(Backend& be, bool quick) {
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const bool decode_only = argc > 1 && std::strcmp(argv[1], "--decode") == 0;
   std::printf("{\n  \"isa\": \"%s\",\n", std::string(cpu::isa_name(cpu::isa_from_env())).c_str());
+  if (decode_only) {
+    std::printf("  \"decode_attention\": %s\n}\n", decode_json(false, true).c_str());
+    return 0;
+  }
   const auto backend = make_cpu_backend(1);
   std::printf("  \"bytes_per_token\": %s,\n", bytes_per_token_json(*backend).c_str());
   std::fflush(stdout);
