@@ -6,9 +6,10 @@
 //                    retiring while other rows hold 0 .. 32K tokens each;
 //   precision_switch cost of re-encoding a row bf16 -> q8:64 / q4:64
 //                    (KvCache::switch_precision), per stored token.
-// Usage: kv_bench [--quick | --decode]
-//   --decode: decode_attention alone, contexts 1024 and 4096 (A/B runs of
-//             the attention kernels without the other sections).
+// Usage: kv_bench [--quick | --decode [THREADS,...]]
+//   --decode: decode_attention alone, contexts 1024 and 4096, for the given
+//             thread counts (default 1,2): A/B runs of the attention kernels
+//             without the other sections.
 
 #include <algorithm>
 #include <chrono>
@@ -107,7 +108,7 @@ struct DecodeConfig {
   int heads, kv_heads, head_dim;
 };
 
-std::string decode_json(bool quick, bool decode_only = false) {
+std::string decode_json(bool quick, bool decode_only = false, const std::vector<int>& thread_counts = {1, 2}) {
   const std::vector<DecodeConfig> configs = {{"gemma4_e2b_sliding_gqa8", 8, 1, 256},
                                              {"gemma4_full_hd512_gqa8", 8, 1, 512},
                                              {"mha_8x128", 8, 8, 128}};
@@ -124,8 +125,8 @@ std::string decode_json(bool quick, bool decode_only = false) {
         // For each thread count (a backend of its own), every codec's cache
         // is built first; timings then rotate through the codecs so that
         // machine noise hits them alike. Single-thread runs are timed in
-        // thread CPU time, two-thread runs in wall time.
-        for (int threads : {1, 2}) {
+        // thread CPU time, multi-thread runs in wall time.
+        for (int threads : thread_counts) {
           const auto backend = make_cpu_backend(threads);
           std::vector<std::unique_ptr<KvCache>> caches;
           std::vector<std::vector<AttentionQuery>> queries;
@@ -260,7 +261,14 @@ int main(int argc, char** argv) {
   const bool decode_only = argc > 1 && std::strcmp(argv[1], "--decode") == 0;
   std::printf("{\n  \"isa\": \"%s\",\n", std::string(cpu::isa_name(cpu::isa_from_env())).c_str());
   if (decode_only) {
-    std::printf("  \"decode_attention\": %s\n}\n", decode_json(false, true).c_str());
+    std::vector<int> threads;
+    const std::string list = argc > 2 ? argv[2] : "1,2";
+    for (std::size_t i = 0; i < list.size();) {
+      const std::size_t comma = std::min(list.find(',', i), list.size());
+      threads.push_back(std::stoi(list.substr(i, comma - i)));
+      i = comma + 1;
+    }
+    std::printf("  \"decode_attention\": %s\n}\n", decode_json(false, true, threads).c_str());
     return 0;
   }
   const auto backend = make_cpu_backend(1);
