@@ -6,7 +6,10 @@
 //                    retiring while other rows hold 0 .. 32K tokens each;
 //   precision_switch cost of re-encoding a row bf16 -> q8:64 / q4:64
 //                    (KvCache::switch_precision), per stored token.
-// Usage: kv_bench [--quick]
+// Usage: kv_bench [--quick | --decode [THREADS,... [CONTEXTS,...]]]
+//   --decode: decode_attention alone for the given thread counts (default
+//             1,2) and contexts (default 1024,4096): A/B runs of the
+//             attention kernels without the other sections.
 
 #include <algorithm>
 #include <chrono>
@@ -105,11 +108,14 @@ struct DecodeConfig {
   int heads, kv_heads, head_dim;
 };
 
-std::string decode_json(bool quick) {
+std::string decode_json(bool quick, const std::vector<int>& thread_counts = {1, 2},
+                        const std::vector<int64_t>& decode_contexts = {}) {
   const std::vector<DecodeConfig> configs = {{"gemma4_e2b_sliding_gqa8", 8, 1, 256},
                                              {"gemma4_full_hd512_gqa8", 8, 1, 512},
                                              {"mha_8x128", 8, 8, 128}};
-  const std::vector<int64_t> contexts = quick ? std::vector<int64_t>{1024} : std::vector<int64_t>{1024, 4096, 16384};
+  const std::vector<int64_t> contexts = !decode_contexts.empty() ? decode_contexts
+                                        : quick                    ? std::vector<int64_t>{1024}
+                                                                   : std::vector<int64_t>{1024, 4096, 16384};
   const std::vector<const char*> codecs = {"bf16", "q8:64", "q4:64", "f16", "f32"};
   std::string out = "[";
   bool first_entry = true;
@@ -120,8 +126,8 @@ std::string decode_json(bool quick) {
         // For each thread count (a backend of its own), every codec's cache
         // is built first; timings then rotate through the codecs so that
         // machine noise hits them alike. Single-thread runs are timed in
-        // thread CPU time, two-thread runs in wall time.
-        for (int threads : {1, 2}) {
+        // thread CPU time, multi-thread runs in wall time.
+        for (int threads : thread_counts) {
           const auto backend = make_cpu_backend(threads);
           std::vector<std::unique_ptr<KvCache>> caches;
           std::vector<std::vector<AttentionQuery>> queries;
@@ -249,11 +255,30 @@ std::string switch_json(Backend& be, bool quick) {
   return out + "]";
 }
 
+// "1,2,16" -> {1, 2, 16}.
+std::vector<int> int_list(const std::string& list) {
+  std::vector<int> out;
+  for (std::size_t i = 0; i < list.size();) {
+    const std::size_t comma = std::min(list.find(',', i), list.size());
+    out.push_back(std::stoi(list.substr(i, comma - i)));
+    i = comma + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const bool decode_only = argc > 1 && std::strcmp(argv[1], "--decode") == 0;
   std::printf("{\n  \"isa\": \"%s\",\n", std::string(cpu::isa_name(cpu::isa_from_env())).c_str());
+  if (decode_only) {
+    const auto threads = int_list(argc > 2 ? argv[2] : "1,2");
+    const auto contexts = int_list(argc > 3 ? argv[3] : "1024,4096");
+    std::printf("  \"decode_attention\": %s\n}\n",
+                decode_json(false, threads, std::vector<int64_t>(contexts.begin(), contexts.end())).c_str());
+    return 0;
+  }
   const auto backend = make_cpu_backend(1);
   std::printf("  \"bytes_per_token\": %s,\n", bytes_per_token_json(*backend).c_str());
   std::fflush(stdout);

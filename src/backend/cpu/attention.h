@@ -1,7 +1,12 @@
 #pragma once
 // The CPU attention driver: splits a batch of queries into work items
 // (query token × group of query heads of one kv head) over the thread pool
-// and runs the ISA's kernel (attention_kernel.inl) on each.
+// and runs the ISA's kernel (attention_kernel.inl) on each. When there are
+// too few (query token, kv head) pairs to give every thread a whole one, the
+// heads of a pair are split over items and each block is converted to f32
+// once, by one item, into a tile that the fold items then read: windows of
+// blocks (bounded scratch, never a whole long row) go through two phases,
+// conversion spread over blocks and folding over groups of heads.
 //
 // Keys are reduced in a fixed order of fixed-size splits that depend only
 // on the row's own positions (one split per block, blocks at multiples of
@@ -17,6 +22,7 @@
 #include <cstdint>
 
 #include "backend/cpu/attention_kernel_types.h"
+#include "backend/cpu/attention_scratch.h"
 #include "backend/cpu/kernels.h"
 #include "backend/kv_block_layout.h"
 #include "backend/kv_storage.h"
@@ -26,12 +32,17 @@ namespace rowlm::cpu {
 
 // The kernel's view of a block layout.
 AttentionLayer attention_layer(const KvBlockLayout& layout);
+// Floats of one-phase scratch (one work item of `heads` heads), of one
+// block's tile, and of the fold state of `heads` heads (a multiple of 16).
 std::size_t attention_scratch_floats(const AttentionLayer& layer, int heads);
+std::size_t attention_tile_floats(const AttentionLayer& layer);
+std::size_t attention_fold_state_floats(const AttentionLayer& layer, int heads);
 
 // q and out: [batch.queries.size(), params.num_heads, head_dim] f32, host.
 // `blocks[id]` is the address of block id. Arguments were validated by the
-// caller (the backend and the KV module).
-void attend(const Kernels& kernels, ThreadPool& pool, const KvBlockLayout& layout, std::byte* const* blocks,
-            const AttentionBatch& batch, const float* q, const AttentionParams& params, float* out);
+// caller (the backend and the KV module). `scratch` is reused between calls.
+void attend(const Kernels& kernels, ThreadPool& pool, AttentionScratch& scratch, const KvBlockLayout& layout,
+            std::byte* const* blocks, const AttentionBatch& batch, const float* q, const AttentionParams& params,
+            float* out);
 
 }  // namespace rowlm::cpu

@@ -15,6 +15,11 @@
 //   3. m' = max(m, max s), α = exp(m − m'), p = exp(s − m'),
 //      l = l·α + Σ p (slot order), acc = acc·α + Σ p·v (slot order).
 // Output = acc / l.
+// run_kernel does step 1 and then steps 2-3 block by block in one scratch
+// tile; run_tile (step 1 into a tile of its own) and run_fold (steps 2-3
+// over tiles already made) split the same operations over the thread pool
+// when few (query token, kv head) pairs would otherwise repeat step 1 per
+// group of heads. The values folded and the operations are the same.
 
 // 64-byte vectors in files built without AVX-512 only change the ABI of
 // these internal (file-local) functions, which nothing outside calls.
@@ -268,65 +273,112 @@ static void softmax_update(float* sc, int c0, int c1, int s0, int s1, float& m, 
   accumulate(acc, hd16, alpha, sc, s0, s1, vt);
 }
 
+// Step 1 for one block: keys of chunks c0..c1 into kt (feature rows
+// head_dim..hd4-1 zero, so the padded query lanes multiply zeros) and the
+// value records of slots s0..s1 into vt. Slots of those chunks outside
+// [s0, s1] hold whatever the block holds there; their scores are masked.
+template <Codec C>
+static void block_tile(const AttentionLayer& L, const std::byte* blk, int kv_head, int s0, int s1, float* kt,
+                       float* vt) {
+  const int stride = L.chunks * 16;
+  for (int d = L.head_dim; d < L.hd4; ++d)
+    for (int i = 0; i < stride; ++i) kt[d * stride + i] = 0.0f;
+  const std::byte* kh = blk + std::size_t(kv_head) * L.k_head_bytes;
+  const std::byte* vhd = blk + L.k_bytes + std::size_t(kv_head) * L.v_head_bytes;
+  for (int c = s0 / 16; c <= s1 / 16; ++c) key_tile<C>(L, kh, c, kt);
+  for (int s = s0; s <= s1; ++s) value_row<C>(L, vhd + std::size_t(s) * L.head_bytes, vt + std::size_t(s) * L.hd16);
+}
+
+// The running state of `heads` query heads: padded queries, accumulators,
+// two heads' score lanes, and m, l per head (attention_fold_state_floats).
+struct FoldState {
+  float* qp;
+  float* acc;
+  float* sc;
+  float* ml;
+};
+
+static FoldState fold_state(const AttentionLayer& L, int heads, float* state) {
+  FoldState f;
+  f.qp = state;
+  f.acc = f.qp + std::size_t(heads) * L.hd4;
+  f.sc = f.acc + std::size_t(heads) * L.hd16;
+  f.ml = f.sc + 2 * std::size_t(L.chunks) * 16;
+  return f;
+}
+
+static void fold_init(const AttentionLayer& L, const float* q, int heads, const FoldState& f) {
+  const int hd = L.head_dim, hd4 = L.hd4, hd16 = L.hd16;
+  for (int h = 0; h < heads; ++h) {
+    for (int d = 0; d < hd4; ++d) f.qp[h * hd4 + d] = d < hd ? q[h * hd + d] : 0.0f;
+    for (int d = 0; d < hd16; ++d) f.acc[h * hd16 + d] = 0.0f;
+    f.ml[2 * h] = -__builtin_inff();
+    f.ml[2 * h + 1] = 0.0f;
+  }
+}
+
+// Steps 2 and 3 for one block's tile (slots s0..s1), every head.
+static void fold_block(const AttentionLayer& L, int heads, float scale, float softcap, const float* kt,
+                       const float* vt, int s0, int s1, const FoldState& f) {
+  const int hd4 = L.hd4, hd16 = L.hd16, H = heads;
+  const int stride = L.chunks * 16;
+  const int c0 = s0 / 16, c1 = s1 / 16;
+  const vi slot_of_lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  for (int h = 0; h < H; h += 2) {
+    const int nh = H - h >= 2 ? 2 : 1;
+    for (int c = c0; c <= c1; ++c) {
+      vf s[2];
+      if (nh == 2) chunk_scores<2>(f.qp + h * hd4, hd4, kt + 16 * c, stride, s);
+      else chunk_scores<1>(f.qp + h * hd4, hd4, kt + 16 * c, stride, s);
+      const vi slot = slot_of_lane + 16 * c;
+      for (int j = 0; j < nh; ++j) {
+        vf x = s[j] * scale;
+        if (softcap > 0.0f) {
+          float t[16];
+          memcpy(t, &x, sizeof t);
+          for (int i = 0; i < 16; ++i) t[i] = softcap * ::tanhf(t[i] / softcap);
+          memcpy(&x, t, sizeof t);
+        }
+        x = ((slot < s0) | (slot > s1)) ? splat(-__builtin_inff()) : x;
+        storef(f.sc + j * stride + 16 * c, x);
+      }
+    }
+    for (int j = 0; j < nh; ++j)
+      softmax_update(f.sc + j * stride, c0, c1, s0, s1, f.ml[2 * (h + j)], f.ml[2 * (h + j) + 1],
+                     f.acc + std::size_t(h + j) * hd16, hd16, vt);
+  }
+}
+
+static void fold_finish(const AttentionLayer& L, int heads, const FoldState& f, float* out) {
+  const int hd = L.head_dim, hd16 = L.hd16;
+  for (int h = 0; h < heads; ++h) {
+    const float l = f.ml[2 * h + 1];
+    for (int d = 0; d < hd; ++d) out[h * hd + d] = f.acc[h * hd16 + d] / l;
+  }
+}
+
+// Slots of block b that [lo, hi] covers.
+static void block_slots(int64_t b, int64_t lo, int64_t hi, int bs, int& s0, int& s1) {
+  s0 = b == lo / bs ? int(lo % bs) : 0;
+  s1 = b == hi / bs ? int(hi % bs) : bs - 1;
+}
+
+// One phase: each block converted into the scratch tile, then folded.
 template <Codec C>
 static void run_codec(const AttentionLayer& L, const AttentionWork& W, float* scratch) {
-  const int bs = L.block_size, hd = L.head_dim, hd4 = L.hd4, hd16 = L.hd16, H = W.heads;
+  const int bs = L.block_size;
   const int stride = L.chunks * 16;
   float* kt = align16(scratch);
-  float* vt = kt + std::size_t(hd4) * stride;
-  float* qp = vt + std::size_t(bs) * hd16;
-  float* acc = qp + std::size_t(H) * hd4;
-  float* sc = acc + std::size_t(H) * hd16;  // two heads' scores
-  float* ml = sc + 2 * stride;              // m and l per head
-
-  for (int d = hd; d < hd4; ++d)
-    for (int i = 0; i < stride; ++i) kt[d * stride + i] = 0.0f;
-  for (int h = 0; h < H; ++h) {
-    for (int d = 0; d < hd4; ++d) qp[h * hd4 + d] = d < hd ? W.q[h * hd + d] : 0.0f;
-    for (int d = 0; d < hd16; ++d) acc[h * hd16 + d] = 0.0f;
-    ml[2 * h] = -__builtin_inff();
-    ml[2 * h + 1] = 0.0f;
-  }
-  const vi slot_of_lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-
+  float* vt = kt + std::size_t(L.hd4) * stride;
+  const FoldState f = fold_state(L, W.heads, vt + std::size_t(bs) * L.hd16);
+  fold_init(L, W.q, W.heads, f);
   for (int64_t b = W.lo / bs; b <= W.hi / bs; ++b) {
-    const std::byte* blk = W.blocks[W.table[b]];
-    const int s0 = b == W.lo / bs ? int(W.lo % bs) : 0;
-    const int s1 = b == W.hi / bs ? int(W.hi % bs) : bs - 1;
-    const int c0 = s0 / 16, c1 = s1 / 16;
-    const std::byte* kh = blk + std::size_t(W.kv_head) * L.k_head_bytes;
-    const std::byte* vhd = blk + L.k_bytes + std::size_t(W.kv_head) * L.v_head_bytes;
-    for (int c = c0; c <= c1; ++c) key_tile<C>(L, kh, c, kt);
-    for (int s = s0; s <= s1; ++s) value_row<C>(L, vhd + std::size_t(s) * L.head_bytes, vt + std::size_t(s) * hd16);
-
-    for (int h = 0; h < H; h += 2) {
-      const int nh = H - h >= 2 ? 2 : 1;
-      for (int c = c0; c <= c1; ++c) {
-        vf s[2];
-        if (nh == 2) chunk_scores<2>(qp + h * hd4, hd4, kt + 16 * c, stride, s);
-        else chunk_scores<1>(qp + h * hd4, hd4, kt + 16 * c, stride, s);
-        const vi slot = slot_of_lane + 16 * c;
-        for (int j = 0; j < nh; ++j) {
-          vf x = s[j] * W.scale;
-          if (W.softcap > 0.0f) {
-            float t[16];
-            memcpy(t, &x, sizeof t);
-            for (int i = 0; i < 16; ++i) t[i] = W.softcap * ::tanhf(t[i] / W.softcap);
-            memcpy(&x, t, sizeof t);
-          }
-          x = ((slot < s0) | (slot > s1)) ? splat(-__builtin_inff()) : x;
-          storef(sc + j * stride + 16 * c, x);
-        }
-      }
-      for (int j = 0; j < nh; ++j)
-        softmax_update(sc + j * stride, c0, c1, s0, s1, ml[2 * (h + j)], ml[2 * (h + j) + 1],
-                       acc + std::size_t(h + j) * hd16, hd16, vt);
-    }
+    int s0, s1;
+    block_slots(b, W.lo, W.hi, bs, s0, s1);
+    block_tile<C>(L, W.blocks[W.table[b]], W.kv_head, s0, s1, kt, vt);
+    fold_block(L, W.heads, W.scale, W.softcap, kt, vt, s0, s1, f);
   }
-  for (int h = 0; h < H; ++h) {
-    const float l = ml[2 * h + 1];
-    for (int d = 0; d < hd; ++d) W.out[h * hd + d] = acc[h * hd16 + d] / l;
-  }
+  fold_finish(L, W.heads, f, W.out);
 }
 
 static void run_kernel(const AttentionLayer& L, const AttentionWork& W, float* scratch) {
@@ -337,4 +389,39 @@ static void run_kernel(const AttentionLayer& L, const AttentionWork& W, float* s
     case Codec::Q8: return run_codec<Codec::Q8>(L, W, scratch);
     case Codec::Q4: return run_codec<Codec::Q4>(L, W, scratch);
   }
+}
+
+// Two phases, step 1: one block's tile (attention_tile_floats) at W.tile.
+template <Codec C>
+static void tile_codec(const AttentionLayer& L, const AttentionTileWork& W) {
+  int s0, s1;
+  block_slots(W.block, W.lo, W.hi, L.block_size, s0, s1);
+  float* kt = W.tile;
+  block_tile<C>(L, W.bytes, W.kv_head, s0, s1, kt, kt + std::size_t(L.hd4) * L.chunks * 16);
+}
+
+static void run_tile(const AttentionLayer& L, const AttentionTileWork& W) {
+  switch (L.codec) {
+    case Codec::F32: return tile_codec<Codec::F32>(L, W);
+    case Codec::BF16: return tile_codec<Codec::BF16>(L, W);
+    case Codec::F16: return tile_codec<Codec::F16>(L, W);
+    case Codec::Q8: return tile_codec<Codec::Q8>(L, W);
+    case Codec::Q4: return tile_codec<Codec::Q4>(L, W);
+  }
+}
+
+// Two phases, steps 2-3: blocks first_block..last_block of [lo, hi] folded
+// from their tiles, into the state that persists between windows.
+static void run_fold(const AttentionLayer& L, const AttentionFoldWork& W) {
+  const int bs = L.block_size;
+  const FoldState f = fold_state(L, W.heads, W.state);
+  if (W.first_block == W.lo / bs) fold_init(L, W.q, W.heads, f);
+  const std::size_t vt_offset = std::size_t(L.hd4) * L.chunks * 16;
+  for (int64_t b = W.first_block; b <= W.last_block; ++b) {
+    int s0, s1;
+    block_slots(b, W.lo, W.hi, bs, s0, s1);
+    const float* kt = W.tiles + std::size_t(b - W.first_block) * W.tile_stride;
+    fold_block(L, W.heads, W.scale, W.softcap, kt, kt + vt_offset, s0, s1, f);
+  }
+  if (W.last_block == W.hi / bs) fold_finish(L, W.heads, f, W.out);
 }

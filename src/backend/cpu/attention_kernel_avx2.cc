@@ -12,8 +12,6 @@ namespace avx2_kernel {
 #include "backend/cpu/attention_kernel.inl"
 }  // namespace avx2_kernel
 
-void attend_avx2(const AttentionLayer& layer, const AttentionWork& work, float* scratch) {
-  avx2_kernel::run_kernel(layer, work, scratch);
-}
+const AttentionKernels attention_avx2 = {&avx2_kernel::run_kernel, &avx2_kernel::run_tile, &avx2_kernel::run_fold};
 
 }  // namespace rowlm::cpu

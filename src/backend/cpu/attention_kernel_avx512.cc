@@ -12,8 +12,6 @@ namespace avx512_kernel {
 #include "backend/cpu/attention_kernel.inl"
 }  // namespace avx512_kernel
 
-void attend_avx512(const AttentionLayer& layer, const AttentionWork& work, float* scratch) {
-  avx512_kernel::run_kernel(layer, work, scratch);
-}
+const AttentionKernels attention_avx512 = {&avx512_kernel::run_kernel, &avx512_kernel::run_tile, &avx512_kernel::run_fold};
 
 }  // namespace rowlm::cpu

@@ -12,8 +12,6 @@ namespace portable_kernel {
 #include "backend/cpu/attention_kernel.inl"
 }  // namespace portable_kernel
 
-void attend_portable(const AttentionLayer& layer, const AttentionWork& work, float* scratch) {
-  portable_kernel::run_kernel(layer, work, scratch);
-}
+const AttentionKernels attention_portable = {&portable_kernel::run_kernel, &portable_kernel::run_tile, &portable_kernel::run_fold};
 
 }  // namespace rowlm::cpu

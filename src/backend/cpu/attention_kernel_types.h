@@ -45,10 +45,47 @@ struct AttentionWork {
   float softcap = 0.0f;
 };
 
-using AttentionKernelFn = void (*)(const AttentionLayer&, const AttentionWork&, float* scratch);
+// Two-phase work (attention.h): step 1 of one block of one query's range
+// [lo, hi], into `tile` (attention_tile_floats, 64-byte aligned).
+struct AttentionTileWork {
+  const std::byte* bytes = nullptr;  // the block
+  int64_t block = 0;                 // its index in the row
+  int64_t lo = 0, hi = 0;
+  int kv_head = 0;
+  float* tile = nullptr;
+};
 
-void attend_portable(const AttentionLayer&, const AttentionWork&, float* scratch);
-void attend_avx2(const AttentionLayer&, const AttentionWork&, float* scratch);
-void attend_avx512(const AttentionLayer&, const AttentionWork&, float* scratch);
+// Steps 2-3 of `heads` query heads over blocks first_block..last_block of
+// [lo, hi], whose tiles sit `tile_stride` floats apart from `tiles`. `state`
+// (attention_fold_state_floats) carries the online softmax from one call to
+// the next: the call whose first block is lo's starts it, the one whose last
+// block is hi's writes `out`.
+struct AttentionFoldWork {
+  const float* tiles = nullptr;
+  std::size_t tile_stride = 0;
+  int64_t first_block = 0, last_block = 0;
+  int64_t lo = 0, hi = 0;
+  int heads = 0;
+  const float* q = nullptr;  // [heads][head_dim]
+  float* out = nullptr;      // [heads][head_dim]
+  float* state = nullptr;
+  float scale = 1.0f;
+  float softcap = 0.0f;
+};
+
+using AttentionKernelFn = void (*)(const AttentionLayer&, const AttentionWork&, float* scratch);
+using AttentionTileFn = void (*)(const AttentionLayer&, const AttentionTileWork&);
+using AttentionFoldFn = void (*)(const AttentionLayer&, const AttentionFoldWork&);
+
+// One instruction set's compilation of attention_kernel.inl.
+struct AttentionKernels {
+  AttentionKernelFn attend = nullptr;  // one phase: a work item converts and folds its blocks
+  AttentionTileFn tile = nullptr;
+  AttentionFoldFn fold = nullptr;
+};
+
+extern const AttentionKernels attention_portable;
+extern const AttentionKernels attention_avx2;
+extern const AttentionKernels attention_avx512;
 
 }  // namespace rowlm::cpu

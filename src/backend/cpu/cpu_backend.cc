@@ -620,7 +620,7 @@ class CpuBackend final : public Backend {
     ROWLM_REQUIRE(out.dtype() == DType::F32 && out.numel() == expect && out.on_host() && !overlaps(out, q),
                   "attention: out must be f32 with q's shape and separate from q, got " + describe(out));
     check_attention_batch(a, batch);
-    cpu::attend(kernels_, pool_, a.layout(), a.addresses(), batch, q.data<float>(), params, out.data<float>());
+    cpu::attend(kernels_, pool_, attention_scratch_, a.layout(), a.addresses(), batch, q.data<float>(), params, out.data<float>());
   }
 
  private:
@@ -695,6 +695,7 @@ class CpuBackend final : public Backend {
   MatmulPrecision precision_;
   bool amx_;  // bf16 matmuls with bf16 weights on AMX tiles (amx_bf16.h)
   cpu::MatmulTuning amx_tuning_;  // and which of them run AMX's order on the vector units
+  cpu::AttentionScratch attention_scratch_;  // tiles and per-task scratch, kept between calls
   Workspace workspace_;
   OpProfiler profiler_;
 };

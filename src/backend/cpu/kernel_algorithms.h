@@ -935,7 +935,7 @@ void exp_blocks(const float* x, int64_t n, float shift, int64_t block, float* ou
 // The table every ISA file returns, filled from the algorithms above.
 template <class V>
 Kernels make_kernels(Isa isa, uint64_t (*stream_read)(const void*, std::size_t),
-                     double (*fma_chains)(int64_t, float*), AttentionKernelFn attend) {
+                     double (*fma_chains)(int64_t, float*), const AttentionKernels& attention) {
   Kernels k;
   k.isa = isa;
   k.mr = V::kMR;
@@ -950,7 +950,7 @@ Kernels make_kernels(Isa isa, uint64_t (*stream_read)(const void*, std::size_t),
   k.rope_head = &rope_head<V>;
   k.gelu_tanh_mul = &gelu_tanh_mul<V>;
   k.silu_mul = &silu_mul<V>;
-  k.attend = attend;
+  k.attention = attention;
   k.add = &add<V>;
   k.scale = &scale<V>;
   k.softcap = &softcap<V>;

@@ -130,7 +130,7 @@ struct Kernels {
 
   // The attention kernel (attention_kernel.inl) compiled for this ISA: the
   // whole CPU backend picks its instruction set once, through this table.
-  AttentionKernelFn attend = nullptr;
+  AttentionKernels attention;
 
   // Ceiling probes (ceilings.h): read `bytes` (a multiple of 64, 64-byte
   // aligned) with vector loads; run `iters` rounds of independent FMA

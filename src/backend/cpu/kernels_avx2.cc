@@ -230,7 +230,7 @@ double fma_chains(int64_t iters, float* sink) {
 }  // namespace
 
 const Kernels& avx2_kernels() {
-  static const Kernels k = make_kernels<VAvx2>(Isa::Avx2, &stream_read, &fma_chains, &attend_avx2);
+  static const Kernels k = make_kernels<VAvx2>(Isa::Avx2, &stream_read, &fma_chains, attention_avx2);
   return k;
 }
 

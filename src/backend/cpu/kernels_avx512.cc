@@ -41,7 +41,7 @@ double fma_chains(int64_t iters, float* sink) {
 }  // namespace
 
 const Kernels& avx512_kernels_emulating_bf16() {
-  static const Kernels k = make_kernels<VAvx512>(Isa::Avx512, &stream_read, &fma_chains, &attend_avx512);
+  static const Kernels k = make_kernels<VAvx512>(Isa::Avx512, &stream_read, &fma_chains, attention_avx512);
   return k;
 }
 

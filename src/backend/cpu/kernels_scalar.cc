@@ -178,7 +178,7 @@ double fma_chains(int64_t iters, float* sink) {
 }  // namespace
 
 const Kernels& scalar_kernels() {
-  static const Kernels k = make_kernels<VScalar>(Isa::Scalar, &stream_read, &fma_chains, &attend_portable);
+  static const Kernels k = make_kernels<VScalar>(Isa::Scalar, &stream_read, &fma_chains, attention_portable);
   return k;
 }
 
