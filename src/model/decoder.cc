@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <unordered_set>
 
 #include "core/error.h"
+#include "model/shard_workers.h"
 #include "model/tensor_parallel.h"
 
 namespace rowlm::decoder {
@@ -59,11 +61,12 @@ void check_config(const DecoderConfig& c) {
 class DecoderModel final : public Model {
  public:
   DecoderModel(DecoderConfig config, DecoderWeights weights, Backend& backend, std::string description,
-               int shards = 1)
-      : cfg_(std::move(config)), w_(std::move(weights)), be_(backend), description_(std::move(description)),
+               int shards = 1, std::vector<std::shared_ptr<Backend>> shard_backends = {})
+      : devices_(std::move(shard_backends)), cfg_(std::move(config)), w_(std::move(weights)), be_(backend), description_(std::move(description)),
         shards_(shards) {
     check_config(cfg_);
     tensor_parallel::check_split(cfg_, shards_);
+    place_shards();
     ROWLM_CHECK(w_.layers.size() == cfg_.layers.size(), "weights do not match the config");
     info_ = cfg_.info;
     info_.vocab_size = cfg_.vocab_size;
@@ -112,9 +115,17 @@ class DecoderModel final : public Model {
  private:
   // One shard's part of a layer's split projections (tensor_parallel.h);
   // with one shard, the whole projections.
+  // On the shard's backend, with the replicated vectors its projections
+  // read (the norms before them), uploaded there too.
   struct ShardWeights {
     Weight q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
     Tensor q_bias, k_bias, v_bias;
+    Tensor attn_norm, ffn_norm, q_norm, k_norm;
+  };
+  // One shard's attention inputs and output within a layer.
+  struct ShardAttention {
+    Tensor q, k, v;  // on the shard's backend
+    Tensor attn;     // on the model's backend (the cache's)
   };
 
   // One step's inputs on the device, shared by every layer.
@@ -125,6 +136,7 @@ class DecoderModel final : public Model {
     Tensor per_layer;                          // per-layer inputs, layer-major [L·T, P]
   };
 
+  void place_shards();
   void prepare();
   void prepare_weights();
   void validate(const ForwardBatch& batch, const kv::KvCache& cache) const;
@@ -135,38 +147,43 @@ class DecoderModel final : public Model {
   // when batch is null or marks none); into `picks` the argmax codes of all
   // rows when it marks any, and the tokens of the rows it samples on the device.
   void head(const Tensor& normed, const ForwardBatch* batch, Tensor& logits, RowPicks* picks);
-  Tensor scratch(Shape shape) { return be_.workspace().tensor(DType::F32, std::move(shape)); }
+  Tensor scratch(Shape shape) { return scratch(be_, std::move(shape)); }
+  static Tensor scratch(Backend& be, Shape shape) { return be.workspace().tensor(DType::F32, std::move(shape)); }
   Tensor ids_tensor(const std::vector<int32_t>& ids) {
     Tensor t = be_.workspace().tensor(DType::I32, {int64_t(ids.size())});
     be_.copy_from_host(ids.data(), t);
     return t;
   }
-  Tensor linear(const Tensor& x, const Weight& w, const Tensor& bias = {}) {
-    Tensor y = scratch({x.dim(0), w.rows});
-    be_.matmul(x, w, y);
-    if (!bias.empty()) be_.add_bias(y, bias);
+  Tensor linear(const Tensor& x, const Weight& w, const Tensor& bias = {}) { return linear(be_, x, w, bias); }
+  static Tensor linear(Backend& be, const Tensor& x, const Weight& w, const Tensor& bias = {}) {
+    Tensor y = scratch(be, {x.dim(0), w.rows});
+    be.matmul(x, w, y);
+    if (!bias.empty()) be.add_bias(y, bias);
     return y;
   }
   // The linear of act(gate) ⊙ up (a product with no other use; gate is scratch).
   Tensor gated_linear(Tensor& gate, const Tensor& up, Activation act, const Weight& w) {
-    Tensor y = scratch({gate.dim(0), w.rows});
-    be_.gated_matmul(gate, up, act, w, y);
+    return gated_linear(be_, gate, up, act, w);
+  }
+  static Tensor gated_linear(Backend& be, Tensor& gate, const Tensor& up, Activation act, const Weight& w) {
+    Tensor y = scratch(be, {gate.dim(0), w.rows});
+    be.gated_matmul(gate, up, act, w, y);
     return y;
   }
   // Linears of rms_norm(x, norm_weight) (a normed input with no other use),
   // in one go where the backend can (rms_norm_matmul_each).
   template <std::size_t N>
-  std::array<Tensor, N> normed_linears(const Tensor& x, const Tensor& norm_weight, const std::array<const Weight*, N>& w,
-                                       const std::array<const Tensor*, N>& bias) {
+  std::array<Tensor, N> normed_linears(Backend& be, const Tensor& x, const Tensor& norm_weight,
+                                       const std::array<const Weight*, N>& w, const std::array<const Tensor*, N>& bias) {
     std::array<Tensor, N> y;
     std::array<Tensor*, N> out;
     for (std::size_t i = 0; i < N; ++i) {
-      y[i] = scratch({x.dim(0), w[i]->rows});
+      y[i] = scratch(be, {x.dim(0), w[i]->rows});
       out[i] = &y[i];
     }
-    be_.rms_norm_matmul_each(x, &norm_weight, eps(), cfg_.norm_kind, w, out);
+    be.rms_norm_matmul_each(x, &norm_weight, eps(), cfg_.norm_kind, w, out);
     for (std::size_t i = 0; i < N; ++i)
-      if (!bias[i]->empty()) be_.add_bias(y[i], *bias[i]);
+      if (!bias[i]->empty()) be.add_bias(y[i], *bias[i]);
     return y;
   }
   Tensor norm(const Tensor& x, const Tensor& w) {
@@ -177,13 +194,24 @@ class DecoderModel final : public Model {
   void norm_in_place(Tensor& x, const Tensor& w) { be_.rms_norm(x, &w, eps(), cfg_.norm_kind, x); }
   float eps() const { return cfg_.norm_eps; }
 
+  // A layer's attention sublayer over its shards, in three phases:
+  // project (each shard on its backend: its heads' q, k, v), attend (the
+  // caller, shard after shard, on the cache's backend: its KV storage
+  // written and read), and o_proj (each shard: its columns' partial); then
+  // the sum in shard order, o_proj's bias and the residual add.
   void attention(int layer, const Step& step, const ForwardBatch& batch, kv::KvCache& cache, Tensor& h);
-  // Shard `shard`'s partial attention output (before o_proj's bias): its
-  // heads' q/k/v, its KV storage, its columns of o_proj.
-  Tensor attention_shard(int layer, int shard, const Step& step, const ForwardBatch& batch, kv::KvCache& cache,
-                         const Tensor& h);
-  // The gated MLP of rms_norm(h, norm_weight): each shard's columns, summed.
-  Tensor mlp(std::span<const ShardWeights> shards, Activation act, const Tensor& h, const Tensor& norm_weight);
+  ShardAttention project_shard(int layer, int shard, const Step& step, const Tensor& h);
+  // Runs fn(s) for every shard: on their own threads when the shards have
+  // backends of their own, else one after another on the caller's.
+  void for_each_shard(const std::function<void(int)>& fn);
+  Backend& shard_backend(int shard) { return *shard_be_[std::size_t(shard)]; }
+  // `t` (on `from`) as a tensor of `to`: itself when they are one backend,
+  // else a copy in to's workspace. Host memory only (place_shards checks):
+  // the stand-in's device-to-device copy. Called on to's caller.
+  static Tensor transfer(Backend& from, const Tensor& t, Backend& to);
+  // The gated MLP of rms_norm(h, ffn_norm): each shard's columns on its
+  // backend (with its copy of ffn_norm), summed in shard order on be_.
+  Tensor mlp(std::span<const ShardWeights> shards, Activation act, const Tensor& h);
   // The feed-forward sublayer's output, before the post-feed-forward norm (run_layers adds it).
   Tensor feed_forward(const LayerConfig& lc, const LayerWeights& lw, std::span<const ShardWeights> shards,
                       const Tensor& h);
@@ -192,6 +220,9 @@ class DecoderModel final : public Model {
   Tensor per_layer_inputs(const ForwardBatch& batch, const Tensor& x0);
   void per_layer_input(int layer, const Step& step, Tensor& h, float then_scale);
 
+  // ModelOptions::shard_backends, first so that it outlives every weight
+  // and table prepared on them.
+  std::vector<std::shared_ptr<Backend>> devices_;
   DecoderConfig cfg_;
   DecoderWeights w_;
   Backend& be_;
@@ -200,10 +231,54 @@ class DecoderModel final : public Model {
   int shards_ = 1;               // tensor-parallel shards
   std::vector<int> storage_of_;  // decoder layer -> logical KV storage layer (before the split)
   std::vector<std::vector<ShardWeights>> shard_weights_;  // [layer][shard]
+  // [shard] -> the backend it runs on: all be_ (the one-device stand-in),
+  // or be_ then devices_, with workers_ driving them.
+  std::vector<Backend*> shard_be_;
+  std::unique_ptr<tensor_parallel::ShardWorkers> workers_;
   int num_storage_ = 0;
-  std::vector<std::unique_ptr<RopeTable>> rope_tables_;  // per DecoderConfig::ropes entry
+  std::vector<std::unique_ptr<RopeTable>> rope_tables_;  // per DecoderConfig::ropes entry, on be_
+  // [shard][rope] on the shard's backend; shard 0's are rope_tables_'s.
+  std::vector<std::vector<RopeTable*>> shard_ropes_;
+  std::vector<std::unique_ptr<RopeTable>> owned_shard_ropes_;  // those of shards on other backends
   Weight per_layer_table_;        // per_layer_embed viewed as [V_ple·L, P]
 };
+
+void DecoderModel::place_shards() {
+  shard_be_.assign(std::size_t(shards_), &be_);
+  if (devices_.empty()) return;
+  const std::string what = "tensor parallel " + std::to_string(shards_) + ": ";
+  if (int(devices_.size()) != shards_ - 1)
+    throw Error(what + std::to_string(devices_.size()) + " shard backends given for shards 1 to " +
+                std::to_string(shards_ - 1));
+  for (std::size_t i = 0; i < devices_.size(); ++i) {
+    const std::string shard = "shard " + std::to_string(i + 1);
+    Backend* b = devices_[i].get();
+    if (b == nullptr) throw Error(what + "no backend for " + shard);
+    if (!b->device().is_host() || !be_.device().is_host())
+      throw Error(what + shard + " on " + b->name() + " beside " + be_.name() +
+                  ": shards on backends of their own run in host memory only (device-to-device copies are not written)");
+    if (b == &be_) throw Error(what + shard + " runs on the model's own backend");
+    for (std::size_t o = 0; o < i; ++o)
+      if (devices_[o].get() == b) throw Error(what + "shards " + std::to_string(o + 1) + " and " + std::to_string(i + 1) + " share a backend");
+    shard_be_[i + 1] = b;
+  }
+  workers_ = std::make_unique<tensor_parallel::ShardWorkers>(shards_);
+}
+
+Tensor DecoderModel::transfer(Backend& from, const Tensor& t, Backend& to) {
+  if (&from == &to || t.empty()) return t;
+  Tensor copy = to.workspace().tensor(t.dtype(), t.shape());
+  to.copy_from_host(t.raw(), copy);  // place_shards admitted host devices only
+  return copy;
+}
+
+void DecoderModel::for_each_shard(const std::function<void(int)>& fn) {
+  if (workers_) {
+    workers_->run(fn);
+  } else {
+    for (int s = 0; s < shards_; ++s) fn(s);
+  }
+}
 
 void DecoderModel::prepare() {
   const std::size_t free_before = be_.available_memory();
@@ -240,6 +315,7 @@ void DecoderModel::prepare_weights() {
     using namespace tensor_parallel;
     std::vector<ShardWeights> shards(static_cast<std::size_t>(shards_));
     for (int s = 0; s < shards_; ++s) {
+      Backend& sb = shard_backend(s);
       ShardWeights& sw = shards[std::size_t(s)];
       sw.q_proj = split_rows(l.q_proj, s, shards_);
       sw.k_proj = split_rows(l.k_proj, s, shards_);
@@ -252,10 +328,19 @@ void DecoderModel::prepare_weights() {
       sw.k_bias = split_vector(l.k_bias, s, shards_);
       sw.v_bias = split_vector(l.v_bias, s, shards_);
       for (Weight* m : {&sw.q_proj, &sw.k_proj, &sw.v_proj, &sw.o_proj, &sw.gate_proj, &sw.up_proj, &sw.down_proj})
-        weight(*m);
-      for (Tensor* t : {&sw.q_bias, &sw.k_bias, &sw.v_bias}) vec(*t);
+        if (!m->empty()) *m = sb.prepare_weight(*m);
+      for (Tensor* t : {&sw.q_bias, &sw.k_bias, &sw.v_bias})
+        if (!t->empty()) *t = sb.upload(*t);
+      // A shard on a backend of its own gets its own copy of the norms its
+      // projections read (still the checkpoint's host tensors here); one on
+      // be_ shares the layer's, below.
+      if (&sb != &be_)
+        for (auto [from, to] : {std::pair{&l.attn_norm, &sw.attn_norm}, std::pair{&l.ffn_norm, &sw.ffn_norm},
+                                std::pair{&l.q_norm, &sw.q_norm}, std::pair{&l.k_norm, &sw.k_norm}})
+          if (!from->empty()) *to = sb.upload(*from);
     }
     shard_weights_.push_back(std::move(shards));
+    std::vector<ShardWeights>& placed = shard_weights_.back();
     for (Weight* m : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) *m = Weight();
     for (Tensor* t : {&l.q_bias, &l.k_bias, &l.v_bias}) *t = Tensor();
     for (Weight* m : {&l.per_layer_gate, &l.per_layer_projection, &l.router})
@@ -265,8 +350,28 @@ void DecoderModel::prepare_weights() {
     for (Tensor* t : {&l.attn_norm, &l.post_attn_norm, &l.ffn_norm, &l.post_ffn_norm, &l.q_norm, &l.k_norm, &l.o_bias, &l.per_layer_norm, &l.router_scale,
                       &l.router_expert_scale, &l.expert_norm, &l.dense_post_norm, &l.expert_post_norm})
       vec(*t);
+    for (int s = 0; s < shards_; ++s)
+      if (&shard_backend(s) == &be_) {
+        ShardWeights& sw = placed[std::size_t(s)];
+        sw.attn_norm = l.attn_norm;
+        sw.ffn_norm = l.ffn_norm;
+        sw.q_norm = l.q_norm;
+        sw.k_norm = l.k_norm;
+      }
   }
   for (const RopeFrequencies& r : cfg_.ropes) rope_tables_.push_back(be_.make_rope_table(r.inv_freq));
+  for (int s = 0; s < shards_; ++s) {
+    std::vector<RopeTable*> tables;
+    for (std::size_t r = 0; r < cfg_.ropes.size(); ++r) {
+      if (&shard_backend(s) == &be_) {
+        tables.push_back(rope_tables_[r].get());
+      } else {
+        owned_shard_ropes_.push_back(shard_backend(s).make_rope_table(cfg_.ropes[r].inv_freq));
+        tables.push_back(owned_shard_ropes_.back().get());
+      }
+    }
+    shard_ropes_.push_back(std::move(tables));
+  }
   if (cfg_.per_layer_input > 0) per_layer_table_ = w_.per_layer_embed;
 }
 
@@ -334,6 +439,8 @@ void DecoderModel::forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor
   cache.begin_step(rows, counts);  // throws OutOfBlocks with nothing changed
   try {
     be_.workspace().reset();  // the previous step's scratch is dead
+    for (int s = 1; s < shards_; ++s)
+      if (&shard_backend(s) != &be_) shard_backend(s).workspace().reset();
     Step step;
     step.T = T;
     std::vector<int32_t> positions;
@@ -347,6 +454,7 @@ void DecoderModel::forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor
     int64_t end = 0;
     for (const kv::TokenRun& run : batch.runs) end = std::max(end, run.position + run.count);
     for (auto& table : rope_tables_) table->reserve(end);
+    for (auto& table : owned_shard_ropes_) table->reserve(end);
     // The step's launches go out together (a repeated step as one graph).
     DeferredLaunches deferred(be_);
     step.tokens = ids_tensor(batch.tokens);
@@ -474,10 +582,38 @@ void DecoderModel::forward_states(Tensor& h, std::span<const kv::AttentionQuery>
 
 void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch, kv::KvCache& cache, Tensor& h) {
   const LayerConfig& lc = cfg_.layers[std::size_t(l)];
+  const AttentionConfig& ac = lc.attention;
   const LayerWeights& lw = w_.layers[std::size_t(l)];
-  std::vector<Tensor> partials;
-  partials.reserve(std::size_t(shards_));
-  for (int s = 0; s < shards_; ++s) partials.push_back(attention_shard(l, s, step, batch, cache, h));
+  const std::size_t n = std::size_t(shards_);
+  std::vector<ShardAttention> parts(n);
+  // Each shard's q, k, v on its backend.
+  for_each_shard([&](int s) { parts[std::size_t(s)] = project_shard(l, s, step, h); });
+  // Its KV storage written and read on the cache's backend, shard after
+  // shard (one KvCache, one caller): the stand-in's meeting point until KV
+  // arenas live on their shard's device.
+  AttentionParams params;
+  params.num_heads = ac.num_heads / shards_;
+  params.head_dim = ac.head_dim;
+  params.window = ac.window;
+  params.scale = ac.scale;
+  params.softcap = ac.softcap;
+  const bool owns_kv = lc.owns_kv(l);
+  for (int s = 0; s < shards_; ++s) {
+    ShardAttention& p = parts[std::size_t(s)];
+    Backend& sb = shard_backend(s);
+    if (owns_kv) cache.write(storage(l, s), batch.runs, transfer(sb, p.k, be_), transfer(sb, p.v, be_));
+    const Tensor q = transfer(sb, p.q, be_);
+    p.attn = scratch({step.T, int64_t(params.num_heads) * params.head_dim});
+    cache.attend(storage(l, s), step.queries, q, params, p.attn);
+  }
+  // Each shard's partial of o_proj, on its backend.
+  std::vector<Tensor> partials(n);
+  for_each_shard([&](int s) {
+    Backend& sb = shard_backend(s);
+    partials[std::size_t(s)] =
+        linear(sb, transfer(be_, parts[std::size_t(s)].attn, sb), shard_weights_[std::size_t(l)][std::size_t(s)].o_proj);
+  });
+  for (int s = 1; s < shards_; ++s) partials[std::size_t(s)] = transfer(shard_backend(s), partials[std::size_t(s)], be_);
   Tensor o = tensor_parallel::all_reduce_in_order(be_, partials);
   if (!lw.o_bias.empty()) be_.add_bias(o, lw.o_bias);  // once, after the sum
   if (lc.post_attention_norm) {
@@ -487,76 +623,70 @@ void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch,
   }
 }
 
-Tensor DecoderModel::attention_shard(int l, int shard, const Step& step, const ForwardBatch& batch,
-                                     kv::KvCache& cache, const Tensor& h) {
+DecoderModel::ShardAttention DecoderModel::project_shard(int l, int shard, const Step& step, const Tensor& h_home) {
   const LayerConfig& lc = cfg_.layers[std::size_t(l)];
   const AttentionConfig& ac = lc.attention;
-  const LayerWeights& lw = w_.layers[std::size_t(l)];
   const ShardWeights& sw = shard_weights_[std::size_t(l)][std::size_t(shard)];
+  Backend& be = shard_backend(shard);
   const int64_t T = step.T;
-  const int nH = ac.num_heads / shards_, hd = ac.head_dim, kvh = ac.kv_heads / shards_;
-  RopeTable& rope = *rope_tables_[std::size_t(ac.rope)];
+  const int hd = ac.head_dim, kvh = ac.kv_heads / shards_;
+  RopeTable& rope = *shard_ropes_[std::size_t(shard)][std::size_t(ac.rope)];
+  const Tensor h = transfer(be_, h_home, be);
+  const Tensor positions = transfer(be_, step.positions, be);
 
-  const int kv_layer = storage(l, shard);
   const bool owns_kv = lc.owns_kv(l);
   // q, and the layer's own k and v, from the normed stream in one go.
-  Tensor q, k, v;
+  ShardAttention out;
+  Tensor &q = out.q, &k = out.k, &v = out.v;
   if (owns_kv && !ac.k_eq_v) {
-    auto y = normed_linears<3>(h, lw.attn_norm, {&sw.q_proj, &sw.k_proj, &sw.v_proj}, {&sw.q_bias, &sw.k_bias, &sw.v_bias});
+    auto y = normed_linears<3>(be, h, sw.attn_norm, {&sw.q_proj, &sw.k_proj, &sw.v_proj},
+                               {&sw.q_bias, &sw.k_bias, &sw.v_bias});
     q = std::move(y[0]);
     k = std::move(y[1]);
     v = std::move(y[2]);
   } else if (owns_kv) {
-    auto y = normed_linears<2>(h, lw.attn_norm, {&sw.q_proj, &sw.k_proj}, {&sw.q_bias, &sw.k_bias});
+    auto y = normed_linears<2>(be, h, sw.attn_norm, {&sw.q_proj, &sw.k_proj}, {&sw.q_bias, &sw.k_bias});
     q = std::move(y[0]);
     k = std::move(y[1]);
   } else {
-    q = std::move(normed_linears<1>(h, lw.attn_norm, {&sw.q_proj}, {&sw.q_bias})[0]);  // [T, nH·hd]
+    q = std::move(normed_linears<1>(be, h, sw.attn_norm, {&sw.q_proj}, {&sw.q_bias})[0]);  // [T, nH·hd]
   }
   if (ac.qk_norm) {
-    be_.rms_norm_rope(q, &lw.q_norm, eps(), cfg_.norm_kind, step.positions, rope);
+    be.rms_norm_rope(q, &sw.q_norm, eps(), cfg_.norm_kind, positions, rope);
   } else {
-    be_.rope(q, step.positions, rope);
+    be.rope(q, positions, rope);
   }
 
   if (owns_kv) {
     // k: [T, kvh·hd], raw
     if (ac.k_eq_v) {
-      v = scratch(k.shape());
-      be_.copy(k, v);  // V from the raw K projection
+      v = scratch(be, k.shape());
+      be.copy(k, v);  // V from the raw K projection
     }
     if (ac.qk_norm) {
-      be_.rms_norm_rope(k, &lw.k_norm, eps(), cfg_.norm_kind, step.positions, rope);
+      be.rms_norm_rope(k, &sw.k_norm, eps(), cfg_.norm_kind, positions, rope);
     } else {
-      be_.rope(k, step.positions, rope);
+      be.rope(k, positions, rope);
     }
     if (ac.v_norm) {
       Tensor v_heads = v.reshaped({T * kvh, hd});
-      be_.rms_norm(v_heads, nullptr, eps(), NormKind::NoScale, v_heads);
+      be.rms_norm(v_heads, nullptr, eps(), NormKind::NoScale, v_heads);
     }
-    cache.write(kv_layer, batch.runs, k, v);
   }
-
-  AttentionParams params;
-  params.num_heads = nH;
-  params.head_dim = hd;
-  params.window = ac.window;
-  params.scale = ac.scale;
-  params.softcap = ac.softcap;
-  Tensor attn = scratch({T, int64_t(nH) * hd});
-  cache.attend(kv_layer, step.queries, q, params, attn);
-  return linear(attn, sw.o_proj);
+  return out;
 }
 
-Tensor DecoderModel::mlp(std::span<const ShardWeights> shards, Activation act, const Tensor& h,
-                         const Tensor& norm_weight) {
+Tensor DecoderModel::mlp(std::span<const ShardWeights> shards, Activation act, const Tensor& h) {
   const Tensor none;
-  std::vector<Tensor> partials;
-  partials.reserve(shards.size());
-  for (const ShardWeights& sw : shards) {
-    auto [gate, up] = normed_linears<2>(h, norm_weight, {&sw.gate_proj, &sw.up_proj}, {&none, &none});
-    partials.push_back(gated_linear(gate, up, act, sw.down_proj));
-  }
+  std::vector<Tensor> partials(shards.size());
+  for_each_shard([&](int s) {
+    const ShardWeights& sw = shards[std::size_t(s)];
+    Backend& sb = shard_backend(s);
+    const Tensor hs = transfer(be_, h, sb);
+    auto [gate, up] = normed_linears<2>(sb, hs, sw.ffn_norm, {&sw.gate_proj, &sw.up_proj}, {&none, &none});
+    partials[std::size_t(s)] = gated_linear(sb, gate, up, act, sw.down_proj);
+  });
+  for (int s = 1; s < shards_; ++s) partials[std::size_t(s)] = transfer(shard_backend(s), partials[std::size_t(s)], be_);
   return tensor_parallel::all_reduce_in_order(be_, partials);
 }
 
@@ -564,7 +694,7 @@ Tensor DecoderModel::feed_forward(const LayerConfig& lc, const LayerWeights& lw,
                                   const Tensor& h) {
   const FfnConfig& fc = lc.ffn;
   if (fc.kind == FfnKind::Dense) {
-    return mlp(shards, fc.activation, h, lw.ffn_norm);
+    return mlp(shards, fc.activation, h);
   }
   const int64_t T = h.dim(0), H = h.dim(1);
   if (fc.kind == FfnKind::Experts) {
@@ -579,7 +709,7 @@ Tensor DecoderModel::feed_forward(const LayerConfig& lc, const LayerWeights& lw,
     return f;
   }
   // Gemma 4's MoE block: the dense "shared expert" branch ...
-  Tensor dense = mlp(shards, fc.activation, h, lw.ffn_norm);
+  Tensor dense = mlp(shards, fc.activation, h);
   norm_in_place(dense, lw.dense_post_norm);
   // ... the router, reading the post-attention stream itself ...
   Tensor z = scratch({T, H});
@@ -668,8 +798,11 @@ std::unique_ptr<KvReader> make_kv_reader(DecoderConfig config, DecoderWeights we
 
 std::unique_ptr<Model> make_decoder_model(DecoderConfig config, DecoderWeights weights, Backend& backend,
                                           std::string description, const ModelOptions& options) {
+  if (options.tensor_parallel == 1 && !options.shard_backends.empty())
+    throw Error("tensor parallel 1: shard backends given");
   return std::make_unique<DecoderModel>(std::move(config), std::move(weights), backend, std::move(description),
-                                        options.tensor_parallel);
+                                        options.tensor_parallel,
+                                        options.shard_backends);
 }
 
 }  // namespace rowlm::decoder

@@ -106,6 +106,17 @@ struct ModelOptions {
   // and MLP columns split over this many shards, the shards' partial
   // outputs summed in shard order. 1 = unsplit.
   int tensor_parallel = 1;
+  // Where shards 1 … N-1 run. Empty: every shard on the model's backend,
+  // one after another (the one-device stand-in). Otherwise exactly
+  // tensor_parallel - 1 backends (shard 0 runs on the model's own, which
+  // also holds the KV cache and the unsplit parts), distinct from it and
+  // each other and in host memory (the CPU's; a GPU's shards would need
+  // device-to-device copies, not written): shard s's split weights are
+  // prepared on its backend and its layer work runs there, from a thread of
+  // its own (model/shard_workers.h). The bits are those of the one-backend
+  // run. The model co-owns them; nothing else may call them while it runs.
+  // Must be empty at tensor_parallel = 1.
+  std::vector<std::shared_ptr<Backend>> shard_backends;
 };
 
 // The model's KV storage layers (Model::kv_layers) with the codecs of

@@ -1,5 +1,6 @@
 #include "backend/factory/make_backend.h"
 
+#include <algorithm>
 #include <charconv>
 #include <string>
 
@@ -49,6 +50,18 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
 #endif
   }
   throw Error("unknown device '" + device + "' (expected auto, cpu, cuda or cuda:N)");
+}
+
+ShardedBackends make_sharded_backends(const BackendOptions& options, int shards) {
+  ShardedBackends out;
+  out.model = make_backend(options);
+  if (shards <= 1 || !out.model->device().is_host()) return out;
+  BackendOptions each = options;
+  each.device = "cpu";
+  each.threads = std::max(1, out.model->host_threads() / shards);
+  out.model = make_backend(each);
+  for (int s = 1; s < shards; ++s) out.others.push_back(make_backend(each));
+  return out;
 }
 
 }  // namespace rowlm

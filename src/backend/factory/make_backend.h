@@ -9,12 +9,26 @@
 // driver, an architecture the build has no code for), is an Error naming it.
 
 #include <memory>
+#include <vector>
 
 #include "backend/backend.h"
 
 namespace rowlm {
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& options);
+
+// The backends of a model split over `shards` (tensor parallelism, issue
+// 17): `model` for the model (shard 0, the KV cache, the unsplit parts) and
+// `shards` - 1 more in `others` for ModelOptions::shard_backends. On the
+// CPU (device "cpu", or "auto" without a GPU) the shards are CPU "devices":
+// `options.threads` (0: one per core) divided among them, at least one
+// each. On a GPU, or at one shard, only `model` (every shard on it, one
+// after another: shards on GPUs of their own are not written).
+struct ShardedBackends {
+  std::unique_ptr<Backend> model;
+  std::vector<std::shared_ptr<Backend>> others;
+};
+ShardedBackends make_sharded_backends(const BackendOptions& options, int shards);
 
 // Whether this build includes the CUDA backend.
 bool built_with_cuda();
