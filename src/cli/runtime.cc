@@ -100,13 +100,19 @@ BackendOptions backend_options_from(const Args& args) {
 
 Runtime open_runtime(const Args& args, const std::string& model_dir) {
   Runtime rt;
+  const int shards = tensor_parallel_from(args);
+  ShardedBackends backends;
   try {
-    rt.backend = make_backend(backend_options_from(args));
+    // At --tensor-parallel N > 1 on the CPU: one backend per shard (the model co-owns shards 1 …).
+    backends = make_sharded_backends(backend_options_from(args), shards);
   } catch (const Error& e) {
     throw Error(std::string("--device: ") + e.what());
   }
+  rt.backend = std::move(backends.model);
   // Loading maps the weights: slow only on a cold page cache or a large model.
-  rt.model = with_loading_progress(model_dir, [&] { return load_model(model_dir, *rt.backend, {.tensor_parallel = tensor_parallel_from(args)}); });
+  rt.model = with_loading_progress(model_dir, [&] {
+    return load_model(model_dir, *rt.backend, {.tensor_parallel = shards, .shard_backends = std::move(backends.others)});
+  });
   rt.cache_options = cache_options_for(args, *rt.model);
   announce_device(args.get("device"), rt.model->info());
   return rt;

@@ -429,9 +429,12 @@ void EngineImpl::shutdown() {
 std::unique_ptr<Engine> Engine::create(const EngineOptions& options) {
   if (options.model_dir.empty()) throw Error("engine: no model directory given");
   if (options.threads < 0) throw Error("engine: threads must not be negative");
-  auto backend = make_backend({options.device, options.threads, options.matmul_precision});
-  auto model = load_model(options.model_dir, *backend, {.tensor_parallel = options.tensor_parallel});
-  return std::make_unique<engine::EngineImpl>(options, std::move(backend), std::move(model));
+  // At tensor_parallel > 1 on the CPU: one backend per shard (the model co-owns shards 1 …).
+  ShardedBackends backends =
+      make_sharded_backends({options.device, options.threads, options.matmul_precision}, options.tensor_parallel);
+  auto model = load_model(options.model_dir, *backends.model,
+                          {.tensor_parallel = options.tensor_parallel, .shard_backends = std::move(backends.others)});
+  return std::make_unique<engine::EngineImpl>(options, std::move(backends.model), std::move(model));
 }
 
 std::unique_ptr<Engine> Engine::create(const EngineOptions& options, std::unique_ptr<Backend> backend,

@@ -30,7 +30,10 @@
 //
 // Tensor parallelism (tensor_parallel.h): each layer's attention and MLP run
 // as N shards, their partial outputs summed in shard order before the bias
-// and the residual add; N = 1 (the default) is one shard holding every head.
+// and the residual add; N = 1 (the default) is one shard holding every head,
+// on the model's backend, with no thread added. With
+// ModelOptions::shard_backends each shard runs on its own backend from its
+// own thread; the bits do not change.
 
 #include <memory>
 #include <span>
@@ -153,6 +156,17 @@ struct DecoderWeights {
 // kv_layers() then lists N storage layers of kv_heads/N heads per owned
 // layer, and kv_storage_of_layers() is an Error (no drafter reads a split
 // cache). At N = 1 the model is the unsplit one, bit for bit.
+// options.shard_backends (N - 1 host-memory backends, not `backend`, all
+// distinct; else an Error before anything is prepared) places shards 1 … on
+// them; the model keeps them alive and starts N - 1 threads (ShardWorkers)
+// that live as long as it does.
+//
+// Threads (with shard backends): forward is still called by one thread at
+// a time; within it shard s's backend is called only from shard s's thread
+// and the model's backend (KV, sums, unsplit parts) only while the shard
+// threads wait. Errors: a shard's error is rethrown on the caller (the
+// lowest shard's when several fail) after every shard has stopped, and the
+// step is aborted as any failed step is (the cache keeps no write of it).
 std::unique_ptr<Model> make_decoder_model(DecoderConfig config, DecoderWeights weights, Backend& backend,
                                           std::string description, const ModelOptions& options = {});
 

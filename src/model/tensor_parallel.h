@@ -25,16 +25,30 @@
 //    inputs, the output head. On one host (this stand-in) "replicated" and
 //    "computed once" are the same bits; devices would each hold a copy.
 //
-// The stand-in: shards run in shard order on the model's one backend (CPU).
-// A multi-GPU version keeps the split and the order and swaps the place the
-// shards run (one backend and thread per device, KV arenas per device) and
-// all_reduce_in_order (NCCL with fixed chunking); see docs/design/tensor-parallel.md.
+// Where the shards run (ModelOptions::shard_backends, decoder.cc): either
+// all on the model's one backend, one after another (the one-device
+// stand-in), or each on a backend of its own (CPU "devices" today: N CPU
+// backends of threads/N threads each, make_sharded_backends), shard s's
+// split weights prepared there and its layer work issued from its own
+// thread (shard_workers.h). Both run one code path, the same operations in
+// the same order per shard, so the bits are the same (tested against
+// hashes of the stand-in as it was before devices existed). A layer meets
+// three times: after the q/k/v projections (KV is written and read on the
+// model's backend, shard after shard: KV arenas are not yet placed per
+// device), and at the two sums. The residual stream, norms' outputs,
+// embeddings and head stay on the model's backend; shards copy the stream
+// in (a host copy: only host-memory backends are admitted) and their
+// partials out. A multi-GPU version keeps the split and the order and swaps
+// the copies (peer copies), all_reduce_in_order (NCCL with fixed chunking,
+// or an all-gather then this order) and the KV placement; see
+// docs/design/tensor-parallel.md.
 //
 // Memory: column shards are copies, so a split model holds o_proj and
 // down_proj once more in host memory (before a backend prepares them).
 //
 // Threads: the split functions are pure; all_reduce_in_order runs on the
-// backend, one caller at a time as every backend operation.
+// backend, one caller at a time as every backend operation (the decoder
+// calls it on the model's thread after every shard has finished).
 //
 // Refused with an Error, never split wrongly: fewer KV heads than shards (the
 // message names the model's count; KV heads are not replicated), heads,
