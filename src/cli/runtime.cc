@@ -84,6 +84,7 @@ std::size_t parse_bytes(const std::string& text, const std::string& what) {
 kv::CacheOptions cache_options_for(const Args& args, const Model& model) {
   kv::CacheOptions opt;
   opt.layers = kv_layers_with_codecs(model, args.get("kv-codec"));
+  opt.layer_backends = model.kv_backends();
   opt.capacity_bytes = parse_bytes(args.get("kv-budget"), "--kv-budget");
   return opt;
 }

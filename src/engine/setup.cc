@@ -102,6 +102,7 @@ DraftSource load_draft(const EngineOptions& options, Backend& backend, const Mod
 kv::CacheOptions cache_options(const EngineOptions& options, const Model& model, const Backend& backend) {
   kv::CacheOptions copt;
   copt.layers = kv_layers_with_codecs(model, options.kv_codec);
+  copt.layer_backends = model.kv_backends();
   if (options.kv_quantize_after) copt.precision_switch = precision_switch(options, copt.layers);
   copt.capacity_bytes = options.kv_budget_bytes;
   if (copt.capacity_bytes == 0) {

@@ -74,10 +74,10 @@ void KvCache::attend(int layer_index, std::span<const AttentionQuery> queries, c
     }
     const AttentionBatch batch{tables, std::span(ranges).subspan(t0, t1 - t0)};
     if (t0 == 0 && t1 == queries.size()) {
-      m.backend.attention(q, *m.pool(pid).arena, batch, params, out);
+      m.pool(pid).backend->attention(q, *m.pool(pid).arena, batch, params, out);
     } else {
       Tensor part = out.rows(int64_t(t0), int64_t(t1));
-      m.backend.attention(q.rows(int64_t(t0), int64_t(t1)), *m.pool(pid).arena, batch, params, part);
+      m.pool(pid).backend->attention(q.rows(int64_t(t0), int64_t(t1)), *m.pool(pid).arena, batch, params, part);
     }
     t0 = t1;
   }

@@ -26,11 +26,20 @@ KvCache::Impl::Impl(CacheOptions opts, Backend& be) : options(std::move(opts)), 
   if (options.layers.empty()) throw Error("KV cache: no storage layers");
   if (options.block_size <= 0 || options.block_size > 4096)
     throw Error("KV cache: block_size must be in [1, 4096], not " + std::to_string(options.block_size));
+  if (!options.layer_backends.empty() && options.layer_backends.size() != options.layers.size())
+    throw Error("KV cache: " + std::to_string(options.layer_backends.size()) + " layer backends for " +
+                std::to_string(options.layers.size()) + " storage layers");
+  // Each layer's arena on its backend (the cache's where none is named).
+  auto backend_of = [&](std::size_t i) {
+    Backend* b = options.layer_backends.empty() ? nullptr : options.layer_backends[i];
+    return b != nullptr ? b : &backend;
+  };
   pools.resize(options.layers.size());
   for (std::size_t i = 0; i < options.layers.size(); ++i) {
     check_layer_spec(options.layers[i], int(i));
     pools[i].spec = options.layers[i];
-    pools[i].arena = backend.make_kv_arena(options.layers[i], options.block_size);
+    pools[i].backend = backend_of(i);
+    pools[i].arena = pools[i].backend->make_kv_arena(options.layers[i], options.block_size);
     pools[i].block_bytes = pools[i].arena->block_bytes();
     if (options.layers[i].window == 0) has_full_layer = true;
   }
@@ -47,7 +56,8 @@ KvCache::Impl::Impl(CacheOptions opts, Backend& be) : options(std::move(opts)), 
       check_layer_spec(to, int(i));
       if (to == options.layers[i]) continue;
       switch_pools[i].spec = to;
-      switch_pools[i].arena = backend.make_kv_arena(to, options.block_size);
+      switch_pools[i].backend = backend_of(i);
+      switch_pools[i].arena = switch_pools[i].backend->make_kv_arena(to, options.block_size);
       switch_pools[i].block_bytes = switch_pools[i].arena->block_bytes();
     }
     if (std::none_of(switch_pools.begin(), switch_pools.end(), [](const LayerPool& p) { return p.arena != nullptr; }))
@@ -213,6 +223,10 @@ KvCache& KvCache::operator=(KvCache&&) noexcept = default;
 
 const CacheOptions& KvCache::options() const { return impl_->options; }
 Backend& KvCache::backend() const { return impl_->backend; }
+Backend& KvCache::layer_backend(int layer_index) const {
+  layer(layer_index);  // checks the index
+  return *impl_->pools[std::size_t(layer_index)].backend;
+}
 
 int64_t KvCache::Impl::projected_blocks(int layer, int64_t tokens, int64_t step_tokens) const {
   const LayerPool& p = pools[std::size_t(layer)];
@@ -334,7 +348,7 @@ void KvCache::begin_step(std::span<const RowId> rows, std::span<const int32_t> c
     for (std::size_t i = next[std::size_t(p)]; i < fresh[std::size_t(p)].size(); ++i)
       m.release(p, fresh[std::size_t(p)][i]);
   for (int p = 0; p < m.num_pools(); ++p)
-    if (!copies[std::size_t(p)].empty()) m.backend.kv_copy_blocks(*m.pool(p).arena, copies[std::size_t(p)]);
+    if (!copies[std::size_t(p)].empty()) m.pool(p).backend->kv_copy_blocks(*m.pool(p).arena, copies[std::size_t(p)]);
   m.step_rows.assign(rows.begin(), rows.end());
   m.step_open = true;
 }
@@ -381,9 +395,9 @@ void KvCache::write(int layer_index, std::span<const TokenRun> runs, const Tenso
     }
     const int64_t end_token = first_token + int64_t(slots.size());
     if (first_token == 0 && end_token == total) {
-      m.backend.kv_write(*p.arena, slots, k, v);
+      p.backend->kv_write(*p.arena, slots, k, v);
     } else if (end_token > first_token) {
-      m.backend.kv_write(*p.arena, slots, k.rows(first_token, end_token), v.rows(first_token, end_token));
+      p.backend->kv_write(*p.arena, slots, k.rows(first_token, end_token), v.rows(first_token, end_token));
     }
     first_token = end_token;
   }
@@ -498,7 +512,7 @@ RowCache KvCache::extract(RowId id, int64_t limit) const {
     std::vector<int64_t> slots;
     slots.reserve(std::size_t(r.length - start));
     for (int64_t pos = start; pos < r.length; ++pos) slots.push_back(m.slot(r, int(l), pos));
-    m.backend.kv_read(*p.arena, slots, out.data[l].records);
+    p.backend->kv_read(*p.arena, slots, out.data[l].records);
   }
   return out;
 }
@@ -539,7 +553,7 @@ RowId KvCache::restore(const RowCache& saved) {
     std::vector<int64_t> slots;
     slots.reserve(std::size_t(saved.length - first));
     for (int64_t pos = first; pos < saved.length; ++pos) slots.push_back(m.slot(r, int(l), pos));
-    m.backend.kv_store(*m.pool(int(pid)).arena, slots, saved.data[l].records);
+    m.pool(int(pid)).backend->kv_store(*m.pool(int(pid)).arena, slots, saved.data[l].records);
   }
   m.settle(r);
   m.enforce_prefix_budget();
@@ -671,9 +685,9 @@ void KvCache::switch_precision(RowId id) {
       const LayerPool& dst = m.switch_pools[std::size_t(l)];
       in.resize(from.size() * kv::token_record_bytes(src.spec));
       out.resize(from.size() * kv::token_record_bytes(dst.spec));
-      m.backend.kv_read(*src.arena, from, in);
+      src.backend->kv_read(*src.arena, from, in);
       transcode_records(src.spec, dst.spec, in, out);
-      m.backend.kv_store(*dst.arena, to, out);
+      dst.backend->kv_store(*dst.arena, to, out);
     }
   } catch (...) {
     for (int p = 0; p < m.num_pools(); ++p)
@@ -842,7 +856,7 @@ void KvCache::read_token(int layer_index, RowId id, int64_t position, std::span<
     throw Error("read_token: output has " + std::to_string(out.size()) + " bytes, a record of " + row_name(id) +
                 " has " + std::to_string(kv::token_record_bytes(p.spec)));
   const int64_t slot = m.slot(r, layer_index, position);
-  m.backend.kv_read(*p.arena, {&slot, 1}, out);
+  p.backend->kv_read(*p.arena, {&slot, 1}, out);
 }
 
 int32_t KvCache::physical_block(int layer_index, RowId id, int64_t index) const {

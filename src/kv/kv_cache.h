@@ -33,6 +33,12 @@
 // known; that changes no row.
 //
 // Threads. One caller at a time (the backend runs one operation at a time).
+// One exception, for a model whose shards run on threads of their own:
+// while a step is open and no other call is in flight, write and attend of
+// different storage layers may run at once on different threads, each
+// layer's calls on one thread and its backend (layer_backend) called by no
+// one else meanwhile. They only read the books begin_step settled (rows,
+// block tables, reference counts) and write through their layer's arena.
 
 #include <cstddef>
 #include <cstdint>
@@ -75,6 +81,14 @@ struct CacheOptions {
   // recently used go first). 0 = keep a published block only while a row uses it.
   std::size_t prefix_cache_bytes = 0;
   std::optional<PrecisionSwitch> precision_switch;  // none: rows keep their codecs
+  // Where each storage layer's arenas live (tensor parallelism: a split
+  // model's shard s's layers on shard s's device, Model::kv_backends()).
+  // Empty, or one entry per layer (null: the cache's backend); every call
+  // that touches a layer's bytes (write, attend, block copies, extract,
+  // restore, the precision switch) runs on that layer's backend, and its
+  // K/V/q/out tensors must be that backend's. The backends must outlive
+  // the cache. An Error when the count does not match the layers.
+  std::vector<Backend*> layer_backends;
 };
 
 using RowId = int32_t;
@@ -123,6 +137,8 @@ class KvCache {
 
   const CacheOptions& options() const;
   Backend& backend() const;
+  // The backend storage layer `layer`'s arenas live on (CacheOptions::layer_backends).
+  Backend& layer_backend(int layer) const;
   int num_layers() const;
   const LayerSpec& layer(int index) const;
   std::string layout() const;  // layout_signature(options().layers)

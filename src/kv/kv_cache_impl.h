@@ -26,7 +26,8 @@ inline constexpr int32_t kNoBlock = -1;
 // memory release_free_memory can hand back to the system.
 struct LayerPool {
   LayerSpec spec;
-  std::unique_ptr<KvArena> arena;  // the bytes, on the backend's device
+  Backend* backend = nullptr;      // the one that allocated the arena and moves its bytes
+  std::unique_ptr<KvArena> arena;  // the bytes, on that backend's device
   std::size_t block_bytes = 0;     // arena->block_bytes()
   std::vector<int32_t> refs;       // by block id
   std::vector<int32_t> cache_entry;    // prefix entry holding the block, or -1

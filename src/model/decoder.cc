@@ -99,6 +99,14 @@ class DecoderModel final : public Model {
     return out;
   }
 
+  std::vector<Backend*> kv_backends() const override {
+    if (!workers_) return {};
+    std::vector<Backend*> out;  // in kv_layers()'s order: storage layer i·N + s on shard s's
+    for (std::size_t l = 0; l < cfg_.layers.size(); ++l)
+      if (cfg_.layers[l].owns_kv(int(l)))
+        for (Backend* b : shard_be_) out.push_back(b);
+    return out;
+  }
   std::string describe() const override { return description_; }
   using Model::forward;
   void forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor& logits, Tensor* hidden, RowPicks* picks) override;
@@ -585,12 +593,7 @@ void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch,
   const AttentionConfig& ac = lc.attention;
   const LayerWeights& lw = w_.layers[std::size_t(l)];
   const std::size_t n = std::size_t(shards_);
-  std::vector<ShardAttention> parts(n);
-  // Each shard's q, k, v on its backend.
-  for_each_shard([&](int s) { parts[std::size_t(s)] = project_shard(l, s, step, h); });
-  // Its KV storage written and read on the cache's backend, shard after
-  // shard (one KvCache, one caller): the stand-in's meeting point until KV
-  // arenas live on their shard's device.
+  std::vector<ShardAttention> parts(n);  // of the two-phase path below
   AttentionParams params;
   params.num_heads = ac.num_heads / shards_;
   params.head_dim = ac.head_dim;
@@ -598,21 +601,51 @@ void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch,
   params.scale = ac.scale;
   params.softcap = ac.softcap;
   const bool owns_kv = lc.owns_kv(l);
+  // Its KV storage written and read where the cache keeps it: on each
+  // shard's backend (Model::kv_backends: the shard does it on its thread),
+  // or all on the model's (the caller does it, shard after shard, between
+  // two phases).
+  bool kv_on_shards = true, kv_home = true;
   for (int s = 0; s < shards_; ++s) {
-    ShardAttention& p = parts[std::size_t(s)];
-    Backend& sb = shard_backend(s);
-    if (owns_kv) cache.write(storage(l, s), batch.runs, transfer(sb, p.k, be_), transfer(sb, p.v, be_));
-    const Tensor q = transfer(sb, p.q, be_);
-    p.attn = scratch({step.T, int64_t(params.num_heads) * params.head_dim});
-    cache.attend(storage(l, s), step.queries, q, params, p.attn);
+    const Backend* kb = &cache.layer_backend(storage(l, s));
+    kv_on_shards = kv_on_shards && kb == &shard_backend(s);
+    kv_home = kv_home && kb == &be_;
   }
-  // Each shard's partial of o_proj, on its backend.
+  if (!kv_on_shards && !kv_home)
+    throw Error("tensor parallel: the KV cache's storage layers of layer " + std::to_string(l) +
+                " are neither on their shards' backends nor all on the model's");
+  // On the cache layer's backend kb, with p's tensors there.
+  auto attend = [&](int s, ShardAttention& p, Backend& kb) {
+    if (owns_kv) cache.write(storage(l, s), batch.runs, p.k, p.v);
+    p.attn = scratch(kb, {step.T, int64_t(params.num_heads) * params.head_dim});
+    cache.attend(storage(l, s), step.queries, p.q, params, p.attn);
+  };
   std::vector<Tensor> partials(n);
-  for_each_shard([&](int s) {
-    Backend& sb = shard_backend(s);
-    partials[std::size_t(s)] =
-        linear(sb, transfer(be_, parts[std::size_t(s)].attn, sb), shard_weights_[std::size_t(l)][std::size_t(s)].o_proj);
-  });
+  if (kv_on_shards) {
+    // One phase: each shard's q/k/v, KV, attention and o_proj partial on its backend.
+    for_each_shard([&](int s) {
+      Backend& sb = shard_backend(s);
+      ShardAttention p = project_shard(l, s, step, h);
+      attend(s, p, sb);
+      partials[std::size_t(s)] = linear(sb, p.attn, shard_weights_[std::size_t(l)][std::size_t(s)].o_proj);
+    });
+  } else {
+    for_each_shard([&](int s) { parts[std::size_t(s)] = project_shard(l, s, step, h); });
+    for (int s = 0; s < shards_; ++s) {
+      ShardAttention& p = parts[std::size_t(s)];
+      Backend& sb = shard_backend(s);
+      p.k = transfer(sb, p.k, be_);
+      p.v = transfer(sb, p.v, be_);
+      p.q = transfer(sb, p.q, be_);
+      attend(s, p, be_);
+    }
+    // Each shard's partial of o_proj, on its backend.
+    for_each_shard([&](int s) {
+      Backend& sb = shard_backend(s);
+      partials[std::size_t(s)] = linear(sb, transfer(be_, parts[std::size_t(s)].attn, sb),
+                                        shard_weights_[std::size_t(l)][std::size_t(s)].o_proj);
+    });
+  }
   for (int s = 1; s < shards_; ++s) partials[std::size_t(s)] = transfer(shard_backend(s), partials[std::size_t(s)], be_);
   Tensor o = tensor_parallel::all_reduce_in_order(be_, partials);
   if (!lw.o_bias.empty()) be_.add_bias(o, lw.o_bias);  // once, after the sum

@@ -161,10 +161,17 @@ struct DecoderWeights {
 // them; the model keeps them alive and starts N - 1 threads (ShardWorkers)
 // that live as long as it does.
 //
+// kv_backends() then names shard s's backend for storage layers i·N + s
+// (for CacheOptions::layer_backends); a cache placed so has each shard
+// write and read its KV on its own thread, one with every layer on
+// `backend` has the caller do it shard after shard; any other placement is
+// an Error at forward, and the step is aborted (the cache keeps none of it).
+//
 // Threads (with shard backends): forward is still called by one thread at
 // a time; within it shard s's backend is called only from shard s's thread
-// and the model's backend (KV, sums, unsplit parts) only while the shard
-// threads wait. Errors: a shard's error is rethrown on the caller (the
+// (shard 0's is `backend`, on the caller's), the sums and unsplit parts
+// run on `backend` while the shard threads wait, and the cache's write and
+// attend of different storage layers run at once (kv_cache.h allows it). Errors: a shard's error is rethrown on the caller (the
 // lowest shard's when several fail) after every shard has stopped, and the
 // step is aborted as any failed step is (the cache keeps no write of it).
 std::unique_ptr<Model> make_decoder_model(DecoderConfig config, DecoderWeights weights, Backend& backend,

@@ -73,6 +73,14 @@ class Model {
   // The KV storage this model needs: one layer per attention layer that owns
   // its cache, each with `codec`.
   virtual std::vector<kv::LayerSpec> kv_layers(const kv::CodecSpec& codec) const = 0;
+  // Where kv_layers()'s storage layers would best live, for
+  // CacheOptions::layer_backends: a model split over shard backends
+  // (ModelOptions::shard_backends) names shard s's backend for shard s's
+  // layers, so that each shard writes and reads its KV on its own device
+  // and thread. Empty (the default): the model's backend for all. A cache
+  // built without it still works; the split model then writes and reads KV
+  // on its own backend, shard after shard.
+  virtual std::vector<Backend*> kv_backends() const { return {}; }
   // Runs one step on the cache's backend (the model's own). `logits` becomes
   // a host tensor [logits rows not marked argmax_only, vocab] f32, in
   // logit_rows order; `picks` (which must not be null when any row is

@@ -32,15 +32,17 @@
 // split weights prepared there and its layer work issued from its own
 // thread (shard_workers.h). Both run one code path, the same operations in
 // the same order per shard, so the bits are the same (tested against
-// hashes of the stand-in as it was before devices existed). A layer meets
-// three times: after the q/k/v projections (KV is written and read on the
-// model's backend, shard after shard: KV arenas are not yet placed per
-// device), and at the two sums. The residual stream, norms' outputs,
-// embeddings and head stay on the model's backend; shards copy the stream
-// in (a host copy: only host-memory backends are admitted) and their
-// partials out. A multi-GPU version keeps the split and the order and swaps
-// the copies (peer copies), all_reduce_in_order (NCCL with fixed chunking,
-// or an all-gather then this order) and the KV placement; see
+// hashes of the stand-in as it was before devices existed). KV storage
+// layer logical·N + s lives on shard s's backend when the cache is built
+// with Model::kv_backends() (the engine's and CLI's are), and a layer's
+// shards meet only at the two sums; a cache all on the model's backend
+// adds a meeting after the q/k/v projections (KV written and read there,
+// shard after shard). The residual stream, embeddings, head and KV books
+// stay on the model's backend; shards copy the stream in (a host copy:
+// only host-memory backends are admitted) and their partials out. A
+// multi-GPU version keeps the split, the placement and the order and swaps
+// the copies (peer copies) and all_reduce_in_order (NCCL with fixed
+// chunking, or an all-gather then this order); see
 // docs/design/tensor-parallel.md.
 //
 // Memory: column shards are copies, so a split model holds o_proj and

@@ -58,12 +58,14 @@ struct Case {
 // Every logits row of a schedule that exercises the cache across steps:
 // four tokens of `other`, then `prompt` in chunks of 3, each beside one more
 // token of `other` while it lasts. `prompt_rows`, if given, gets the
-// prompt's rows alone.
+// prompt's rows alone. With kv_on_devices the cache places each storage
+// layer where the model asks (Model::kv_backends), else all on `backend`.
 std::vector<float> run(const Case& c, Backend& backend, const ModelOptions& options,
-                       std::vector<float>* prompt_rows = nullptr) {
+                       std::vector<float>* prompt_rows = nullptr, bool kv_on_devices = true) {
   auto model = c.build(backend, options);
   kv::CacheOptions opt;
   opt.layers = model->kv_layers(kv::parse_codec(c.codec));
+  if (kv_on_devices) opt.layer_backends = model->kv_backends();
   opt.block_size = 4;
   kv::KvCache cache(opt, backend);
   const kv::RowId other = cache.create_row(), row = cache.create_row();
@@ -169,13 +171,16 @@ struct Devices {
 TEST(TensorParallelDevices, TwoCpuDevicesGiveTheStandInsBits) {
   for (const Case& c : cases()) {
     auto backend = make_backend({"cpu", 2, MatmulPrecision::F32});
-    const std::vector<float> one = run(c, *backend, {.tensor_parallel = 2});
-    Devices devices(2);
-    const std::vector<float> two = run(c, *devices.first, devices.options());
-    ASSERT_EQ(one.size(), two.size()) << c.name;
-    EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0)
-        << c.name << ": two devices differ from one backend";
-    EXPECT_EQ(hex(fnv1a(two)), hex(main_hash(c.name))) << c.name << ": two devices differ from main's stand-in";
+    const std::vector<float> one = run(c, *backend, {.tensor_parallel = 2}, nullptr, false);
+    for (const bool kv_on_devices : {true, false}) {
+      const std::string where = c.name + (kv_on_devices ? ", KV on the devices" : ", KV on the model's backend");
+      Devices devices(2);
+      const std::vector<float> two = run(c, *devices.first, devices.options(), nullptr, kv_on_devices);
+      ASSERT_EQ(one.size(), two.size()) << where;
+      EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0)
+          << where << ": two devices differ from one backend";
+      EXPECT_EQ(hex(fnv1a(two)), hex(main_hash(c.name))) << where << ": two devices differ from main's stand-in";
+    }
     EXPECT_EQ(hex(fnv1a(one)), hex(main_hash(c.name))) << c.name << ": one backend differs from main's stand-in";
   }
 }
@@ -186,6 +191,7 @@ TEST(TensorParallelDevices, TwoCpuDevicesGiveARowTheSameBitsAloneAndBatched) {
     auto model = c.build(*alone_devices.first, alone_devices.options());
     kv::CacheOptions opt;
     opt.layers = model->kv_layers(kv::parse_codec(c.codec));
+    opt.layer_backends = model->kv_backends();
     opt.block_size = 4;
     kv::KvCache cache(opt, *alone_devices.first);
     const kv::RowId row = cache.create_row();
@@ -201,6 +207,23 @@ TEST(TensorParallelDevices, TwoCpuDevicesGiveARowTheSameBitsAloneAndBatched) {
     EXPECT_EQ(std::memcmp(want.data(), prompt_rows.data(), want.size() * sizeof(float)), 0)
         << c.name << ": on two devices a row's logits differ alone and batched";
   }
+}
+
+// Storage layer i·N + s lives on shard s's backend; one model's backend
+// alone names no placement.
+TEST(TensorParallelDevices, KvStorageLayersLiveOnTheirShardsDevices) {
+  const Case c = cases().front();
+  Devices devices(2);
+  auto model = c.build(*devices.first, devices.options());
+  kv::CacheOptions opt;
+  opt.layers = model->kv_layers(kv::parse_codec("f32"));
+  opt.layer_backends = model->kv_backends();
+  ASSERT_EQ(opt.layer_backends.size(), opt.layers.size());
+  kv::KvCache cache(opt, *devices.first);
+  for (int i = 0; i < cache.num_layers(); ++i)
+    EXPECT_EQ(&cache.layer_backend(i), i % 2 ? devices.others[0].get() : devices.first.get()) << "storage layer " << i;
+  auto backend = make_backend({"cpu", 1});
+  EXPECT_TRUE(c.build(*backend, {.tensor_parallel = 2})->kv_backends().empty());
 }
 
 TEST(TensorParallelDevices, RefusesBackendsThatDoNotFitTheShards) {
