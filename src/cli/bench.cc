@@ -225,10 +225,18 @@ int concurrency_bench(const Args& args, const std::string& concurrency, const st
   Backend* backend_of_engine = nullptr;  // with random weights: the engine's backend
   std::string source;
   if (auto dir = args.get_opt("model")) {
-    if (profile) throw Error("--profile with --concurrency runs on random weights (leave out --model)");
     if (args.get_opt("quantize")) throw Error("--quantize applies to random weights (leave out --model)");
     eo.model_dir = resolve_model(*dir, false).dir;
-    engine = Engine::create(eo);
+    if (profile) {
+      // The engine on a backend this command holds, so that its operations
+      // can be timed (tensor-parallel shards then run on that one backend).
+      auto backend = make_backend(backend_options_from(args));
+      auto model = load_model(eo.model_dir, *backend, {.tensor_parallel = eo.tensor_parallel});
+      backend_of_engine = backend.get();
+      engine = Engine::create(eo, std::move(backend), std::move(model));
+    } else {
+      engine = Engine::create(eo);
+    }
     source = *dir;
   } else {
     auto backend = make_backend(backend_options_from(args));

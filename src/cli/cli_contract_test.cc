@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -455,6 +456,23 @@ TEST(Cli, GgufFileRunsLikeItsModelDirectory) {
   EXPECT_NE(p_dir.err.find("no bos_token_id"), std::string::npos) << p_dir.err;
   EXPECT_EQ(p_gguf.status, p_dir.status);
   EXPECT_EQ(p_gguf.err, p_dir.err);
+}
+
+// bench through the engine on a model file, profiled: the steps' operations
+// are reported per step, and the profiled run generates what was asked.
+TEST(Cli, BenchProfilesTheEngineOnAModelFile) {
+  const std::string gguf = kSource + "/tests/fixtures/gguf/qwen3_chat_f32.gguf";
+  const CommandRun r =
+      rowlm("bench --device cpu --threads 1 --model " + gguf + " --concurrency 1,2 --prompt-tokens 6 --gen-tokens 4 --profile");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = json::parse(r.out.substr(r.out.find('{')));
+  ASSERT_EQ(j["runs"].size(), 2u);
+  for (const json& run : j["runs"]) {
+    EXPECT_EQ(run["generated_tokens"].get<int>(), 4 * run["concurrency"].get<int>()) << run.dump();
+    std::set<std::string> ops;
+    for (const json& op : run["profile_per_step"]["ops"]) ops.insert(op["op"].get<std::string>());
+    EXPECT_TRUE(ops.count("matmul") && ops.count("attention")) << run.dump();
+  }
 }
 
 TEST(Cli, BadArgumentsGiveClearErrors) {
