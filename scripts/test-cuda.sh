@@ -18,8 +18,20 @@
 # On the accelerator machine, first: source .device/bootstrap.sh (see
 # ../shared/device/README.md). CMAKE_CUDA_ARCHITECTURES defaults to the
 # GPU's own.
+#
+#   scripts/test-cuda.sh [STAGE...]    the stages named (1 to 6), default all
+#
+# Node and the SDKs for stage 5 where the machine has neither (the
+# accelerator machine reaches no registry): tools/device/pack_node.sh here
+# writes .device-node/ (to travel with the tree); this script unpacks it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(1 2 3 4 5 6)
+for s in "${stages[@]}"; do
+  case "$s" in [1-6]) ;; *) echo "test-cuda.sh: stages are 1 to 6, got '$s'" >&2; exit 2 ;; esac
+done
+want() { [[ " ${stages[*]} " == *" $1 "* ]]; }
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 # The GPU's own architecture (Hopper as 90a: its wgmma GEMM tiles).
 native=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
@@ -27,10 +39,19 @@ native=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | 
 arch=${CMAKE_CUDA_ARCHITECTURES:-${native:-native}}
 cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DROWLM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
       ${ROWLM_DEVICE_CMAKE_ARGS:-} >/dev/null
-cmake --build build-cuda -j "$(nproc)"
+targets=()
+want 1 || want 2 && targets+=(backend_cuda_tests)
+want 3 && targets+=(engine_tests)
+want 4 && targets+=(rowlm cli_tests)
+want 5 || want 6 && targets+=(rowlm scripted_server)
+cmake --build build-cuda -j "$(nproc)" --target "${targets[@]}"
 
+status=0
+if want 1; then
 echo "== 1. CUDA backend against the CPU backend" >&2
 build-cuda/src/backend/cuda/backend_cuda_tests
+fi
+if want 2; then
 echo "== 2. compute-sanitizer memcheck" >&2
 if command -v compute-sanitizer >/dev/null; then
   compute-sanitizer --tool memcheck --error-exitcode 1 build-cuda/src/backend/cuda/backend_cuda_tests >/dev/null
@@ -38,11 +59,12 @@ if command -v compute-sanitizer >/dev/null; then
 else
   echo "compute-sanitizer not found: memcheck skipped" >&2
 fi
+fi
+if want 3; then
 echo "== 3. engine on the GPU" >&2
 # A crash is diagnosed here, in the same call: the test it stopped in runs
 # again under a debugger (a backtrace) and under memcheck; the later stages
 # still run, and the suite fails at the end.
-status=0
 engine_log=$(mktemp)
 if ! ROWLM_TEST_DEVICE=cuda build-cuda/src/engine/engine_tests 2>&1 | tee "$engine_log"; then
   status=1
@@ -61,10 +83,22 @@ if ! ROWLM_TEST_DEVICE=cuda build-cuda/src/engine/engine_tests 2>&1 | tee "$engi
   fi
 fi
 rm -f "$engine_log"
+fi
+if want 4; then
 echo "== 4. the rowlm command (auto picks the GPU)" >&2
 build-cuda/rowlm generate models/rowlm-tiny "In the beginning" --max-tokens 8 2>&1 >/dev/null | grep "running on cuda"
 build-cuda/src/cli/cli_tests
+fi
+if want 5; then
 echo "== 5. the server on the GPU" >&2
+if ! command -v node >/dev/null && [ -f .device-node/node.xz ]; then
+  mkdir -p /tmp/rowlm-node/bin
+  xz -dc .device-node/node.xz >/tmp/rowlm-node/bin/node && chmod +x /tmp/rowlm-node/bin/node
+  export PATH="/tmp/rowlm-node/bin:$PATH"
+fi
+if [ ! -d tests/server/node_modules/openai ] && [ -f .device-node/sdk.txz ]; then
+  tar -C tests/server -xJf .device-node/sdk.txz
+fi
 log=$(mktemp)
 build-cuda/rowlm serve models/rowlm-tiny --port 0 2>"$log" &
 server=$!
@@ -84,8 +118,11 @@ if command -v node >/dev/null && [ -d tests/server/node_modules/openai ]; then
 else
   echo "Node or the SDKs (tests/server/node_modules, installed by tests/server/run.sh) are missing: the SDK tests were not run" >&2
 fi
+fi
+if want 6; then
 echo "== 6. sampling on the GPU equals the host's" >&2
 scripts/compare-sampling.sh build-cuda/rowlm cuda cpu || status=1
+fi
 if [ "$status" -ne 0 ]; then
   echo "== GPU suite FAILED: the engine tests (stage 3) or the sampling comparison (stage 6) did not pass" >&2
   exit 1

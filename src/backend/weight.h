@@ -59,10 +59,11 @@ enum class CodeOrder : uint8_t {
   // lanes, lane j reading word j, each get the codes of the columns it sums
   // (k ≡ j mod 16) in increasing k from one 4-byte load per word.
   Lanes16,
-  // The CUDA backend's under bf16 matmul precision, for 4-bit codes where
-  // rows and cols are multiples of 16: tiles of 16 × 16 codes in the
-  // tensor cores' fragment order (backend/cuda/gemm_affine.h). Row ranges
-  // of it start and end on multiples of 16 rows.
+  // The CUDA backend's under bf16 matmul precision, for 4-, 5-, 6- and
+  // 8-bit codes where rows and cols are multiples of 16: tiles of 16 × 16
+  // codes in the tensor cores' fragment order, low nibbles and high bits
+  // apart (backend/cuda/gemm_affine.h). Row ranges of it start and end on
+  // multiples of 16 rows.
   Mma16,
 };
 // Codes in one 16-word block of CodeOrder::Lanes16 (128 at 4 bits, 64 at 8).

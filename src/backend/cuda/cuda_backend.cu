@@ -1105,10 +1105,11 @@ class CudaBackend final : public Backend {
   // f32 bytes. Under f32 precision the f32 kernels dequantize each element
   // as they read it (cuda::WeightRef: scale·code + bias, two roundings, as
   // quant::dequantize): its matmul is bitwise the dense f32 matmul of the
-  // dequantized matrix, the CPU backend's bits. Under bf16 precision 4-bit
-  // codes go to the tensor cores (gemm_affine.h: the activations rounded to
-  // bf16, as for bf16 weights) wherever their shape allows, other codes
-  // still to the f32 kernels.
+  // dequantized matrix, the CPU backend's bits. Under bf16 precision 4-, 5-,
+  // 6- and 8-bit codes go to the tensor cores (gemm_affine.h: the
+  // activations rounded to bf16, as for bf16 weights) wherever their shape
+  // allows; 2- and 3-bit codes, and shapes that do not fit, still to the f32
+  // kernels.
   Weight upload_affine(const Weight& w) {
     if (holds(w)) return w;  // prepared already
     ROWLM_REQUIRE(w.code_order == CodeOrder::Stream,
@@ -1138,7 +1139,7 @@ class CudaBackend final : public Backend {
       auto p = device_alloc(device_, out.values.nbytes(), "affine codes", queue_.released());
       auto* to = static_cast<uint32_t*>(p.get());
       if (mma)
-        cuda::affine_mma16_from_stream(out.values.data<uint32_t>(), to, w.rows, w.cols, stream_);
+        cuda::affine_mma16_from_stream(out.values.data<uint32_t>(), to, w.rows, w.cols, w.bits, stream_);
       else
         cuda::affine_lanes16_from_stream(out.values.data<uint32_t>(), to, w.rows, w.cols, w.bits, stream_);
       check(cudaGetLastError(), "affine codes");

@@ -181,83 +181,104 @@ TEST_F(CudaVsCpu, AffineMatmulAndEmbedEqualTheCpuUnderEitherPrecision) {
   }
 }
 
-// 4-bit weights on tensor cores (bf16 precision, gemm_affine.h): against an
-// oracle in double on the host (the bf16-rounded activations times the
-// weights dequantized by quant::dequantize), every row's bits the same alone
-// and in batches of any size (each token-tile width and the split over K),
-// and the embedding lookup on the tensor cores' code order still the CPU's.
-TEST_F(CudaVsCpu, AffineQ4OnTensorCoresMatchesAnOracleAndIsTheSameInAnyBatch) {
+// 4-, 5-, 6- and 8-bit weights on tensor cores (bf16 precision,
+// gemm_affine.h): against an oracle in double on the host (the bf16-rounded
+// activations times the weights dequantized by quant::dequantize), every
+// row's bits the same alone and in batches of any size (each token-tile
+// width and the split over K), a range of row tiles the same as those rows
+// of the whole, and the embedding lookup on the tensor cores' code order
+// still the CPU's.
+TEST_F(CudaVsCpu, AffineOnTensorCoresMatchesAnOracleAndIsTheSameInAnyBatch) {
   auto g = make_cuda_backend(0, BackendOptions{"cuda", 0, MatmulPrecision::Bf16});
   // K = 1536: three chunks (split over K at these few rows); 640: a chunk and
   // a part; N = 1104 · 16: enough row tiles that one row alone does not split.
-  for (auto [N, K, group, params] : {std::tuple{int64_t(48), int64_t(1536), 64, DType::BF16},
-                                     std::tuple{int64_t(16), int64_t(640), 32, DType::F16},
-                                     std::tuple{int64_t(32), int64_t(512), 128, DType::F32},
-                                     std::tuple{int64_t(1104 * 16), int64_t(1024), 64, DType::BF16}}) {
-    const Weight w = decoder::quantize_matrix(random({N, K}, 0.5f), {4, group}, params);
-    const Weight on_gpu = g->prepare_weight(w);
-    ASSERT_EQ(on_gpu.code_order, CodeOrder::Mma16);
-    std::vector<float> dq(std::size_t(N * K));
-    quant::dequantize({w.values.data<uint32_t>(), std::size_t(N * K / 8)}, w.scales.raw(), w.biases.raw(), params,
-                      {4, group}, dq);
-    const Tensor x = random({70, K}, 2.0f);
-    auto run = [&](int64_t first, int64_t M) {
-      Tensor xm(DType::F32, {M, K});
-      std::memcpy(xm.raw(), x.data<float>() + first * K, std::size_t(M * K) * 4);
-      Tensor y = g->upload(Tensor(DType::F32, {M, N}));
-      g->matmul(g->upload(xm), on_gpu, y);
-      Tensor out(DType::F32, {M, N});
-      g->copy_to_host(y, out.raw());
-      return out;
-    };
-    const std::string what = "q4/" + std::to_string(group) + " N" + std::to_string(N) + " K" + std::to_string(K);
-    const Tensor all = run(0, 70);
-    // The oracle, on a sample of the outputs (every one for the small shapes).
-    const int64_t n_step = N > 64 ? 997 : 1;
-    int64_t bad = 0;
-    for (int64_t m = 0; m < 70; m += (N > 64 ? 13 : 1))
-      for (int64_t n = 0; n < N; n += n_step) {
-        double sum = 0.0, scale = 0.0;
-        for (int64_t k = 0; k < K; ++k) {
-          const double xk = bf16_to_f32(f32_to_bf16(x.data<float>()[m * K + k]));
-          const double wk = dq[std::size_t(n * K + k)];
-          const double b = quant::load_param(w.biases.raw(), params, n * (K / group) + k / group);
-          sum += xk * wk;
-          scale += std::abs(xk) * (std::abs(wk) + 2.0 * std::abs(b));
+  for (int width : {4, 5, 6, 8})
+    for (auto [N, K, group, params] : {std::tuple{int64_t(48), int64_t(1536), 64, DType::BF16},
+                                       std::tuple{int64_t(16), int64_t(640), 32, DType::F16},
+                                       std::tuple{int64_t(32), int64_t(512), 128, DType::F32},
+                                       std::tuple{int64_t(1104 * 16), int64_t(1024), 64, DType::BF16}}) {
+      if (width != 4 && N > 64) continue;  // the large shape once: it tests the launch, not the codes
+      const Weight w = decoder::quantize_matrix(random({N, K}, 0.5f), {width, group}, params);
+      const Weight on_gpu = g->prepare_weight(w);
+      ASSERT_EQ(on_gpu.code_order, CodeOrder::Mma16);
+      std::vector<float> dq(std::size_t(N * K));
+      quant::dequantize({w.values.data<uint32_t>(), std::size_t(N * K * width / 32)}, w.scales.raw(), w.biases.raw(),
+                        params, {width, group}, dq);
+      const Tensor x = random({70, K}, 2.0f);
+      auto run = [&](const Weight& weight, int64_t first, int64_t M) {
+        Tensor xm(DType::F32, {M, K});
+        std::memcpy(xm.raw(), x.data<float>() + first * K, std::size_t(M * K) * 4);
+        Tensor y = g->upload(Tensor(DType::F32, {M, weight.rows}));
+        g->matmul(g->upload(xm), weight, y);
+        Tensor out(DType::F32, {M, weight.rows});
+        g->copy_to_host(y, out.raw());
+        return out;
+      };
+      const std::string what =
+          "q" + std::to_string(width) + "/" + std::to_string(group) + " N" + std::to_string(N) + " K" + std::to_string(K);
+      const Tensor all = run(on_gpu, 0, 70);
+      // The oracle, on a sample of the outputs (every one for the small shapes).
+      const int64_t n_step = N > 64 ? 997 : 1;
+      int64_t bad = 0;
+      for (int64_t m = 0; m < 70; m += (N > 64 ? 13 : 1))
+        for (int64_t n = 0; n < N; n += n_step) {
+          double sum = 0.0, scale = 0.0;
+          for (int64_t k = 0; k < K; ++k) {
+            const double xk = bf16_to_f32(f32_to_bf16(x.data<float>()[m * K + k]));
+            const double wk = dq[std::size_t(n * K + k)];
+            const double b = quant::load_param(w.biases.raw(), params, n * (K / group) + k / group);
+            sum += xk * wk;
+            scale += std::abs(xk) * (std::abs(wk) + 2.0 * std::abs(b));
+          }
+          const double got = all.data<float>()[m * N + n];
+          if (std::abs(got - sum) > 1e-5 * scale && bad++ < 3)
+            ADD_FAILURE() << what << " m" << m << " n" << n << ": " << got << " against " << sum << " (scale " << scale
+                          << ")";
         }
-        const double got = all.data<float>()[m * N + n];
-        if (std::abs(got - sum) > 1e-5 * scale && bad++ < 3)
-          ADD_FAILURE() << what << " m" << m << " n" << n << ": " << got << " against " << sum << " (scale " << scale
-                        << ")";
+      // Alone and in other batches (token tiles of 8, 16, 32, 64; rows at
+      // every offset in a tile), the same bits as in the batch of 70.
+      for (auto [first, M] : {std::pair{int64_t(0), int64_t(1)}, std::pair{int64_t(37), int64_t(1)},
+                              std::pair{int64_t(3), int64_t(5)}, std::pair{int64_t(60), int64_t(9)},
+                              std::pair{int64_t(11), int64_t(17)}, std::pair{int64_t(21), int64_t(40)}}) {
+        const Tensor part = run(on_gpu, first, M);
+        for (int64_t i = 0; i < M * N && bad < 3; ++i)
+          if (bits(part.data<float>()[i]) != bits(all.data<float>()[first * N + i])) {
+            ADD_FAILURE() << what << ": row " << first + i / N << " column " << i % N << " is "
+                          << part.data<float>()[i] << " in a batch of " << M << ", "
+                          << all.data<float>()[first * N + i] << " in the batch of 70";
+            ++bad;
+          }
       }
-    // Alone and in other batches (token tiles of 8, 16, 32, 64; rows at
-    // every offset in a tile), the same bits as in the batch of 70.
-    for (auto [first, M] : {std::pair{int64_t(0), int64_t(1)}, std::pair{int64_t(37), int64_t(1)},
-                            std::pair{int64_t(3), int64_t(5)}, std::pair{int64_t(60), int64_t(9)},
-                            std::pair{int64_t(11), int64_t(17)}, std::pair{int64_t(21), int64_t(40)}}) {
-      const Tensor part = run(first, M);
-      for (int64_t i = 0; i < M * N && bad < 3; ++i)
-        if (bits(part.data<float>()[i]) != bits(all.data<float>()[first * N + i])) {
-          ADD_FAILURE() << what << ": row " << first + i / N << " column " << i % N << " is "
-                        << part.data<float>()[i] << " in a batch of " << M << ", "
-                        << all.data<float>()[first * N + i] << " in the batch of 70";
-          ++bad;
-        }
+      // The last row tile alone (a view into the codes): those rows' bits.
+      if (N >= 32) {
+        const Tensor tail = run(on_gpu.row_range(N - 16, N), 0, 70);
+        for (int64_t m = 0; m < 70 && bad < 3; ++m)
+          for (int64_t n = 0; n < 16; ++n)
+            if (bits(tail.data<float>()[m * 16 + n]) != bits(all.data<float>()[m * N + N - 16 + n])) {
+              ADD_FAILURE() << what << ": rows [" << N - 16 << ", " << N << ") alone differ at m" << m << " n" << n;
+              ++bad;
+              break;
+            }
+      }
     }
-  }
   // An embedding table in the tensor cores' order looks up the CPU's bits.
-  const Weight table = decoder::quantize_matrix(random({48, 256}, 0.5f), {4, 32}, DType::BF16);
-  const Weight on_gpu = g->prepare_weight(table);
-  ASSERT_EQ(on_gpu.code_order, CodeOrder::Mma16);
-  const Tensor ids = ints({0, 47, 17, 17, 30});
-  Tensor want(DType::F32, {5, 256});
-  cpu->embed(ids, cpu->prepare_weight(table), 1.5f, want);
-  Tensor out = g->upload(Tensor(DType::F32, {5, 256}));
-  g->embed(g->upload(ids), on_gpu, 1.5f, out);
-  Tensor got(DType::F32, {5, 256});
-  g->copy_to_host(out, got.raw());
-  expect_bitwise(got, want, "affine embedding in Mma16 order");
-  EXPECT_THROW(on_gpu.row_range(8, 24), Error) << "a row range across tiles";
+  for (int width : {4, 5, 6, 8}) {
+    const Weight table = decoder::quantize_matrix(random({48, 256}, 0.5f), {width, 32}, DType::BF16);
+    const Weight on_gpu = g->prepare_weight(table);
+    ASSERT_EQ(on_gpu.code_order, CodeOrder::Mma16);
+    const Tensor ids = ints({0, 47, 17, 17, 30});
+    Tensor want(DType::F32, {5, 256});
+    cpu->embed(ids, cpu->prepare_weight(table), 1.5f, want);
+    Tensor out = g->upload(Tensor(DType::F32, {5, 256}));
+    g->embed(g->upload(ids), on_gpu, 1.5f, out);
+    Tensor got(DType::F32, {5, 256});
+    g->copy_to_host(out, got.raw());
+    expect_bitwise(got, want, "q" + std::to_string(width) + " embedding in Mma16 order");
+    EXPECT_THROW(on_gpu.row_range(8, 24), Error) << "a row range across tiles";
+  }
+  // 2- and 3-bit codes keep the stream order (the f32 kernels).
+  EXPECT_EQ(g->prepare_weight(decoder::quantize_matrix(random({32, 256}, 0.5f), {3, 32}, DType::BF16)).code_order,
+            CodeOrder::Stream);
 }
 
 TEST_F(CudaVsCpu, ElementwiseNormsRopeAndRowOpsEqualTheCpu) {

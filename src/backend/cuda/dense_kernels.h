@@ -33,7 +33,7 @@ struct WeightRef {
   int32_t group_size = 0;
   int32_t order = 0;  // affine only: kStreamOrder, kLanes16Order or kMma16Order
 };
-// WeightRef::order: CodeOrder::Stream, Lanes16 (4 or 8 bits), Mma16 (4 bits).
+// WeightRef::order: CodeOrder::Stream, Lanes16 (4 or 8 bits), Mma16 (4, 5, 6 or 8 bits).
 inline constexpr int32_t kStreamOrder = 0, kLanes16Order = 1, kMma16Order = 2;
 
 // y[m, n] = Σ_k x[m, k] · w[n, k] in the CPU's canonical order: 16 lanes,

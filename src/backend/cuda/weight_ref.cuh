@@ -8,6 +8,7 @@
 
 #include "backend/cuda/dense_kernels.h"
 #include "backend/cuda/device_math.cuh"
+#include "backend/cuda/gemm_affine.h"
 
 namespace rowlm::cuda {
 
@@ -29,12 +30,19 @@ __device__ __forceinline__ uint32_t affine_code(const WeightRef& w, int64_t row,
     const uint32_t word = words[row * (w.cols / per_word) + block * 16 + in % 16];
     return (word >> (int(in / 16) * w.bits)) & mask;
   }
-  if (w.order == kMma16Order) {  // 4 bits; the layout is gemm_affine.h's
+  if (w.order == kMma16Order) {  // the layout is gemm_affine.h's
     const int r = int(row % 16), c = int(col % 16);
-    const int64_t tile = row / 16 * (w.cols / 16) + col / 16;
-    const uint32_t word = words[tile * 32 + (r % 8) * 4 + (c % 8) / 2];
-    const int reg = r / 8 + 2 * (c / 8);
-    return (word >> (4 * reg + 16 * (c % 2))) & 0xFu;
+    const int64_t row_tile = row / 16, step = col / 16;
+    const int lane = (r % 8) * 4 + (c % 8) / 2, field = r / 8 + 2 * (c / 8) + 4 * (c % 2);
+    const uint32_t lo =
+        (words[mma16_row_tile_words(row_tile, w.cols, w.bits) + step * 32 + lane] >> (4 * field)) & 0xFu;
+    const int hi_bits = w.bits - 4;
+    if (hi_bits == 0) return lo;
+    const unsigned char* fields = reinterpret_cast<const unsigned char*>(words) +
+                                  mma16_high_bytes(row_tile, w.cols, w.bits) + (step * 32 + lane) * hi_bits;
+    uint32_t f = 0;
+    for (int b = 0; b < hi_bits; ++b) f |= uint32_t(fields[b]) << (8 * b);
+    return lo | ((f >> (hi_bits * field)) & ((1u << hi_bits) - 1u)) << 4;
   }
   // Stream: rows hold whole words (cols · bits is a multiple of 32), a row's
   // stream starts at its first word; a code may run into the next word.
