@@ -494,9 +494,14 @@ TEST(Speculation, SampledRowsAreVerifiedWithoutTheirLogitsCrossing) {
     void propose(std::span<engine::DraftJob> jobs, const engine::TargetView&) override {
       for (engine::DraftJob& job : jobs) {
         job.tokens.clear();
-        for (int j = 0; j < job.max_tokens; ++j)
-          job.tokens.push_back(rng() % 4 ? (*sequence)[std::size_t(job.request->sequence_length() + j) % sequence->size()]
-                                         : int32_t(rng() % 8192));
+        // The continuation, a token drafted earlier in the round (the
+        // penalties then differ from row to row), or any token.
+        for (int j = 0; j < job.max_tokens; ++j) {
+          const unsigned how = rng() % 4;
+          job.tokens.push_back(how == 0   ? int32_t(rng() % 8192)
+                               : how == 1 && j > 0 ? job.tokens[rng() % std::size_t(j)]
+                                         : (*sequence)[std::size_t(job.request->sequence_length() + j) % sequence->size()]);
+        }
       }
     }
   };
@@ -527,6 +532,8 @@ TEST(Speculation, SampledRowsAreVerifiedWithoutTheirLogitsCrossing) {
   request.sampling.seed = 17;
   request.sampling.logprobs = 3;
   request.sampling.repetition_penalty = 1.2f;
+  request.sampling.presence_penalty = 1.5f;
+  request.sampling.frequency_penalty = 2.0f;
   request.sampling.logit_bias[sequence[prompt.size() + 2]] = 1.5f;
   engine::RequestState r(1, request, prompt, V, nullptr, std::make_shared<engine::HandleImpl>(1, [] {}), {});
   runner.attach(r);
@@ -535,8 +542,8 @@ TEST(Speculation, SampledRowsAreVerifiedWithoutTheirLogitsCrossing) {
   r.sampler.accept(t0);
   r.tokens.push_back(t0);
   int rounds = 0, kept = 0, rejected = 0;
-  while (r.sequence_length() < 48) {
-    std::vector<engine::DraftJob> jobs{{&r, 3, {}, {}}};
+  while (r.sequence_length() < 64) {
+    std::vector<engine::DraftJob> jobs{{&r, 4, {}, {}}};
     runner.propose(jobs);
     const std::vector<int32_t> drafts = jobs[0].tokens;
     const std::size_t g = drafts.size();
