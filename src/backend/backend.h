@@ -222,16 +222,19 @@ class Backend {
   // with 0 < V <= argmax_code::kMaxRow, codes [n] i32. The greedy rows of a
   // step need no more of their logits.
   virtual void argmax_rows(const Tensor& x, Tensor& codes) = 0;
-  // Samples rows of x ([n, V] f32; a sampled row is left processed unless
-  // it asks for logprobs) where they lie, as row_sampling.h defines (the
+  // Samples rows of x ([n, V] f32; a sampled row's contents are left
+  // unspecified) where they lie, as row_sampling.h defines (the
   // token sampling::Sampler::sample gives): tokens[j] ([rows.size()] i32)
   // for rows[j], and for a row asking for logprobs its RowLogprobStats at
   // stats[j] (a u8 tensor of rows.size() of them; needed only then).
   // `edits` holds the rows' edit lists, `masks` their grammar masks. A row
   // that holds NaN or +inf, or no finite entry, where its mask leaves it,
-  // gets its argmax code (< 0) for a token. For a backend whose logits are
-  // not in host memory; the default (the CPU backend, whose rows the engine
-  // samples in place) is an Error.
+  // gets its argmax code (< 0) for a token. A row with a draft verifies it
+  // (row_sampling.h: the verdict of sampling::verify_draft_token), so a
+  // speculative row's logits need not cross either. The default is an Error
+  // (samples_rows() false): the CPU backend made without the host's row
+  // sampler (make_cpu_backend; make_backend hands it one).
+  virtual bool samples_rows() const { return false; }
   virtual void sample_rows(Tensor& x, std::span<const RowSampling> rows, std::span<const RowSamplingEdit> edits,
                            std::span<const uint64_t> masks, Tensor& tokens, Tensor* stats) {
     (void)x, (void)rows, (void)edits, (void)masks, (void)tokens, (void)stats;

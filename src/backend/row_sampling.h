@@ -31,6 +31,20 @@
 // takes: the row's max, the double total of exp(x − max) summed as in step
 // 6, the chosen token's logit, and the `logprobs` most likely entries
 // (value desc, index asc) with their logits.
+//
+// A row with draft >= 0 verifies that draft token instead of drawing
+// (sampling/speculative.h verify_draft_token, for a deterministic drafter:
+// q one-hot at the draft). After steps 0-5 it takes p as the host's
+// next_token_probs does (greedy: one-hot at step 2's index; else the
+// masses of step 6 times float(1 / total)), keeps the draft when p(draft)
+// >= 1 or u < p(draft) (u: the sampler's kSpecAccept draw), and otherwise
+// draws from the residual (p with the draft's entry zeroed; p itself, that
+// is the draft, when nothing else is left) with u_residual (its
+// kSpecResidual draw) as sampling::draw_token does: per 1024-entry block,
+// eight double lanes of entries ≡ lane (mod 8) added in order, the lanes
+// added in order, the blocks in order, and the walk. Its token is the draft
+// when kept, else kDraftRejected | the replacement; a row sample() would
+// refuse still gets its argmax code.
 
 #include <cstdint>
 #include <limits>
@@ -60,7 +74,15 @@ struct RowSampling {
   // The row's allowed tokens, a bit each, from this index of the mask words
   // ((V + 63) / 64 of them); -1: all allowed.
   int32_t mask_begin = -1;
+  // >= 0: verify this draft token (above); u is then the acceptance draw.
+  int32_t draft = -1;
+  double u_residual = 0.0;  // the residual's draw, in [0, 1)
 };
+
+// A verifying row's token when its draft was rejected: this bit over the
+// replacement (rows are at most argmax_code::kMaxRow = 2^30 entries, so no
+// token has it, and codes < 0 keep their meaning).
+inline constexpr int32_t kDraftRejected = int32_t(1) << 30;
 
 inline constexpr int kMaxRowLogprobs = 20;  // sampling::kMaxTopLogprobs
 

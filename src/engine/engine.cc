@@ -347,7 +347,10 @@ void EngineImpl::apply_logits(const StepPlan& plan, std::span<DraftJob> jobs, co
     if (f.job >= 0) {
       const DraftJob& job = jobs[std::size_t(f.job)];
       const int32_t* codes = out.draft_argmax[i];
-      Verdict v = codes ? verify(*output_, r, job, codes) : verify(*output_, r, job, logits);
+      const int32_t* verdicts = out.draft_sampled[i];
+      Verdict v = codes      ? verify(*output_, r, job, codes)
+                  : verdicts ? verify_on_device(*output_, r, job, verdicts, out.draft_stats[i])
+                             : verify(*output_, r, job, logits);
       runner_->settle_round(r, job, v.emitted, v.accepted);
       if (v.end) finish(r, *v.end, std::move(v.error));
       continue;

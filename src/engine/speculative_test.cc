@@ -22,6 +22,7 @@
 #include "engine/engine_test_util.h"
 #include "engine/step_runner.h"
 #include "model/model.h"
+#include "sampling/speculative.h"
 #include "io/temp_dir.h"
 #include "model/gemma4_assistant_test_util.h"
 
@@ -469,6 +470,124 @@ TEST(Speculation, RowsKeepTheTargetStateOfTheirLastComputedPosition) {
     ++rounds;
   }
   EXPECT_GT(kept_drafts, rounds / 2) << "the schedule was meant to keep drafts";
+  runner.release(r);
+}
+
+// A sampling row with a deterministic drafter, on a backend that samples
+// rows (make_backend's CPU backend; the GPU), is verified where its logits
+// are: none of its 1 + g logits rows crosses to the host, only a token
+// each (the verdicts, then the last row's draw) and the logprob stats it
+// asks for; and those give, round after round, the verdicts the host's
+// loop (verify_draft_token with the sampler advancing through the kept
+// drafts, then sample()) gives on the same rows' logits from a fresh
+// prefill: bias, penalties over the drafts kept, top-k, logprobs.
+TEST(Speculation, SampledRowsAreVerifiedWithoutTheirLogitsCrossing) {
+  const std::vector<int32_t> prompt = {2, 818, 5279, 529, 506, 7670, 1032, 4055};
+  Spec spec{"", 0.0f, 1, 40, 0, {}};
+  spec.prompt_ids = prompt;
+  std::vector<int32_t> sequence = prompt;  // greedy's continuation: drafts the target often keeps
+  const std::vector<RequestResult> plain = solo(options(), {spec});
+  sequence.insert(sequence.end(), plain[0].token_ids.begin(), plain[0].token_ids.end());
+  struct Oracle final : engine::Drafter {
+    const std::vector<int32_t>* sequence = nullptr;
+    std::mt19937 rng{9};
+    void propose(std::span<engine::DraftJob> jobs, const engine::TargetView&) override {
+      for (engine::DraftJob& job : jobs) {
+        job.tokens.clear();
+        // The continuation, a token drafted earlier in the round (the
+        // penalties then differ from row to row), or any token.
+        for (int j = 0; j < job.max_tokens; ++j) {
+          const unsigned how = rng() % 4;
+          job.tokens.push_back(how == 0   ? int32_t(rng() % 8192)
+                               : how == 1 && j > 0 ? job.tokens[rng() % std::size_t(j)]
+                                         : (*sequence)[std::size_t(job.request->sequence_length() + j) % sequence->size()]);
+        }
+      }
+    }
+  };
+  auto backend = make_backend({"cpu", 1, MatmulPrecision::F32});
+  ASSERT_TRUE(backend->samples_rows());
+  auto model = load_model(model_dir(), *backend);
+  const int64_t V = model->info().vocab_size;
+  kv::CacheOptions copt;
+  copt.layers = model->kv_layers(kv::parse_codec("bf16"));
+  auto drafter = std::make_unique<Oracle>();
+  drafter->sequence = &sequence;
+  engine::StepRunner runner(*model, std::make_unique<kv::KvCache>(copt, *backend), std::move(drafter), false, 0);
+  // A fresh prefill's logits for the last n of `tokens`.
+  auto fresh_logits = [&](std::span<const int32_t> tokens, std::size_t n) {
+    kv::KvCache cache(copt, *backend);
+    ForwardBatch b;
+    const kv::RowId row = cache.create_row();
+    for (std::size_t i = 0; i < tokens.size(); ++i) b.add(row, int64_t(i), tokens[i], i + n >= tokens.size());
+    Tensor logits;
+    model->forward(b, cache, logits);
+    return std::vector<float>(logits.data<float>(), logits.data<float>() + logits.numel());
+  };
+
+  Request request;
+  request.prompt_ids = prompt;
+  request.sampling.temperature = 0.9f;
+  request.sampling.top_k = 40;
+  request.sampling.seed = 17;
+  request.sampling.logprobs = 3;
+  request.sampling.repetition_penalty = 1.2f;
+  request.sampling.presence_penalty = 1.5f;
+  request.sampling.frequency_penalty = 2.0f;
+  request.sampling.logit_bias[sequence[prompt.size() + 2]] = 1.5f;
+  engine::RequestState r(1, request, prompt, V, nullptr, std::make_shared<engine::HandleImpl>(1, [] {}), {});
+  runner.attach(r);
+  const engine::StepLogits first = runner.forward(engine::StepPlan{{{&r, int64_t(prompt.size()), -1}}}, {});
+  const int32_t t0 = r.sampler.sample(std::span(first.row(0), std::size_t(V))).token;
+  r.sampler.accept(t0);
+  r.tokens.push_back(t0);
+  int rounds = 0, kept = 0, rejected = 0;
+  while (r.sequence_length() < 64) {
+    std::vector<engine::DraftJob> jobs{{&r, 4, {}, {}}};
+    runner.propose(jobs);
+    const std::vector<int32_t> drafts = jobs[0].tokens;
+    const std::size_t g = drafts.size();
+    const engine::StepLogits out = runner.forward(engine::StepPlan{{{&r, 1, 0}}}, jobs);
+    EXPECT_EQ(out.logits.numel(), 0) << "a logits row crossed, round " << rounds;
+    ASSERT_EQ(out.draft_argmax[0], nullptr);
+    ASSERT_NE(out.draft_sampled[0], nullptr);
+    ASSERT_NE(out.draft_stats[0], nullptr);
+    // The host's loop on the same rows.
+    std::vector<int32_t> fed(r.tokens.begin(), r.tokens.end());
+    fed.insert(fed.end(), drafts.begin(), drafts.end());
+    const std::vector<float> rows = fresh_logits(fed, g + 1);
+    auto row = [&](std::size_t j) { return std::span<const float>(rows).subspan(j * std::size_t(V), std::size_t(V)); };
+    std::vector<int32_t> emitted;
+    std::size_t j = 0;
+    for (; j < g; ++j) {
+      const sampling::DraftVerdict want = sampling::verify_draft_token(r.sampler, row(j), {}, drafts[j]);
+      const sampling::DraftVerdict got =
+          sampling::verify_draft_on_device(r.sampler, out.draft_sampled[0][j], out.draft_stats[0] + j, drafts[j]);
+      ASSERT_EQ(got.accepted, want.accepted) << "round " << rounds << " draft " << j;
+      ASSERT_EQ(got.token.token, want.token.token) << "round " << rounds << " draft " << j;
+      ASSERT_TRUE(got.token.logprobs && want.token.logprobs);
+      EXPECT_EQ(got.token.logprobs->chosen, want.token.logprobs->chosen);
+      EXPECT_EQ(got.token.logprobs->top, want.token.logprobs->top);
+      r.sampler.accept(want.token.token);
+      emitted.push_back(want.token.token);
+      if (!want.accepted) break;
+    }
+    if (j == g) {
+      const sampling::SampledToken want = r.sampler.sample(row(g));
+      const sampling::SampledToken got = r.sampler.sampled_on_device(out.draft_sampled[0][g], out.draft_stats[0] + g);
+      ASSERT_EQ(got.token, want.token) << "round " << rounds;
+      EXPECT_EQ(got.logprobs->chosen, want.logprobs->chosen);
+      r.sampler.accept(want.token);
+      emitted.push_back(want.token);
+    }
+    kept += int(j);
+    rejected += j < g;
+    r.tokens.insert(r.tokens.end(), emitted.begin(), emitted.end());
+    runner.settle_round(r, jobs[0], int(emitted.size()), int(j));
+    ++rounds;
+  }
+  EXPECT_GT(kept, 0) << "the schedule was meant to keep drafts";
+  EXPECT_GT(rejected, 0);
   runner.release(r);
 }
 

@@ -1,8 +1,10 @@
 #include "engine/step_runner.h"
 
+#include <algorithm>
 #include <array>
 
 #include "core/error.h"
+#include "sampling/speculative.h"
 
 namespace rowlm::engine {
 
@@ -83,6 +85,50 @@ void StepRunner::propose(std::span<DraftJob> jobs) {
   drafter_->propose(jobs, TargetView{model_, *cache_});
 }
 
+namespace {
+
+// Whether a drafting row's rows can be verified where the logits are
+// (sampling::draft_device_plan): a deterministic drafter's drafts (a draft
+// model's dense q is on the host, and its rows verify there), inside the
+// vocabulary (verify_draft_token's error for one outside is the host's),
+// and no constraint (its state at each draft would have to advance through
+// the drafts before the step; such rows are rare and verify on the host).
+bool device_verifiable(const RequestState& r, const DraftJob& job) {
+  if (!job.probs.empty() || r.sampler.constrained()) return false;
+  return std::all_of(job.tokens.begin(), job.tokens.end(),
+                     [&](int32_t t) { return t >= 0 && t < r.sampler.vocab_size(); });
+}
+
+}  // namespace
+
+// Row j of a drafting row is verified at the sampler's state after drafts
+// 0..j-1 were accepted: the only state in which the host's loop reaches it
+// (it stops at the first rejection). So each row's description is made with
+// those drafts accepted for the while, and the last row's (every draft
+// kept: a plain draw) after all of them; the sampler is then as it was.
+void StepRunner::plan_verification(RequestState& r, const DraftJob& job, int32_t first_row, ForwardBatch& batch) {
+  sampling::Sampler& sampler = r.sampler;
+  std::size_t accepted = 0;
+  try {
+    for (std::size_t j = 0; j <= job.tokens.size(); ++j) {
+      const bool last = j == job.tokens.size();
+      std::optional<RowSampling> plan =
+          last ? sampler.device_plan(batch.sampling_edits, batch.sampling_masks)
+               : sampling::draft_device_plan(sampler, job.tokens[j], batch.sampling_edits, batch.sampling_masks);
+      ROWLM_CHECK(plan, "a row without a constraint has a plan for every row");
+      plan->row = first_row + int32_t(j);
+      batch.sample_on_device.push_back(*plan);
+      if (last) break;
+      sampler.accept(job.tokens[j]);
+      ++accepted;
+    }
+  } catch (...) {
+    sampler.rollback(accepted);
+    throw;
+  }
+  sampler.rollback(accepted);
+}
+
 StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
   // A row at its precision switch moves to the switch codecs before it
   // appends (kv_cache.h); one that does not fit throws OutOfBlocks like a
@@ -98,8 +144,12 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
   out.sampled.assign(plan.feeds.size(), std::nullopt);
   out.logprob_stats.assign(plan.feeds.size(), nullptr);
   out.draft_argmax.assign(plan.feeds.size(), nullptr);
+  out.draft_sampled.assign(plan.feeds.size(), nullptr);
+  out.draft_stats.assign(plan.feeds.size(), nullptr);
   const bool logits_off_host = !cache_->backend().device().is_host();
-  std::vector<std::size_t> sampled_feed;  // per batch.sample_on_device entry
+  const bool backend_samples = cache_->backend().samples_rows();
+  std::vector<std::size_t> sampled_feed;  // per plain feed's batch.sample_on_device entry
+  std::vector<int64_t> draft_sample(plan.feeds.size(), -1);  // a drafting feed's first such entry
   int64_t crossing = 0;          // logits rows that cross whole so far
   std::vector<kv::RowId> round;  // rows feeding drafts
   for (std::size_t i = 0; i < plan.feeds.size(); ++i) {
@@ -110,8 +160,12 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
     if (ends && f.job < 0 && logits_off_host && !r.sampler.argmax_is_enough())
       device = f.request->sampler.device_plan(batch.sampling_edits, batch.sampling_masks);
     // A drafting feed's rows are all verified from their argmaxes where that
-    // is enough (verify_draft_argmax), as a plain feed's row is sampled.
-    const bool only_argmax = f.job < 0 ? device || r.sampler.argmax_is_enough() : r.sampler.argmax_is_enough();
+    // is enough (verify_draft_argmax), as a plain feed's row is sampled;
+    // else, where the backend samples rows, they are verified there.
+    const DraftJob* job = f.job < 0 ? nullptr : &jobs[std::size_t(f.job)];
+    const bool verify_there = job && backend_samples && !r.sampler.argmax_is_enough() && device_verifiable(r, *job);
+    const bool only_argmax =
+        job ? verify_there || r.sampler.argmax_is_enough() : device || r.sampler.argmax_is_enough();
     for (int64_t p = r.computed; p < r.computed + f.tokens; ++p) {
       const bool last = p + 1 == r.sequence_length();
       if (last) {
@@ -125,10 +179,14 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
       }
       batch.add(r.row, p, r.tokens[std::size_t(p)], last, only_argmax);
     }
-    if (f.job < 0) continue;
-    const DraftJob& job = jobs[std::size_t(f.job)];
-    for (std::size_t j = 0; j < job.tokens.size(); ++j) {
-      batch.add(r.row, r.computed + 1 + int64_t(j), job.tokens[j], true, only_argmax);
+    if (!job) continue;
+    if (verify_there) {
+      ROWLM_CHECK(out.state_row[i] >= 0, "a drafting feed ends at its sequence's end");
+      draft_sample[i] = int64_t(batch.sample_on_device.size());
+      plan_verification(*f.request, *job, int32_t(out.state_row[i]), batch);
+    }
+    for (std::size_t j = 0; j < job->tokens.size(); ++j) {
+      batch.add(r.row, r.computed + 1 + int64_t(j), job->tokens[j], true, only_argmax);
       if (!only_argmax) ++crossing;
     }
     round.push_back(r.row);
@@ -150,7 +208,12 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
     const Feed& f = plan.feeds[i];
     if (f.job >= 0) {
       if (keep_state) round_hidden_row_[f.request->id] = out.state_row[i];
-      if (out.first_row[i] < 0) out.draft_argmax[i] = picks_.argmax.data() + out.state_row[i];
+      if (const int64_t d = draft_sample[i]; d >= 0) {
+        out.draft_sampled[i] = picks_.sampled.data() + d;
+        if (!picks_.logprob_stats.empty()) out.draft_stats[i] = picks_.logprob_stats.data() + d;
+      } else if (out.first_row[i] < 0) {
+        out.draft_argmax[i] = picks_.argmax.data() + out.state_row[i];
+      }
       continue;
     }
     if (out.state_row[i] >= 0 && out.first_row[i] < 0) out.argmax[i] = picks_.argmax[std::size_t(out.state_row[i])];

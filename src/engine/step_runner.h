@@ -44,7 +44,10 @@ namespace rowlm::engine {
 // to change the row, no logprobs) gets the row's argmax code instead of the
 // row; on a backend whose logits are off the host, a feed whose sampler can
 // say how to sample its row there (Sampler::device_plan) gets the code and
-// the token sampled there. Their logits never cross to the host.
+// the token sampled there; on a backend that samples rows (the GPU, and the
+// CPU made by make_backend), a drafting feed of a deterministic drafter gets
+// its drafts' verdicts (sampling::draft_device_plan). Their logits never
+// cross to the host.
 struct StepLogits {
   Tensor logits;  // [rows that crossed, vocab], in feed order
   // Per feed: its first row in `logits` (a drafting feed has 1 + drafts rows
@@ -65,6 +68,14 @@ struct StepLogits {
   // its 1 + drafts rows (verify_draft_argmax verifies from them, and those
   // rows never cross); null otherwise. Valid until the next forward().
   std::vector<const int32_t*> draft_argmax;
+  // Per drafting feed verified where the logits are (Backend::sample_rows:
+  // a sampling row of a deterministic drafter, on a backend that samples
+  // rows): the tokens sample_rows gave its 1 + drafts rows (verdicts, then
+  // the last row's draw), and their RowLogprobStats when the params ask for
+  // logprobs; null otherwise. Those rows never cross either. Valid until the
+  // next forward().
+  std::vector<const int32_t*> draft_sampled;
+  std::vector<const RowLogprobStats*> draft_stats;
 
   const float* row(std::size_t feed) const {
     return first_row[feed] < 0 ? nullptr : logits.data<float>() + first_row[feed] * logits.dim(1);
@@ -133,6 +144,7 @@ class StepRunner {
 
  private:
   void publish(RequestState& r);
+  void plan_verification(RequestState& r, const DraftJob& job, int32_t first_row, ForwardBatch& batch);
   void keep_target_state(RequestState& r, int64_t hidden_row);
 
   Model& model_;

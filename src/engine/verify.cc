@@ -3,6 +3,7 @@
 #include <exception>
 #include <span>
 
+#include "core/error.h"
 #include "sampling/speculative.h"
 
 namespace rowlm::engine {
@@ -57,6 +58,18 @@ Verdict verify(Output& output, RequestState& r, const DraftJob& job, const int32
         return sampling::verify_draft_argmax(r.sampler, argmax_codes[j], q, draft);
       },
       [&](std::size_t j) { return r.sampler.sample_argmax(argmax_codes[j]); });
+}
+
+Verdict verify_on_device(Output& output, RequestState& r, const DraftJob& job, const int32_t* tokens,
+                         const RowLogprobStats* stats) {
+  auto stats_of = [&](std::size_t j) { return stats ? stats + j : nullptr; };
+  return verify_rows(
+      output, r, job,
+      [&](std::size_t j, std::span<const float> q, int32_t draft) {
+        ROWLM_CHECK(q.empty(), "a draft verified on the device has a deterministic drafter");
+        return sampling::verify_draft_on_device(r.sampler, tokens[j], stats_of(j), draft);
+      },
+      [&](std::size_t j) { return r.sampler.sampled_on_device(tokens[j], stats_of(j)); });
 }
 
 }  // namespace rowlm::engine

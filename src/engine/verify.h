@@ -34,5 +34,11 @@ Verdict verify(Output& output, RequestState& r, const DraftJob& job, const float
 // The same from the rows' argmax codes (1 + g of them), for a sampler whose
 // argmax is enough (sampling::verify_draft_argmax): the same verdict.
 Verdict verify(Output& output, RequestState& r, const DraftJob& job, const int32_t* argmax_codes);
+// The same from the tokens Backend::sample_rows gave for the rows'
+// descriptions (StepLogits::draft_sampled: sampling::verify_draft_on_device
+// for each draft, Sampler::sampled_on_device for the last row), with their
+// 1 + g RowLogprobStats when the params ask for logprobs (else null).
+Verdict verify_on_device(Output& output, RequestState& r, const DraftJob& job, const int32_t* tokens,
+                         const RowLogprobStats* stats);
 
 }  // namespace rowlm::engine

@@ -24,23 +24,16 @@ RawLogprobs raw_logprobs(const RowLogprobStats& stats) {
   return out;
 }
 
-RawLogprobs raw_logprobs(std::span<const float> logits, int32_t token, int32_t top_n) {
-  ROWLM_CHECK(token >= 0 && std::size_t(token) < logits.size(), "raw_logprobs: token outside the row");
-  ROWLM_CHECK(top_n >= 0, "raw_logprobs: negative top_n");
-  std::vector<double> block_mass;
-  const RowMasses z = exp_masses(logits, {}, block_mass);
-  const double log_z = log_partition(z.max, z.total);
-  auto logprob = [&](int32_t i) { return logprob_of(logits[i], log_z); };
-
-  RawLogprobs out{logprob(token), {}};
-  const std::size_t n = std::min<std::size_t>(std::size_t(top_n), logits.size());
-  if (n == 0) return out;
-  // The n most likely: a small heap whose least likely member is at the
-  // front; most entries fail the first comparison.
+namespace {
+// The n most likely entries (value desc, index asc), most likely first: a
+// small heap whose least likely member is at the front; most entries fail
+// the first comparison.
+std::vector<int32_t> most_likely(std::span<const float> logits, std::size_t n) {
   auto more_likely = [&](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
   std::vector<int32_t> heap;
+  if (n == 0) return heap;
   heap.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     heap.push_back(int32_t(i));
@@ -56,8 +49,35 @@ RawLogprobs raw_logprobs(std::span<const float> logits, int32_t token, int32_t t
     std::push_heap(heap.begin(), heap.end(), more_likely);
   }
   std::sort_heap(heap.begin(), heap.end(), more_likely);
-  out.top.reserve(n);
-  for (int32_t i : heap) out.top.push_back({i, logprob(i)});
+  return heap;
+}
+}  // namespace
+
+RawLogprobs raw_logprobs(std::span<const float> logits, int32_t token, int32_t top_n) {
+  ROWLM_CHECK(token >= 0 && std::size_t(token) < logits.size(), "raw_logprobs: token outside the row");
+  ROWLM_CHECK(top_n >= 0, "raw_logprobs: negative top_n");
+  std::vector<double> block_mass;
+  const RowMasses z = exp_masses(logits, {}, block_mass);
+  const double log_z = log_partition(z.max, z.total);
+  auto logprob = [&](int32_t i) { return logprob_of(logits[i], log_z); };
+
+  RawLogprobs out{logprob(token), {}};
+  const std::vector<int32_t> top = most_likely(logits, std::min<std::size_t>(std::size_t(top_n), logits.size()));
+  out.top.reserve(top.size());
+  for (int32_t i : top) out.top.push_back({i, logprob(i)});
+  return out;
+}
+
+RowLogprobStats raw_logprob_stats(std::span<const float> logits, int32_t top_n) {
+  ROWLM_CHECK(top_n >= 0 && top_n <= kMaxRowLogprobs, "raw_logprob_stats: top_n out of range");
+  std::vector<double> block_mass;
+  const RowMasses z = exp_masses(logits, {}, block_mass);
+  RowLogprobStats out;
+  out.max = z.max;
+  out.total = z.total;
+  const std::vector<int32_t> top = most_likely(logits, std::min<std::size_t>(std::size_t(top_n), logits.size()));
+  out.count = int32_t(top.size());
+  for (std::size_t k = 0; k < top.size(); ++k) out.top[k] = top[k], out.top_logit[k] = logits[std::size_t(top[k])];
   return out;
 }
 

@@ -32,4 +32,9 @@ RawLogprobs raw_logprobs(std::span<const float> logits, int32_t token, int32_t t
 // entries; the logarithm is taken here, so the values are raw_logprobs'.
 RawLogprobs raw_logprobs(const RowLogprobStats& stats);
 
+// What sample_rows reports of a raw row on the host (sampling/planned_row.h):
+// its max and mass total as raw_logprobs takes them, and the top_n
+// (<= kMaxRowLogprobs) most likely entries; chosen_logit is the caller's.
+RowLogprobStats raw_logprob_stats(std::span<const float> logits, int32_t top_n);
+
 }  // namespace rowlm::sampling

@@ -26,8 +26,6 @@ void check_row_size(std::span<const float> logits, int64_t vocab_size) {
 
 }  // namespace
 
-namespace {
-
 // The inverse-CDF walk over masses grouped in kMassBlock-entry blocks whose
 // sums are block_mass: whole blocks are passed on their sums, and only the
 // block that holds the target is walked entry by entry (a row is 262k
@@ -53,8 +51,6 @@ int32_t walk_masses(std::span<const float> mass, std::span<const double> block_m
     if (mass[i] > 0) return int32_t(i);
   return 0;  // unreachable: total > 0
 }
-
-}  // namespace
 
 int32_t draw_token(std::span<const float> probs, double u) {
   ROWLM_CHECK(!probs.empty(), "draw_token from an empty distribution");

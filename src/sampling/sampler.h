@@ -41,6 +41,9 @@ struct SampledToken {
 // Inverse-CDF draw: the first id (ascending) whose cumulative probability
 // exceeds u * (total mass); u in [0, 1). Ids with probability 0 are never chosen.
 int32_t draw_token(std::span<const float> probs, double u);
+// The inverse-CDF walk of Sampler::sample over unnormalized masses whose
+// kMassBlock-entry blocks sum to block_mass (exp_masses'), total > 0.
+int32_t walk_masses(std::span<const float> mass, std::span<const double> block_mass, double total, double u);
 
 // A Sampler is used by one thread at a time (it keeps vocab-sized scratch
 // rows to avoid a fresh allocation per token); different Samplers are

@@ -62,4 +62,25 @@ DraftVerdict verify_draft_token(const Sampler& target, std::span<const float> ta
   return {r.accepted, target.chosen(target_logits, r.token)};
 }
 
+std::optional<RowSampling> draft_device_plan(Sampler& target, int32_t draft_token, std::vector<RowSamplingEdit>& edits,
+                                             std::vector<uint64_t>& masks) {
+  std::optional<RowSampling> r = target.device_plan(edits, masks);
+  if (!r) return r;
+  const uint64_t step = uint64_t(target.step());
+  r->draft = draft_token;
+  r->u = uniform01(target.seed(), step, RandomStream::kSpecAccept);
+  r->u_residual = uniform01(target.seed(), step, RandomStream::kSpecResidual);
+  return r;
+}
+
+DraftVerdict verify_draft_on_device(const Sampler& target, int32_t device_token, const RowLogprobStats* stats,
+                                    int32_t draft_token) {
+  check_draft(target, {}, draft_token);  // verify_draft_token's first errors
+  const bool rejected = device_token >= 0 && (device_token & kDraftRejected) != 0;
+  const int32_t token = rejected ? device_token & ~kDraftRejected : device_token;
+  SampledToken t = target.sampled_on_device(token, stats);  // a refused row's error
+  ROWLM_CHECK(rejected || token == draft_token, "a device kept a draft and named another token");
+  return {!rejected, std::move(t)};
+}
+
 }  // namespace rowlm::sampling

@@ -20,7 +20,9 @@
 // with sample(logits, RandomStream::kDraft): never the target's bits.
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <vector>
 
 #include "sampling/sampler.h"
 
@@ -61,5 +63,18 @@ DraftVerdict verify_draft_token(const Sampler& target, std::span<const float> ta
 // names it).
 DraftVerdict verify_draft_argmax(const Sampler& target, int32_t argmax_code, std::span<const float> draft_probs,
                                  int32_t draft_token);
+
+// verify_draft_token on the device that holds the logits, for a
+// deterministic drafter (draft_probs empty): the row's description for
+// Backend::sample_rows (backend/row_sampling.h: Sampler::device_plan with
+// draft and the kSpecAccept / kSpecResidual draws at target.step()), and
+// the verdict from the token sample_rows gives for it (with `stats` when
+// the params ask for logprobs): verify_draft_token's verdict, or its error,
+// bit for bit. A draft model's dense q stays on the host, and its rows with
+// it (verify_draft_token). nullopt where device_plan gives nullopt.
+std::optional<RowSampling> draft_device_plan(Sampler& target, int32_t draft_token, std::vector<RowSamplingEdit>& edits,
+                                             std::vector<uint64_t>& masks);
+DraftVerdict verify_draft_on_device(const Sampler& target, int32_t device_token, const RowLogprobStats* stats,
+                                    int32_t draft_token);
 
 }  // namespace rowlm::sampling

@@ -10,8 +10,11 @@
 #include <random>
 
 #include "backend/argmax_code.h"
+#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "sampling/planned_row.h"
 #include "sampling/test_rows.h"
+#include "sampling/verify_test_cases.h"
 
 namespace rowlm::sampling {
 namespace {
@@ -248,6 +251,53 @@ TEST(Speculative, VerificationIsKeyedBySeedAndStepAndCarriesLogprobs) {
   EXPECT_EQ(va.token.logprobs->top.size(), 2u);
   EXPECT_THROW(verify_draft_token(a, l, std::vector<float>(49, 0.0f), 1), Error);
   EXPECT_THROW(verify_draft_token(a, l, q, 50), Error);
+}
+
+}  // namespace
+}  // namespace rowlm::sampling
+
+namespace rowlm::sampling {
+namespace {
+
+// The CPU backend's sample_rows verifies a draft as verify_draft_token does
+// (its rows' descriptions from draft_device_plan): the same verdict, kept or
+// rejected and replaced, the same raw logprobs bit for bit, the same errors
+// for rows holding NaN or +inf; over random rows, parameters, histories,
+// seeds and drafts, beside plain sampled rows in the same call.
+TEST(Speculative, TheCpuBackendVerifiesDraftsAsTheHostDoes) {
+  const std::unique_ptr<Backend> cpu = make_cpu_backend(2, MatmulPrecision::F32, &sample_planned_row);
+  ASSERT_TRUE(cpu->samples_rows());
+  ASSERT_FALSE(make_cpu_backend(1)->samples_rows());
+  std::mt19937 rng(2024);
+  testing::VerifyTally tally;
+  for (int64_t V : {17, 1000, 4099, 262144}) {
+    for (int round = 0; round < (V > 5000 ? 2 : 6); ++round) {
+      constexpr int kRows = 24;
+      testing::VerifyCases c = testing::make_verify_cases(rng, V, kRows, round);
+      // A plain draw beside them: Sampler::sample's token.
+      Sampler plain(SamplingParams{.temperature = 0.8f, .seed = uint64_t(round)}, V);
+      std::optional<RowSampling> draw = plain.device_plan(c.edits, c.masks);
+      ASSERT_TRUE(draw);
+      draw->row = kRows;
+      std::vector<RowSampling> plans = c.plans;
+      plans.push_back(*draw);
+      Tensor x(DType::F32, {kRows + 1, V});
+      std::copy(c.logits.begin(), c.logits.end(), x.data<float>());
+      const std::vector<float> last = random_row(rng, int(V));
+      std::copy(last.begin(), last.end(), x.data<float>() + int64_t(kRows) * V);
+      Tensor tokens(DType::I32, {kRows + 1});
+      Tensor stats(DType::U8, {(kRows + 1) * int64_t(sizeof(RowLogprobStats))});
+      cpu->sample_rows(x, plans, c.edits, c.masks, tokens, &stats);
+      testing::expect_host_verdicts(c, std::span(tokens.data<int32_t>(), kRows),
+                                    static_cast<const RowLogprobStats*>(stats.raw()), tally,
+                                    "V " + std::to_string(V) + " round " + std::to_string(round));
+      EXPECT_EQ(tokens.data<int32_t>()[kRows], plain.sample(last).token) << "V " << V;
+    }
+  }
+  EXPECT_GT(tally.kept, tally.compared / 5);
+  EXPECT_GT(tally.rejected, tally.compared / 5);
+  EXPECT_GT(tally.errors, 0);
+  EXPECT_GT(tally.with_logprobs, tally.compared / 5);
 }
 
 }  // namespace

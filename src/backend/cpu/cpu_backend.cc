@@ -103,8 +103,10 @@ class CpuBackend final : public Backend {
  public:
   // amx_vector_rows: rows of x up to which the AMX path computes AMX's
   // order on the vector units (cpu::MatmulTuning), when amx is on.
-  CpuBackend(int threads, cpu::Isa isa, MatmulPrecision precision, bool amx, int64_t amx_vector_rows = 0)
-      : kernels_(cpu::kernels_for(isa)),
+  CpuBackend(int threads, cpu::Isa isa, MatmulPrecision precision, bool amx, int64_t amx_vector_rows = 0,
+             HostRowSampler sample_row = nullptr)
+      : sample_row_(sample_row),
+        kernels_(cpu::kernels_for(isa)),
         pool_(threads),
         precision_(precision == MatmulPrecision::Auto ? MatmulPrecision::F32 : precision),
         amx_(amx && precision_ == MatmulPrecision::Bf16),
@@ -435,6 +437,50 @@ class CpuBackend final : public Backend {
     });
   }
 
+  bool samples_rows() const override { return sample_row_ != nullptr; }
+
+  // The host sampler's code on each row in place, rows in parallel (each
+  // row's token depends on its own row and description alone).
+  void sample_rows(Tensor& x, std::span<const RowSampling> rows, std::span<const RowSamplingEdit> edits,
+                   std::span<const uint64_t> masks, Tensor& tokens, Tensor* stats) override {
+    if (!sample_row_) Backend::sample_rows(x, rows, edits, masks, tokens, stats);
+    const auto timed = profiler_.scope("sample_rows");
+    ROWLM_REQUIRE(x.on_host() && x.dtype() == DType::F32 && x.rank() == 2 && x.dim(1) > 0,
+                  "sample_rows: x must be f32 [n, V], got " + describe(x));
+    ROWLM_REQUIRE(tokens.on_host() && tokens.dtype() == DType::I32 && tokens.shape() == Shape{int64_t(rows.size())},
+                  "sample_rows: tokens must be i32 [" + std::to_string(rows.size()) + "], got " + describe(tokens));
+    const int64_t V = x.dim(1);
+    const bool logprobs = std::any_of(rows.begin(), rows.end(), [](const RowSampling& r) { return r.logprobs >= 0; });
+    for (const RowSampling& r : rows) {
+      ROWLM_REQUIRE(r.row >= 0 && r.row < x.dim(0) && r.edits_begin >= 0 && r.edits_begin <= r.edits_end &&
+                        std::size_t(r.edits_end) <= edits.size() && r.temperature >= 0.0f && r.u >= 0.0 &&
+                        r.u < 1.0 && r.u_residual >= 0.0 && r.u_residual < 1.0 && r.draft < V,
+                    "sample_rows: a row's description is out of range (row " + std::to_string(r.row) + ")");
+      ROWLM_REQUIRE(r.logprobs <= kMaxRowLogprobs, "sample_rows: more than 20 logprobs asked for");
+      ROWLM_REQUIRE(r.mask_begin < 0 || int64_t(r.mask_begin) + (V + 63) / 64 <= int64_t(masks.size()),
+                    "sample_rows: a row's mask lies outside the mask words");
+    }
+    for (const RowSamplingEdit& e : edits)
+      ROWLM_REQUIRE(e.id >= 0 && e.id < V, "sample_rows: edit of token " + std::to_string(e.id) +
+                                               " outside the row of " + std::to_string(V));
+    if (logprobs) {
+      ROWLM_REQUIRE(stats != nullptr && stats->on_host() &&
+                        std::size_t(stats->nbytes()) == rows.size() * sizeof(RowLogprobStats),
+                    "sample_rows: rows ask for logprobs: stats must hold " + std::to_string(rows.size()) +
+                        " RowLogprobStats");
+    }
+    float* xs = x.data<float>();
+    int32_t* out = tokens.data<int32_t>();
+    auto* st = logprobs ? static_cast<RowLogprobStats*>(stats->raw()) : nullptr;
+    pool_.parallel_for(int64_t(rows.size()), 1, [&](int64_t j0, int64_t j1) {
+      for (int64_t j = j0; j < j1; ++j) {
+        const RowSampling& r = rows[std::size_t(j)];
+        out[j] = sample_row_({xs + int64_t(r.row) * V, std::size_t(V)}, r, edits, masks,
+                             r.logprobs >= 0 ? st + j : nullptr);
+      }
+    });
+  }
+
   void scatter_add_rows(Tensor& dst, const Tensor& rows, const Tensor& weights, const Tensor& src) override {
     const auto timed = profiler_.scope("scatter_add_rows");
     ROWLM_REQUIRE(dst.dtype() == DType::F32 && dst.rank() >= 1 && dst.on_host(),
@@ -690,6 +736,7 @@ class CpuBackend final : public Backend {
   }
 
 
+  const HostRowSampler sample_row_;  // null: sample_rows is an Error
   const cpu::Kernels& kernels_;
   ThreadPool pool_;
   MatmulPrecision precision_;
@@ -714,7 +761,7 @@ std::unique_ptr<Backend> make_cpu_backend_amx(int threads, int64_t vector_rows) 
   return std::make_unique<CpuBackend>(threads, cpu::Isa::Avx512, MatmulPrecision::Bf16, true, vector_rows);
 }
 
-std::unique_ptr<Backend> make_cpu_backend(int threads, MatmulPrecision precision) {
+std::unique_ptr<Backend> make_cpu_backend(int threads, MatmulPrecision precision, HostRowSampler sample_row) {
   const cpu::Isa isa = cpu::isa_from_env();
   // ROWLM_CPU_AMX: unset or rows, the tiles and, for calls of up to 4 rows,
   // the same order on the vector units (decode: 1.28x the tiles alone on
@@ -725,7 +772,8 @@ std::unique_ptr<Backend> make_cpu_backend(int threads, MatmulPrecision precision
     throw Error("ROWLM_CPU_AMX must be 0, 1 or rows, got '" + std::string(amx_env) + "'");
   const bool amx =
       precision == MatmulPrecision::Bf16 && isa == cpu::Isa::Avx512 && amx_env != "0" && cpu::amx_bf16_usable();
-  return std::make_unique<CpuBackend>(threads, isa, precision, amx, amx_env == "rows" ? cpu::kAmxRowsMax : 0);
+  return std::make_unique<CpuBackend>(threads, isa, precision, amx, amx_env == "rows" ? cpu::kAmxRowsMax : 0,
+                                      sample_row);
 }
 
 }  // namespace rowlm

@@ -23,13 +23,21 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "backend/backend.h"
 #include "core/isa.h"
 
 namespace rowlm {
 
-std::unique_ptr<Backend> make_cpu_backend(int threads = 0, MatmulPrecision precision = MatmulPrecision::F32);
+// Backend::sample_rows for one row in host memory (the host sampler's own
+// code, sampling/planned_row.h, which lies above this library: make_backend
+// hands it over). A backend made without one leaves sample_rows an Error.
+using HostRowSampler = int32_t (*)(std::span<float> row, const RowSampling& r, std::span<const RowSamplingEdit> edits,
+                                   std::span<const uint64_t> masks, RowLogprobStats* stats);
+
+std::unique_ptr<Backend> make_cpu_backend(int threads = 0, MatmulPrecision precision = MatmulPrecision::F32,
+                                          HostRowSampler sample_row = nullptr);
 // An Error if this CPU cannot run `isa`.
 std::unique_ptr<Backend> make_cpu_backend(int threads, cpu::Isa isa,
                                           MatmulPrecision precision = MatmulPrecision::F32);

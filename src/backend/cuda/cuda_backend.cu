@@ -750,6 +750,8 @@ class CudaBackend final : public Backend {
                   partials.raw());
   }
 
+  bool samples_rows() const override { return true; }
+
   void sample_rows(Tensor& x, std::span<const RowSampling> rows, std::span<const RowSamplingEdit> edits,
                    std::span<const uint64_t> masks, Tensor& tokens, Tensor* stats) override {
     require_here(x, "sample_rows: x");
@@ -760,9 +762,11 @@ class CudaBackend final : public Backend {
                   "sample_rows: tokens must be i32 [" + std::to_string(rows.size()) + "], got " + describe(tokens));
     for (const RowSampling& r : rows)
       ROWLM_REQUIRE(r.row >= 0 && r.row < x.dim(0) && r.edits_begin >= 0 && r.edits_begin <= r.edits_end &&
-                        std::size_t(r.edits_end) <= edits.size() && r.temperature >= 0.0f && r.u >= 0.0 && r.u < 1.0,
+                        std::size_t(r.edits_end) <= edits.size() && r.temperature >= 0.0f && r.u >= 0.0 && r.u < 1.0 &&
+                        r.u_residual >= 0.0 && r.u_residual < 1.0 && r.draft < x.dim(1),
                     "sample_rows: a row's description is out of range (row " + std::to_string(r.row) + ")");
     const bool logprobs = std::any_of(rows.begin(), rows.end(), [](const RowSampling& r) { return r.logprobs >= 0; });
+    const bool drafts = std::any_of(rows.begin(), rows.end(), [](const RowSampling& r) { return r.draft >= 0; });
     const int64_t mask_words = (x.dim(1) + 63) / 64;
     for (const RowSampling& r : rows) {
       ROWLM_REQUIRE(r.logprobs <= kMaxRowLogprobs, "sample_rows: more than 20 logprobs asked for");
@@ -791,6 +795,9 @@ class CudaBackend final : public Backend {
     copy_from_host(packed.data(), staged);
     const int64_t blocks = (x.dim(1) + 1023) / 1024;
     Tensor sums = workspace_.tensor(DType::F32, {int64_t(rows.size()) * blocks});
+    // A verifying row's residual sums, in double (draw_token's).
+    Tensor lane_sums =
+        drafts ? workspace_.tensor(DType::U8, {int64_t(rows.size()) * blocks * int64_t(sizeof(double))}) : Tensor();
     // A row asking for logprobs is processed in a copy: its raw logits stay.
     Tensor copies = logprobs ? workspace_.tensor(DType::F32, {int64_t(rows.size()), x.dim(1)}) : Tensor();
     const auto* base = static_cast<const std::byte*>(staged.raw());
@@ -798,7 +805,7 @@ class CudaBackend final : public Backend {
                   reinterpret_cast<const RowSampling*>(base), int64_t(rows.size()),
                   reinterpret_cast<const RowSamplingEdit*>(base + edit_offset),
                   reinterpret_cast<const uint64_t*>(base + mask_offset), sums.data<float>(),
-                  logprobs ? copies.data<float>() : nullptr, tokens.data<int32_t>(),
+                  drafts ? static_cast<double*>(lane_sums.raw()) : nullptr, logprobs ? copies.data<float>() : nullptr, tokens.data<int32_t>(),
                   logprobs ? static_cast<RowLogprobStats*>(stats->raw()) : nullptr);
   }
 

@@ -30,8 +30,9 @@
 // rows bring back their argmax code (argmax_rows); other rows are sampled
 // here (sample_rows: the host sampler's arithmetic in its order, grammar
 // masks included, so its token and logprobs) and only the token and the
-// logprobs' inputs come back; speculative verification brings its rows'
-// logits to the host. Host data is staged in pinned
+// logprobs' inputs come back; a speculative row of a deterministic
+// drafter is verified here too (sample_rows' verifying rows: the verdicts
+// come back), a draft model's brings its logits to the host. Host data is staged in pinned
 // memory and copied asynchronously; kernels check the indices they read and
 // raise an error flag reported at the next synchronisation (a copy to the
 // host, or the next step's workspace reset).

@@ -270,10 +270,75 @@ __device__ int32_t block_check(const float* row, int64_t V, Scratch& sc) {
   return code;
 }
 
+// A verifying row's verdict on its processed, filtered row whose masses'
+// double total is `total` (row_sampling.h; sampling/speculative.cc
+// speculative_accept with q one-hot at the draft): p = mass · float(1 /
+// total), as the host's softmax scales them; the draft is kept when p(x)
+// >= 1 or u < p(x); else the residual (p with the draft's entry zeroed) is
+// drawn from as draw_token does, its block sums in eight double lanes.
+// `verdict(token, kept)` is called by thread 0.
+template <class Verdict>
+__device__ void verify_draft(const float* row, int64_t V, const RowSampling& r, double total, double* lane_sums,
+                             Scratch& sc, Verdict&& verdict) {
+  const float scale = float(1.0 / total);
+  const int64_t x = r.draft;
+  const double px = double(mass_of(row[x]) * scale);
+  if (px >= 1.0 || r.u * 1.0 < px) {
+    if (threadIdx.x == 0) verdict(x, true);
+    return;
+  }
+  auto residual = [&](int64_t i) { return i == x ? 0.0f : mass_of(row[i]) * scale; };
+  // draw_token's block sums: block b's lane l adds its entries ≡ l (mod 8)
+  // in rising order, in double; the lanes are added in order. Eight
+  // threads a block, blockDim / 8 blocks a round.
+  const int64_t blocks = (V + kMassBlock - 1) / kMassBlock;
+  auto* s_lane = reinterpret_cast<double*>(sc.i);
+  const int lane = threadIdx.x & 7;
+  for (int64_t base = 0; base < blocks; base += blockDim.x / 8) {
+    const int64_t b = base + threadIdx.x / 8;
+    double acc = 0.0;
+    if (b < blocks) {
+      const int64_t end = min(V, (b + 1) * kMassBlock);
+      for (int64_t i = b * kMassBlock + lane; i < end; i += 8) acc += double(residual(i));
+    }
+    s_lane[threadIdx.x] = acc;
+    __syncthreads();
+    if (lane == 0 && b < blocks) {
+      double m = 0.0;
+      for (int l = 0; l < 8; ++l) m += s_lane[threadIdx.x + l];
+      lane_sums[b] = m;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  double mass = 0.0;
+  for (int64_t b = 0; b < blocks; ++b) mass += lane_sums[b];
+  // Nothing left beside the draft: drawn from p, whose only mass it is.
+  if (mass <= 0.0) return verdict(x, false);
+  // walk_masses over the residual.
+  const double target = r.u_residual * mass;
+  double cumulative = 0.0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    if (cumulative + lane_sums[b] <= target) {
+      cumulative += lane_sums[b];
+      continue;
+    }
+    const int64_t end = min(V, (b + 1) * kMassBlock);
+    for (int64_t i = b * kMassBlock; i < end; ++i) {
+      const float m = residual(i);
+      if (m <= 0) continue;
+      cumulative += double(m);
+      if (cumulative > target) return verdict(i, false);
+    }
+  }
+  for (int64_t i = V - 1; i >= 0; --i)
+    if (residual(i) > 0) return verdict(i, false);
+}
+
 __global__ void __launch_bounds__(kThreads)
     sample_rows_kernel(float* x, int64_t V, const RowSampling* rows, const RowSamplingEdit* edits,
-                       const uint64_t* masks, float* block_sums, float* copies, int32_t* tokens,
-                       RowLogprobStats* stats) {
+                       const uint64_t* masks, float* block_sums, double* lane_sums, float* copies,
+                       int32_t* tokens, RowLogprobStats* stats) {
   __shared__ Scratch sc;
   const RowSampling r = rows[blockIdx.x];
   const float* raw = x + int64_t(r.row) * V;
@@ -303,6 +368,11 @@ __global__ void __launch_bounds__(kThreads)
     tokens[blockIdx.x] = int32_t(token);
     if (r.logprobs >= 0) stats[blockIdx.x].chosen_logit = raw[token];
   };
+  // A verified draft's verdict (row_sampling.h).
+  auto verdict = [&](int64_t token, bool kept) {
+    choose(token);
+    if (!kept) tokens[blockIdx.x] |= kDraftRejected;
+  };
 
   // 1. Bias, repetition, presence and frequency, per distinct id.
   for (int e = r.edits_begin + int(threadIdx.x); e < r.edits_end; e += blockDim.x) {
@@ -320,7 +390,9 @@ __global__ void __launch_bounds__(kThreads)
   int64_t first;
   block_argmax(row, V, max, first, sc);
   if (r.temperature == 0.0f) {
-    if (threadIdx.x == 0) choose(first);
+    // Verifying: p is one-hot at `first`, so the draft is kept iff it is
+    // `first`, and the residual is one-hot there too.
+    if (threadIdx.x == 0) r.draft < 0 ? choose(first) : verdict(first, first == r.draft);
     return;
   }
   // 3. Temperature (the two roundings).
@@ -334,6 +406,7 @@ __global__ void __launch_bounds__(kThreads)
   // 6. The masses (shift 0: the row's max is 0), and the inverse-CDF walk
   // (sampler.cc walk_masses) in double.
   const double total = block_masses(row, V, 0.0f, sums);
+  if (r.draft >= 0) return verify_draft(row, V, r, total, lane_sums + int64_t(blockIdx.x) * blocks, sc, verdict);
   if (threadIdx.x != 0) return;
   const double target = r.u * total;
   double cumulative = 0;
@@ -365,11 +438,11 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void sample_rows(float* x, int64_t V, const RowSampling* rows, int64_t n, const RowSamplingEdit* edits,
-                 const uint64_t* masks, float* block_sums, float* copies, int32_t* tokens, RowLogprobStats* stats,
-                 cudaStream_t stream) {
+                 const uint64_t* masks, float* block_sums, double* lane_sums, float* copies, int32_t* tokens,
+                 RowLogprobStats* stats, cudaStream_t stream) {
   if (n == 0) return;
-  sample_rows_kernel<<<unsigned(n), kThreads, 0, stream>>>(x, V, rows, edits, masks, block_sums, copies, tokens,
-                                                           stats);
+  sample_rows_kernel<<<unsigned(n), kThreads, 0, stream>>>(x, V, rows, edits, masks, block_sums, lane_sums, copies,
+                                                           tokens, stats);
 }
 
 }  // namespace rowlm::cuda

@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "sampling/planned_row.h"
 #ifdef ROWLM_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -41,7 +42,9 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
 #ifdef ROWLM_HAVE_CUDA
   if (device == "auto" && cuda_device_count() > 0) return make_cuda_backend(0, options);
 #endif
-  if (device == "cpu" || device == "auto") return make_cpu_backend(options.threads, options.matmul_precision);
+  // The CPU backend samples (and verifies) rows with the host sampler's own code.
+  if (device == "cpu" || device == "auto")
+    return make_cpu_backend(options.threads, options.matmul_precision, &sampling::sample_planned_row);
   if (const int index = cuda_index(device); index >= 0) {
 #ifdef ROWLM_HAVE_CUDA
     return make_cuda_backend(index, options);
