@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <unordered_set>
 
 #include "core/error.h"
@@ -504,12 +505,14 @@ void DecoderModel::forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor
     for (const kv::TokenRun& run : batch.runs) end = std::max(end, run.position + run.count);
     for (auto& table : rope_tables_) table->reserve(end);
     for (auto& table : owned_shard_ropes_) table->reserve(end);
-    // The step's launches go out together (a repeated step as one graph);
-    // a shard backend's between two of its marks (mark_shards issues them).
-    DeferredLaunches deferred(be_);
-    std::vector<std::unique_ptr<DeferredLaunches>> shard_deferred;
-    for (int s = 1; s < shards_; ++s)
-      if (&shard_backend(s) != &be_) shard_deferred.push_back(std::make_unique<DeferredLaunches>(shard_backend(s)));
+    // The step's launches go out together (a repeated step as one graph),
+    // unless the shards run on backends of their own: then every meeting
+    // point issues what be_ holds (mark_work, copy_from_backend), about
+    // three pieces a layer, more than the CUDA launch queue keeps graphs of
+    // (32), so no piece would be replayed and each would be captured again
+    // and again. They go out one by one instead (on the CPU no difference).
+    std::optional<DeferredLaunches> deferred;
+    if (!workers_) deferred.emplace(be_);
     step.tokens = ids_tensor(batch.tokens);
     step.positions = ids_tensor(positions);
 
@@ -525,8 +528,7 @@ void DecoderModel::forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor
       if (hidden) be_.copy_to_host(last, hidden->raw());
       head(last, marked > 0 ? &batch : nullptr, logits, picks);
     }
-    for (auto& d : shard_deferred) d->issue();
-    deferred.issue();
+    if (deferred) deferred->issue();
   } catch (...) {
     cache.abort_step();
     throw;
