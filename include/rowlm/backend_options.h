@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace rowlm {
 
@@ -33,6 +34,14 @@ struct BackendOptions {
   std::string device = "auto";
   int threads = 0;  // host threads for the CPU backend; 0 = one per core
   MatmulPrecision matmul_precision = MatmulPrecision::Auto;
+  // Tensor parallelism on GPUs (make_sharded_backends): the GPU index of
+  // each shard, shard 0's being the model's device. Empty: the environment
+  // variable ROWLM_TENSOR_PARALLEL_DEVICES (comma-separated, e.g. "0,0")
+  // when set, else shard s on the model's GPU + s (an Error naming the count
+  // when the machine has fewer). Naming a GPU more than once puts several
+  // shards on it, each a backend of its own (stream, workspace, KV arenas):
+  // how the multi-GPU path runs on one GPU; never chosen implicitly.
+  std::vector<int> tensor_parallel_devices;
 };
 
 }  // namespace rowlm

@@ -20,6 +20,9 @@
 // throws rowlm::Error naming the operation before anything is written.
 //
 // Threads: one caller at a time per backend.
+//
+// Between backends (tensor parallelism's shards): a backend reads another's
+// memory only through copy_from_backend, after a mark_work of the other.
 
 #include <cstddef>
 #include <cstdint>
@@ -61,6 +64,14 @@ class RopeTable {
   virtual ~RopeTable() = default;
   virtual int head_dim() const = 0;
   virtual void reserve(int64_t positions) = 0;
+};
+
+// A point in the work a backend has issued (Backend::mark_work): another
+// backend's copy_from_backend waits for it before it reads memory that
+// work wrote. A CUDA backend's is an event recorded on its stream.
+class WorkMark {
+ public:
+  virtual ~WorkMark() = default;
 };
 
 class Backend {
@@ -127,6 +138,38 @@ class Backend {
   virtual void copy_from_host(const void* src, Tensor& dst) = 0;
   // src (a tensor on this device) into src.nbytes() bytes of host memory.
   virtual void copy_to_host(const Tensor& src, void* dst) = 0;
+  // --- Between backends (tensor parallelism) -----------------------------
+  // Whether copy_from_backend can read `from`'s tensors: by default both in
+  // host memory (CPU backends); the CUDA backend reads other CUDA backends'
+  // (the same GPU or another). A mix of host and device memory is not
+  // copied (a model's shards are refused one at set-up).
+  virtual bool reads_from(const Backend& from) const {
+    return device().is_host() && from.device().is_host();
+  }
+  // A mark of the work issued on this backend so far (held launches are
+  // issued first): what copy_from_backend then waits for. Null where every
+  // operation has finished when it returns (the CPU backend). Called on
+  // this backend's caller.
+  virtual std::shared_ptr<const WorkMark> mark_work() { return nullptr; }
+  // dst (this backend's) = src (a tensor of `from`, of dst's byte size),
+  // exact bytes, once `after` (from's mark_work, taken after src was
+  // written; null for a host backend) is reached. Called on this backend's
+  // caller; `from` itself is not called (its caller may be busy with work
+  // that does not write src), only src's memory read. The read is ordered
+  // before this backend's later work and may still be in flight when this
+  // returns (a GPU copies on its stream): `from` must neither write nor
+  // free src until this backend's work up to here is done (the caller sees
+  // to it, e.g. `from` waits for a later mark of this backend). An Error if
+  // !reads_from(from) or the sizes differ. The default: a host copy.
+  virtual void copy_from_backend(const Backend& from, const Tensor& src, const WorkMark* after, Tensor& dst) {
+    (void)after;
+    if (!reads_from(from))
+      throw Error("copy_from_backend: " + name() + " does not read tensors of " + from.name());
+    if (src.nbytes() != dst.nbytes())
+      throw Error("copy_from_backend: " + std::to_string(src.nbytes()) + " bytes into " +
+                  std::to_string(dst.nbytes()));
+    copy_from_host(src.raw(), dst);
+  }
   // A host tensor (uninitialized) for what copy_to_host reads back each step,
   // such as logits: a GPU backend returns page-locked memory, which the copy
   // fills at the bus's speed (a fresh pageable buffer is faulted in page by

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <unordered_set>
 
 #include "core/error.h"
@@ -208,15 +209,32 @@ class DecoderModel final : public Model {
   // written and read), and o_proj (each shard: its columns' partial); then
   // the sum in shard order, o_proj's bias and the residual add.
   void attention(int layer, const Step& step, const ForwardBatch& batch, kv::KvCache& cache, Tensor& h);
-  ShardAttention project_shard(int layer, int shard, const Step& step, const Tensor& h);
+  // `home`: be_'s mark_home, taken after h and step.positions were written.
+  ShardAttention project_shard(int layer, int shard, const Step& step, const Tensor& h, const WorkMark* home);
   // Runs fn(s) for every shard: on their own threads when the shards have
   // backends of their own, else one after another on the caller's.
   void for_each_shard(const std::function<void(int)>& fn);
   Backend& shard_backend(int shard) { return *shard_be_[std::size_t(shard)]; }
   // `t` (on `from`) as a tensor of `to`: itself when they are one backend,
-  // else a copy in to's workspace. Host memory only (place_shards checks):
-  // the stand-in's device-to-device copy. Called on to's caller.
-  static Tensor transfer(Backend& from, const Tensor& t, Backend& to);
+  // else a copy in to's workspace once `after` (from's mark, taken after t
+  // was written) is reached: a host copy between CPU devices, a copy on
+  // to's stream between CUDA backends (place_shards admits no other pair).
+  // Called on to's caller, never calling `from`: its caller may be running.
+  // The copy may still be in flight on return: `from` must not write t
+  // before `to`'s work so far is done. The decoder holds to that by
+  // copying every shard's partial home after the shard's reads of be_'s
+  // tensors (mark_shards), before be_ changes the stream again, and by
+  // resetting be_'s workspace (which waits for be_'s stream) before the
+  // shards' at the next step.
+  static Tensor transfer(const Backend& from, const Tensor& t, const WorkMark* after, Backend& to);
+  // be_'s mark for the shards' reads of its tensors (null when the shards
+  // have no backends of their own). On the caller, between two runs.
+  std::shared_ptr<const WorkMark> mark_home();
+  // Each shard backend's mark ([shard]; null for be_'s shards and host
+  // backends), on the caller between two runs (the workers wait).
+  std::vector<std::shared_ptr<const WorkMark>> mark_shards();
+  // Shard `shard`'s tensor t copied to be_, after `after` (of mark_shards).
+  Tensor from_shard(int shard, const Tensor& t, const WorkMark* after);
   // The gated MLP of rms_norm(h, ffn_norm): each shard's columns on its
   // backend (with its copy of ffn_norm), summed in shard order on be_.
   Tensor mlp(std::span<const ShardWeights> shards, Activation act, const Tensor& h);
@@ -262,10 +280,15 @@ void DecoderModel::place_shards() {
     const std::string shard = "shard " + std::to_string(i + 1);
     Backend* b = devices_[i].get();
     if (b == nullptr) throw Error(what + "no backend for " + shard);
-    if (!b->device().is_host() || !be_.device().is_host())
-      throw Error(what + shard + " on " + b->name() + " beside " + be_.name() +
-                  ": shards on backends of their own run in host memory only (device-to-device copies are not written)");
     if (b == &be_) throw Error(what + shard + " runs on the model's own backend");
+    // Tensors cross between shard 0 and each shard both ways (transfer):
+    // both in host memory (CPU devices) or both CUDA backends, never a mix.
+    if (b->device().is_host() != be_.device().is_host())
+      throw Error(what + shard + " on " + b->name() + " beside the model's " + be_.name() +
+                  ": shards run all on the CPU or all on GPUs (a mix of CPU and GPU shards is not supported)");
+    if (!b->reads_from(be_) || !be_.reads_from(*b))
+      throw Error(what + shard + " on " + b->name() + " beside the model's " + be_.name() +
+                  ": these backends cannot copy tensors between them");
     for (std::size_t o = 0; o < i; ++o)
       if (devices_[o].get() == b) throw Error(what + "shards " + std::to_string(o + 1) + " and " + std::to_string(i + 1) + " share a backend");
     shard_be_[i + 1] = b;
@@ -273,11 +296,28 @@ void DecoderModel::place_shards() {
   workers_ = std::make_unique<tensor_parallel::ShardWorkers>(shards_);
 }
 
-Tensor DecoderModel::transfer(Backend& from, const Tensor& t, Backend& to) {
+Tensor DecoderModel::transfer(const Backend& from, const Tensor& t, const WorkMark* after, Backend& to) {
   if (&from == &to || t.empty()) return t;
   Tensor copy = to.workspace().tensor(t.dtype(), t.shape());
-  to.copy_from_host(t.raw(), copy);  // place_shards admitted host devices only
+  to.copy_from_backend(from, t, after, copy);  // place_shards admitted the pair
   return copy;
+}
+
+std::shared_ptr<const WorkMark> DecoderModel::mark_home() {
+  // Without backends of their own the shards read be_'s tensors in place:
+  // no mark (on a GPU it would cut the step's held launches in two).
+  return workers_ ? be_.mark_work() : nullptr;
+}
+
+Tensor DecoderModel::from_shard(int shard, const Tensor& t, const WorkMark* after) {
+  return transfer(shard_backend(shard), t, after, be_);
+}
+
+std::vector<std::shared_ptr<const WorkMark>> DecoderModel::mark_shards() {
+  std::vector<std::shared_ptr<const WorkMark>> out(static_cast<std::size_t>(shards_));
+  for (int s = 0; s < shards_; ++s)
+    if (&shard_backend(s) != &be_) out[std::size_t(s)] = shard_backend(s).mark_work();
+  return out;
 }
 
 void DecoderModel::for_each_shard(const std::function<void(int)>& fn) {
@@ -446,7 +486,9 @@ void DecoderModel::forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor
   }
   cache.begin_step(rows, counts);  // throws OutOfBlocks with nothing changed
   try {
-    be_.workspace().reset();  // the previous step's scratch is dead
+    // The previous step's scratch is dead. be_ first: waiting for its
+    // stream also waits for its last copies out of the shards' workspaces.
+    be_.workspace().reset();
     for (int s = 1; s < shards_; ++s)
       if (&shard_backend(s) != &be_) shard_backend(s).workspace().reset();
     Step step;
@@ -463,8 +505,14 @@ void DecoderModel::forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor
     for (const kv::TokenRun& run : batch.runs) end = std::max(end, run.position + run.count);
     for (auto& table : rope_tables_) table->reserve(end);
     for (auto& table : owned_shard_ropes_) table->reserve(end);
-    // The step's launches go out together (a repeated step as one graph).
-    DeferredLaunches deferred(be_);
+    // The step's launches go out together (a repeated step as one graph),
+    // unless the shards run on backends of their own: then every meeting
+    // point issues what be_ holds (mark_work, copy_from_backend), about
+    // three pieces a layer, more than the CUDA launch queue keeps graphs of
+    // (32), so no piece would be replayed and each would be captured again
+    // and again. They go out one by one instead (on the CPU no difference).
+    std::optional<DeferredLaunches> deferred;
+    if (!workers_) deferred.emplace(be_);
     step.tokens = ids_tensor(batch.tokens);
     step.positions = ids_tensor(positions);
 
@@ -480,7 +528,7 @@ void DecoderModel::forward(const ForwardBatch& batch, kv::KvCache& cache, Tensor
       if (hidden) be_.copy_to_host(last, hidden->raw());
       head(last, marked > 0 ? &batch : nullptr, logits, picks);
     }
-    deferred.issue();
+    if (deferred) deferred->issue();
   } catch (...) {
     cache.abort_step();
     throw;
@@ -621,32 +669,39 @@ void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch,
     cache.attend(storage(l, s), step.queries, p.q, params, p.attn);
   };
   std::vector<Tensor> partials(n);
+  // The stream and positions as the shards read them.
+  const std::shared_ptr<const WorkMark> home = mark_home();
   if (kv_on_shards) {
     // One phase: each shard's q/k/v, KV, attention and o_proj partial on its backend.
     for_each_shard([&](int s) {
       Backend& sb = shard_backend(s);
-      ShardAttention p = project_shard(l, s, step, h);
+      ShardAttention p = project_shard(l, s, step, h, home.get());
       attend(s, p, sb);
       partials[std::size_t(s)] = linear(sb, p.attn, shard_weights_[std::size_t(l)][std::size_t(s)].o_proj);
     });
   } else {
-    for_each_shard([&](int s) { parts[std::size_t(s)] = project_shard(l, s, step, h); });
+    for_each_shard([&](int s) { parts[std::size_t(s)] = project_shard(l, s, step, h, home.get()); });
+    const auto projected = mark_shards();
     for (int s = 0; s < shards_; ++s) {
       ShardAttention& p = parts[std::size_t(s)];
-      Backend& sb = shard_backend(s);
-      p.k = transfer(sb, p.k, be_);
-      p.v = transfer(sb, p.v, be_);
-      p.q = transfer(sb, p.q, be_);
+      const WorkMark* after = projected[std::size_t(s)].get();
+      p.k = from_shard(s, p.k, after);
+      p.v = from_shard(s, p.v, after);
+      p.q = from_shard(s, p.q, after);
       attend(s, p, be_);
     }
     // Each shard's partial of o_proj, on its backend.
+    const std::shared_ptr<const WorkMark> attended = mark_home();
     for_each_shard([&](int s) {
       Backend& sb = shard_backend(s);
-      partials[std::size_t(s)] = linear(sb, transfer(be_, parts[std::size_t(s)].attn, sb),
+      partials[std::size_t(s)] = linear(sb, transfer(be_, parts[std::size_t(s)].attn, attended.get(), sb),
                                         shard_weights_[std::size_t(l)][std::size_t(s)].o_proj);
     });
   }
-  for (int s = 1; s < shards_; ++s) partials[std::size_t(s)] = transfer(shard_backend(s), partials[std::size_t(s)], be_);
+  // The partials to be_. Each shard's mark also covers its reads of be_'s
+  // tensors above, so be_ changes h (below) only after them.
+  const auto summed = mark_shards();
+  for (int s = 1; s < shards_; ++s) partials[std::size_t(s)] = from_shard(s, partials[std::size_t(s)], summed[std::size_t(s)].get());
   Tensor o = tensor_parallel::all_reduce_in_order(be_, partials);
   if (!lw.o_bias.empty()) be_.add_bias(o, lw.o_bias);  // once, after the sum
   if (lc.post_attention_norm) {
@@ -656,7 +711,8 @@ void DecoderModel::attention(int l, const Step& step, const ForwardBatch& batch,
   }
 }
 
-DecoderModel::ShardAttention DecoderModel::project_shard(int l, int shard, const Step& step, const Tensor& h_home) {
+DecoderModel::ShardAttention DecoderModel::project_shard(int l, int shard, const Step& step, const Tensor& h_home,
+                                                        const WorkMark* home) {
   const LayerConfig& lc = cfg_.layers[std::size_t(l)];
   const AttentionConfig& ac = lc.attention;
   const ShardWeights& sw = shard_weights_[std::size_t(l)][std::size_t(shard)];
@@ -664,8 +720,8 @@ DecoderModel::ShardAttention DecoderModel::project_shard(int l, int shard, const
   const int64_t T = step.T;
   const int hd = ac.head_dim, kvh = ac.kv_heads / shards_;
   RopeTable& rope = *shard_ropes_[std::size_t(shard)][std::size_t(ac.rope)];
-  const Tensor h = transfer(be_, h_home, be);
-  const Tensor positions = transfer(be_, step.positions, be);
+  const Tensor h = transfer(be_, h_home, home, be);
+  const Tensor positions = transfer(be_, step.positions, home, be);
 
   const bool owns_kv = lc.owns_kv(l);
   // q, and the layer's own k and v, from the normed stream in one go.
@@ -712,14 +768,17 @@ DecoderModel::ShardAttention DecoderModel::project_shard(int l, int shard, const
 Tensor DecoderModel::mlp(std::span<const ShardWeights> shards, Activation act, const Tensor& h) {
   const Tensor none;
   std::vector<Tensor> partials(shards.size());
+  const std::shared_ptr<const WorkMark> home = mark_home();
   for_each_shard([&](int s) {
     const ShardWeights& sw = shards[std::size_t(s)];
     Backend& sb = shard_backend(s);
-    const Tensor hs = transfer(be_, h, sb);
+    const Tensor hs = transfer(be_, h, home.get(), sb);
     auto [gate, up] = normed_linears<2>(sb, hs, sw.ffn_norm, {&sw.gate_proj, &sw.up_proj}, {&none, &none});
     partials[std::size_t(s)] = gated_linear(sb, gate, up, act, sw.down_proj);
   });
-  for (int s = 1; s < shards_; ++s) partials[std::size_t(s)] = transfer(shard_backend(s), partials[std::size_t(s)], be_);
+  // Each mark covers its shard's read of h too: be_ adds into h after these copies.
+  const auto done = mark_shards();
+  for (int s = 1; s < shards_; ++s) partials[std::size_t(s)] = from_shard(s, partials[std::size_t(s)], done[std::size_t(s)].get());
   return tensor_parallel::all_reduce_in_order(be_, partials);
 }
 

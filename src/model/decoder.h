@@ -156,8 +156,10 @@ struct DecoderWeights {
 // kv_layers() then lists N storage layers of kv_heads/N heads per owned
 // layer, and kv_storage_of_layers() is an Error (no drafter reads a split
 // cache). At N = 1 the model is the unsplit one, bit for bit.
-// options.shard_backends (N - 1 host-memory backends, not `backend`, all
-// distinct; else an Error before anything is prepared) places shards 1 … on
+// options.shard_backends (N - 1 backends, not `backend`, all distinct, all
+// CPU or all CUDA backends as `backend` is, each reading the others'
+// tensors (Backend::reads_from); else an Error before anything is
+// prepared) places shards 1 … on
 // them; the model keeps them alive and starts N - 1 threads (ShardWorkers)
 // that live as long as it does.
 //

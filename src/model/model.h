@@ -118,8 +118,8 @@ struct ModelOptions {
   // one after another (the one-device stand-in). Otherwise exactly
   // tensor_parallel - 1 backends (shard 0 runs on the model's own, which
   // also holds the KV cache and the unsplit parts), distinct from it and
-  // each other and in host memory (the CPU's; a GPU's shards would need
-  // device-to-device copies, not written): shard s's split weights are
+  // each other, and all CPU backends or all CUDA backends like it (tensors
+  // cross by Backend::copy_from_backend; a mix is an Error): shard s's split weights are
   // prepared on its backend and its layer work runs there, from a thread of
   // its own (model/shard_workers.h). The bits are those of the one-backend
   // run. The model co-owns them; nothing else may call them while it runs.

@@ -27,8 +27,9 @@
 //
 // Where the shards run (ModelOptions::shard_backends, decoder.cc): either
 // all on the model's one backend, one after another (the one-device
-// stand-in), or each on a backend of its own (CPU "devices" today: N CPU
-// backends of threads/N threads each, make_sharded_backends), shard s's
+// stand-in), or each on a backend of its own (CPU "devices": N CPU
+// backends of threads/N threads each; or a CUDA backend per shard, on GPUs
+// of their own or several on one GPU; make_sharded_backends), shard s's
 // split weights prepared there and its layer work issued from its own
 // thread (shard_workers.h). Both run one code path, the same operations in
 // the same order per shard, so the bits are the same (tested against
@@ -38,12 +39,12 @@
 // shards meet only at the two sums; a cache all on the model's backend
 // adds a meeting after the q/k/v projections (KV written and read there,
 // shard after shard). The residual stream, embeddings, head and KV books
-// stay on the model's backend; shards copy the stream in (a host copy:
-// only host-memory backends are admitted) and their partials out. A
-// multi-GPU version keeps the split, the placement and the order and swaps
-// the copies (peer copies) and all_reduce_in_order (NCCL with fixed
-// chunking, or an all-gather then this order); see
-// docs/design/tensor-parallel.md.
+// stay on the model's backend; shards copy the stream in and their
+// partials out (Backend::copy_from_backend: a host copy between CPU
+// backends, a copy on the GPUs between CUDA backends, after an event).
+// A multi-GPU version keeps the split, the placement and the order and
+// would gather the partials with NCCL (an all-gather, then this order);
+// see docs/design/tensor-parallel.md. Nothing has run on several GPUs.
 //
 // Memory: column shards are copies, so a split model holds o_proj and
 // down_proj once more in host memory (before a backend prepares them).

@@ -331,6 +331,30 @@ class PinnedStaging {
   std::size_t used_ = 0, high_water_ = 0;
 };
 
+// A point in a CUDA backend's stream (Backend::mark_work): an event
+// recorded there, which other streams wait for (on the same GPU or another).
+class CudaWorkMark final : public WorkMark {
+ public:
+  CudaWorkMark(int device, cudaStream_t stream) {
+    DeviceGuard guard(device);
+    check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "mark_work: cudaEventCreate");
+    const cudaError_t e = cudaEventRecord(event_, stream);
+    if (e != cudaSuccess) {
+      cudaEventDestroy(event_);
+      check(e, "mark_work: cudaEventRecord");
+    }
+  }
+  // A stream still waiting for the event keeps what it needs: CUDA releases
+  // the event once it has completed.
+  ~CudaWorkMark() override { cudaEventDestroy(event_); }
+  CudaWorkMark(const CudaWorkMark&) = delete;
+  CudaWorkMark& operator=(const CudaWorkMark&) = delete;
+  cudaEvent_t event() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, const BackendOptions& options)
@@ -507,6 +531,50 @@ class CudaBackend final : public Backend {
     });
     synchronize("copy_to_host");
   }
+  // --- Between backends: other CUDA backends' tensors, copied on this
+  // backend's stream after the source's mark (the source's stream is not
+  // touched, so its caller may go on meanwhile).
+
+  bool reads_from(const Backend& from) const override { return dynamic_cast<const CudaBackend*>(&from) != nullptr; }
+
+  std::shared_ptr<const WorkMark> mark_work() override {
+    DeviceGuard guard(device_);
+    queue_.submit();  // the held launches that wrote what the mark covers
+    return std::make_shared<CudaWorkMark>(device_, stream_);
+  }
+
+  void copy_from_backend(const Backend& from, const Tensor& src, const WorkMark* after, Tensor& dst) override {
+    const auto* peer = dynamic_cast<const CudaBackend*>(&from);
+    ROWLM_REQUIRE(peer != nullptr, "copy_from_backend: " + name() + " does not read tensors of " + from.name() +
+                                       " (only other CUDA backends')");
+    require_here(dst, "copy_from_backend: dst");
+    ROWLM_REQUIRE(src.device() == peer->device(),
+                  "copy_from_backend: src must be on " + peer->device().name() + ", got " + describe(src));
+    ROWLM_REQUIRE(src.nbytes() == dst.nbytes(), "copy_from_backend: " + describe(src) + " into " + describe(dst) +
+                                                    ": the byte sizes differ");
+    const auto* mark = dynamic_cast<const CudaWorkMark*>(after);
+    ROWLM_REQUIRE(after == nullptr || mark != nullptr, "copy_from_backend: the mark is not a CUDA backend's");
+    DeviceGuard guard(device_);
+    // This stream's held launches first, so that they keep their place
+    // before the copy and what follows it.
+    queue_.submit();
+    if (dst.nbytes() == 0) return;
+    const int other = peer->device_;
+    if (other != device_) enable_peer_access(other);
+    queue_.timed("copy_from_backend", [&] {
+      if (mark != nullptr) check(cudaStreamWaitEvent(stream_, mark->event(), 0), "copy_from_backend: wait");
+      if (other == device_) {
+        check(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_),
+              "copy_from_backend");
+      } else {
+        // Direct over the GPUs' link where peer access is on; staged by the
+        // driver otherwise. Not run: no machine with several GPUs was lent.
+        check(cudaMemcpyPeerAsync(dst.raw(), device_, src.raw(), other, src.nbytes(), stream_),
+              "copy_from_backend: peer copy");
+      }
+    });
+  }
+
   Tensor host_output(DType dtype, Shape shape) override {
     const std::size_t bytes = std::size_t(shape_numel(shape)) * dtype_size(dtype);
     std::shared_ptr<void> buffer = outputs_->take(bytes);
@@ -1346,6 +1414,23 @@ class CudaBackend final : public Backend {
   }
 
 
+  // Lets this GPU read `other`'s memory directly (peer copies then take the
+  // link instead of host memory), once per pair; where the hardware cannot,
+  // cudaMemcpyPeerAsync stages the copies itself. Called with this device current.
+  void enable_peer_access(int other) {
+    if (std::find(peers_tried_.begin(), peers_tried_.end(), other) != peers_tried_.end()) return;
+    peers_tried_.push_back(other);
+    int can = 0;
+    if (cudaDeviceCanAccessPeer(&can, device_, other) != cudaSuccess || !can) {
+      cudaGetLastError();
+      return;
+    }
+    const cudaError_t e = cudaDeviceEnablePeerAccess(other, 0);
+    // Already on (another backend of this GPU enabled it): as good.
+    if (e == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
+    else check(e, "cudaDeviceEnablePeerAccess");
+  }
+
   static CudaKvArena& own(KvArena& arena, const char* op) {
     auto* a = dynamic_cast<CudaKvArena*>(&arena);
     ROWLM_REQUIRE(a != nullptr, std::string(op) + ": the KV arena belongs to another backend");
@@ -1385,6 +1470,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<void> attention_arrivals_;
   std::shared_ptr<int> error_host_;
   int* error_device_ = nullptr;
+  std::vector<int> peers_tried_;  // GPUs enable_peer_access was tried for
 };
 
 }  // namespace

@@ -37,7 +37,16 @@
 // raise an error flag reported at the next synchronisation (a copy to the
 // host, or the next step's workspace reset).
 //
+// Several backends, on one GPU or several (tensor parallelism's shards):
+// each has its own stream, workspace, staging and KV arenas; one reads
+// another's tensors only through copy_from_backend (backend.h), a copy on
+// its own stream after an event of the other's (mark_work): device to
+// device on one GPU, cudaMemcpyPeerAsync between two (with peer access
+// enabled where the GPUs allow). Only the one-GPU case has run.
+//
 // Threads: one caller at a time; every call selects the backend's device.
+// copy_from_backend reads the other backend's memory and event without
+// calling it, so the other's caller may run meanwhile.
 
 #include <memory>
 

@@ -22,8 +22,12 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options);
 // `shards` - 1 more in `others` for ModelOptions::shard_backends. On the
 // CPU (device "cpu", or "auto" without a GPU) the shards are CPU "devices":
 // `options.threads` (0: one per core) divided among them, at least one
-// each. On a GPU, or at one shard, only `model` (every shard on it, one
-// after another: shards on GPUs of their own are not written).
+// each. On a GPU, a CUDA backend per shard: shard s on the GPU
+// options.tensor_parallel_devices (or ROWLM_TENSOR_PARALLEL_DEVICES) names,
+// else on the model's GPU + s; an Error naming the GPU count when there are
+// fewer (several shards share a GPU only when named so), or when the list
+// does not fit (its length, shard 0 not on the model's GPU, a GPU that is
+// not there, an unparsable variable). At one shard, only `model`.
 struct ShardedBackends {
   std::unique_ptr<Backend> model;
   std::vector<std::shared_ptr<Backend>> others;
