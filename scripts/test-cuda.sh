@@ -66,6 +66,11 @@ echo "== 3. engine on the GPU" >&2
 # again under a debugger (a backtrace) and under memcheck; the later stages
 # still run, and the suite fails at the end.
 engine_log=$(mktemp)
+# The tensor-parallel engine tests split over 2 shards: on a one-GPU machine
+# both on GPU 0 (make_sharded_backends asks for the GPUs to be named).
+if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" = 1 ] && [ -z "${ROWLM_TENSOR_PARALLEL_DEVICES:-}" ]; then
+  export ROWLM_TENSOR_PARALLEL_DEVICES=0,0
+fi
 if ! ROWLM_TEST_DEVICE=cuda build-cuda/src/engine/engine_tests 2>&1 | tee "$engine_log"; then
   status=1
   crashed=$(awk '/^\[ RUN      \]/ { t = $4 } /^\[ +(OK|FAILED) +\]/ { t = "" } END { print t }' "$engine_log")

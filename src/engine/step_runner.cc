@@ -147,7 +147,7 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
   out.draft_sampled.assign(plan.feeds.size(), nullptr);
   out.draft_stats.assign(plan.feeds.size(), nullptr);
   const bool logits_off_host = !cache_->backend().device().is_host();
-  const bool backend_samples = cache_->backend().samples_rows();
+  const bool backend_samples = cache_->backend().verifies_drafts();
   std::vector<std::size_t> sampled_feed;  // per plain feed's batch.sample_on_device entry
   std::vector<int64_t> draft_sample(plan.feeds.size(), -1);  // a drafting feed's first such entry
   int64_t crossing = 0;          // logits rows that cross whole so far
