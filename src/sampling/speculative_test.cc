@@ -269,35 +269,7 @@ TEST(Speculative, TheCpuBackendVerifiesDraftsAsTheHostDoes) {
   ASSERT_TRUE(cpu->samples_rows());
   ASSERT_FALSE(make_cpu_backend(1)->samples_rows());
   std::mt19937 rng(2024);
-  testing::VerifyTally tally;
-  for (int64_t V : {17, 1000, 4099, 262144}) {
-    for (int round = 0; round < (V > 5000 ? 2 : 6); ++round) {
-      constexpr int kRows = 24;
-      testing::VerifyCases c = testing::make_verify_cases(rng, V, kRows, round);
-      // A plain draw beside them: Sampler::sample's token.
-      Sampler plain(SamplingParams{.temperature = 0.8f, .seed = uint64_t(round)}, V);
-      std::optional<RowSampling> draw = plain.device_plan(c.edits, c.masks);
-      ASSERT_TRUE(draw);
-      draw->row = kRows;
-      std::vector<RowSampling> plans = c.plans;
-      plans.push_back(*draw);
-      Tensor x(DType::F32, {kRows + 1, V});
-      std::copy(c.logits.begin(), c.logits.end(), x.data<float>());
-      const std::vector<float> last = random_row(rng, int(V));
-      std::copy(last.begin(), last.end(), x.data<float>() + int64_t(kRows) * V);
-      Tensor tokens(DType::I32, {kRows + 1});
-      Tensor stats(DType::U8, {(kRows + 1) * int64_t(sizeof(RowLogprobStats))});
-      cpu->sample_rows(x, plans, c.edits, c.masks, tokens, &stats);
-      testing::expect_host_verdicts(c, std::span(tokens.data<int32_t>(), kRows),
-                                    static_cast<const RowLogprobStats*>(stats.raw()), tally,
-                                    "V " + std::to_string(V) + " round " + std::to_string(round));
-      EXPECT_EQ(tokens.data<int32_t>()[kRows], plain.sample(last).token) << "V " << V;
-    }
-  }
-  EXPECT_GT(tally.kept, tally.compared / 5);
-  EXPECT_GT(tally.rejected, tally.compared / 5);
-  EXPECT_GT(tally.errors, 0);
-  EXPECT_GT(tally.with_logprobs, tally.compared / 5);
+  testing::expect_backend_verifies_drafts(*cpu, rng, [](int64_t V) { return V > 5000 ? 2 : 6; });
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/error.h"
 #include "sampling/sampler.h"
 #include "sampling/speculative.h"
@@ -133,6 +134,46 @@ inline void expect_host_verdicts(const VerifyCases& c, std::span<const int32_t> 
       ++tally.with_logprobs;
     }
   }
+}
+
+// The property both backends' tests hold: rounds of random cases at each
+// vocabulary size (`rounds(V)` of them) verified by be.sample_rows in one
+// call beside a plain draw (Sampler::sample's token), every verdict the
+// host's, with kept, rejected, erroneous and logprob rows all seen. The
+// tensors go through be.upload and be.copy_to_host, so `be` may be a GPU.
+template <class Rounds>
+void expect_backend_verifies_drafts(Backend& be, std::mt19937& rng, Rounds&& rounds) {
+  VerifyTally tally;
+  for (int64_t V : {17, 1000, 4099, 262144}) {
+    for (int round = 0; round < rounds(V); ++round) {
+      constexpr int kRows = 24;
+      VerifyCases c = make_verify_cases(rng, V, kRows, round);
+      Sampler plain(SamplingParams{.temperature = 0.8f, .seed = uint64_t(round)}, V);
+      std::optional<RowSampling> draw = plain.device_plan(c.edits, c.masks);
+      ASSERT_TRUE(draw);
+      draw->row = kRows;
+      std::vector<RowSampling> plans = c.plans;
+      plans.push_back(*draw);
+      Tensor x(DType::F32, {kRows + 1, V});
+      std::copy(c.logits.begin(), c.logits.end(), x.data<float>());
+      const std::vector<float> last = random_row(rng, int(V));
+      std::copy(last.begin(), last.end(), x.data<float>() + int64_t(kRows) * V);
+      Tensor on_be = be.upload(x), tokens = be.upload(Tensor(DType::I32, {kRows + 1}));
+      Tensor stats = be.upload(Tensor(DType::U8, {(kRows + 1) * int64_t(sizeof(RowLogprobStats))}));
+      be.sample_rows(on_be, plans, c.edits, c.masks, tokens, &stats);
+      std::vector<int32_t> got(kRows + 1);
+      std::vector<RowLogprobStats> got_stats(kRows + 1);
+      be.copy_to_host(tokens, got.data());
+      be.copy_to_host(stats, got_stats.data());
+      expect_host_verdicts(c, std::span(got.data(), kRows), got_stats.data(), tally,
+                           "V " + std::to_string(V) + " round " + std::to_string(round));
+      EXPECT_EQ(got[kRows], plain.sample(last).token) << "V " << V;
+    }
+  }
+  EXPECT_GT(tally.kept, tally.compared / 5);
+  EXPECT_GT(tally.rejected, tally.compared / 5);
+  EXPECT_GT(tally.errors, 0);
+  EXPECT_GT(tally.with_logprobs, tally.compared / 5);
 }
 
 }  // namespace rowlm::sampling::testing
