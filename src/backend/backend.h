@@ -278,10 +278,6 @@ class Backend {
   // (samples_rows() false): the CPU backend made without the host's row
   // sampler (make_cpu_backend; make_backend hands it one).
   virtual bool samples_rows() const { return false; }
-  // Whether the engine hands this backend its speculative rows' drafts to
-  // verify (sample_rows with RowSampling::draft): where it samples rows,
-  // unless the backend says otherwise.
-  virtual bool verifies_drafts() const { return samples_rows(); }
   virtual void sample_rows(Tensor& x, std::span<const RowSampling> rows, std::span<const RowSamplingEdit> edits,
                            std::span<const uint64_t> masks, Tensor& tokens, Tensor* stats) {
     (void)x, (void)rows, (void)edits, (void)masks, (void)tokens, (void)stats;

@@ -506,7 +506,7 @@ TEST(Speculation, SampledRowsAreVerifiedWithoutTheirLogitsCrossing) {
     }
   };
   auto backend = make_backend({"cpu", 1, MatmulPrecision::F32});
-  ASSERT_TRUE(backend->verifies_drafts());
+  ASSERT_TRUE(backend->samples_rows());
   auto model = load_model(model_dir(), *backend);
   const int64_t V = model->info().vocab_size;
   kv::CacheOptions copt;

@@ -147,8 +147,10 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
   out.draft_sampled.assign(plan.feeds.size(), nullptr);
   out.draft_stats.assign(plan.feeds.size(), nullptr);
   const bool logits_off_host = !cache_->backend().device().is_host();
-  const bool backend_samples = cache_->backend().verifies_drafts();
-  std::vector<std::size_t> sampled_feed;  // per plain feed's batch.sample_on_device entry
+  const bool backend_samples = cache_->backend().samples_rows();
+  // (plain feed, its batch.sample_on_device entry): a drafting feed's
+  // verification entries may come between two plain feeds' entries.
+  std::vector<std::pair<std::size_t, std::size_t>> sampled_feed;
   std::vector<int64_t> draft_sample(plan.feeds.size(), -1);  // a drafting feed's first such entry
   int64_t crossing = 0;          // logits rows that cross whole so far
   std::vector<kv::RowId> round;  // rows feeding drafts
@@ -173,8 +175,8 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
         if (!only_argmax) out.first_row[i] = crossing++;
         if (device) {
           device->row = int32_t(batch.logit_rows.size());
+          sampled_feed.emplace_back(i, batch.sample_on_device.size());
           batch.sample_on_device.push_back(*device);
-          sampled_feed.push_back(i);
         }
       }
       batch.add(r.row, p, r.tokens[std::size_t(p)], last, only_argmax);
@@ -220,9 +222,9 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
     f.request->computed += f.tokens;
     if (keep_state && out.state_row[i] >= 0) keep_target_state(*f.request, out.state_row[i]);
   }
-  for (std::size_t j = 0; j < sampled_feed.size(); ++j) {
-    out.sampled[sampled_feed[j]] = picks_.sampled[j];
-    if (!picks_.logprob_stats.empty()) out.logprob_stats[sampled_feed[j]] = &picks_.logprob_stats[j];
+  for (const auto [feed, entry] : sampled_feed) {
+    out.sampled[feed] = picks_.sampled[entry];
+    if (!picks_.logprob_stats.empty()) out.logprob_stats[feed] = &picks_.logprob_stats[entry];
   }
   return out;
 }

@@ -819,13 +819,6 @@ class CudaBackend final : public Backend {
   }
 
   bool samples_rows() const override { return true; }
-  // The kernel verifies drafts as the host does row by row
-  // (CudaVsCpu.DraftsVerifiedOnTheGpuGiveTheHostsVerdicts passed on an
-  // H100), but the engine's speculative tests failed on the GPU with the
-  // engine handing its rows here (2026-12-07: 12 of them, greedy rows with
-  // logprobs and sampled n-gram rows), so the engine still verifies them on
-  // the host until that is found.
-  bool verifies_drafts() const override { return false; }
 
   void sample_rows(Tensor& x, std::span<const RowSampling> rows, std::span<const RowSamplingEdit> edits,
                    std::span<const uint64_t> masks, Tensor& tokens, Tensor* stats) override {
