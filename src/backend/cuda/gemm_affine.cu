@@ -20,15 +20,6 @@ constexpr int64_t kMostSplitBytes = int64_t(32) << 20;  // partials of a split l
 
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Code `i` of a stream of b-bit codes (a code may run into the next word).
-__device__ __forceinline__ uint32_t stream_code(const uint32_t* in, int64_t i, int bits) {
-  const int64_t bit = i * bits;
-  const int shift = int(bit % 32);
-  uint64_t v = in[bit / 32] >> shift;
-  if (shift + bits > 32) v |= uint64_t(in[bit / 32 + 1]) << (32 - shift);
-  return uint32_t(v) & ((1u << bits) - 1u);
-}
-
 // One thread per tile lane: gathers its eight codes from the stream and
 // writes their low nibbles (a word) and high bits (a field of bits − 4 bytes).
 __global__ void mma16_from_stream_kernel(const uint32_t* in, uint32_t* out, int64_t rows, int64_t cols, int bits) {

@@ -20,6 +20,16 @@ __device__ __forceinline__ float load_weight(const void* w, Storage s, int64_t i
   }
 }
 
+// Code i of a stream of `bits`-wide codes packed little-end first into
+// words (a code may run into the next word).
+__device__ __forceinline__ uint32_t stream_code(const uint32_t* words, int64_t i, int bits) {
+  const int64_t bit = i * bits;
+  const int shift = int(bit % 32);
+  uint64_t v = words[bit / 32] >> shift;
+  if (shift + bits > 32) v |= uint64_t(words[bit / 32 + 1]) << (32 - shift);
+  return uint32_t(v) & ((1u << bits) - 1u);
+}
+
 // Code (row, col) of an affine weight in its order (backend/weight.h).
 __device__ __forceinline__ uint32_t affine_code(const WeightRef& w, int64_t row, int64_t col) {
   const uint32_t* words = static_cast<const uint32_t*>(w.values);
@@ -45,12 +55,8 @@ __device__ __forceinline__ uint32_t affine_code(const WeightRef& w, int64_t row,
     return lo | ((f >> (hi_bits * field)) & ((1u << hi_bits) - 1u)) << 4;
   }
   // Stream: rows hold whole words (cols · bits is a multiple of 32), a row's
-  // stream starts at its first word; a code may run into the next word.
-  const int64_t bit = (row * w.cols + col) * w.bits;
-  const int shift = int(bit % 32);
-  uint64_t v = words[bit / 32] >> shift;
-  if (shift + w.bits > 32) v |= uint64_t(words[bit / 32 + 1]) << (32 - shift);
-  return uint32_t(v) & mask;
+  // stream starts at its first word.
+  return stream_code(words, row * w.cols + col, w.bits);
 }
 
 // Element (row, col) of a weight, dense or affine (scale · code + bias in
