@@ -537,8 +537,12 @@ TEST(Speculation, SampledRowsAreVerifiedWithoutTheirLogitsCrossing) {
   request.sampling.logit_bias[sequence[prompt.size() + 2]] = 1.5f;
   engine::RequestState r(1, request, prompt, V, nullptr, std::make_shared<engine::HandleImpl>(1, [] {}), {});
   runner.attach(r);
+  // The prompt's row is sampled on the backend too.
   const engine::StepLogits first = runner.forward(engine::StepPlan{{{&r, int64_t(prompt.size()), -1}}}, {});
-  const int32_t t0 = r.sampler.sample(std::span(first.row(0), std::size_t(V))).token;
+  ASSERT_EQ(first.logits.numel(), 0) << "the prompt's logits row crossed";
+  ASSERT_TRUE(first.sampled[0].has_value());
+  const int32_t t0 = r.sampler.sampled_on_device(*first.sampled[0], first.logprob_stats[0]).token;
+  EXPECT_EQ(r.sampler.sample(fresh_logits(prompt, 1)).token, t0) << "the prompt's token is not the host's";
   r.sampler.accept(t0);
   r.tokens.push_back(t0);
   int rounds = 0, kept = 0, rejected = 0;

@@ -146,7 +146,9 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
   out.draft_argmax.assign(plan.feeds.size(), nullptr);
   out.draft_sampled.assign(plan.feeds.size(), nullptr);
   out.draft_stats.assign(plan.feeds.size(), nullptr);
-  const bool logits_off_host = !cache_->backend().device().is_host();
+  // Where the backend samples rows (the GPU's kernel; on the CPU the host
+  // sampler's own code, run there), every row that can be is sampled or
+  // verified there: one path on both, and no logits row crosses for it.
   const bool backend_samples = cache_->backend().samples_rows();
   // (plain feed, its batch.sample_on_device entry): a drafting feed's
   // verification entries may come between two plain feeds' entries.
@@ -159,7 +161,7 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
     const RequestState& r = *f.request;
     const bool ends = r.computed + f.tokens == r.sequence_length();  // the feed has a logits row
     std::optional<RowSampling> device;
-    if (ends && f.job < 0 && logits_off_host && !r.sampler.argmax_is_enough())
+    if (ends && f.job < 0 && backend_samples && !r.sampler.argmax_is_enough())
       device = f.request->sampler.device_plan(batch.sampling_edits, batch.sampling_masks);
     // A drafting feed's rows are all verified from their argmaxes where that
     // is enough (verify_draft_argmax), as a plain feed's row is sampled;

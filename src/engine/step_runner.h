@@ -42,12 +42,12 @@ namespace rowlm::engine {
 // A forward pass's logits, by feed. A feed whose sampler needs only the
 // argmax of its row (sampling::Sampler::argmax_is_enough: greedy, nothing
 // to change the row, no logprobs) gets the row's argmax code instead of the
-// row; on a backend whose logits are off the host, a feed whose sampler can
-// say how to sample its row there (Sampler::device_plan) gets the code and
-// the token sampled there; on a backend that samples rows (the GPU, and the
-// CPU made by make_backend), a drafting feed of a deterministic drafter gets
-// its drafts' verdicts (sampling::draft_device_plan). Their logits never
-// cross to the host.
+// row; on a backend that samples rows (Backend::sample_rows: the GPU, and
+// the CPU made by make_backend, which runs the host sampler's code), a feed
+// whose sampler can say how to sample its row there (Sampler::device_plan)
+// gets the code and the token sampled there, and a drafting feed of a
+// deterministic drafter its drafts' verdicts (sampling::draft_device_plan).
+// Their logits never cross.
 struct StepLogits {
   Tensor logits;  // [rows that crossed, vocab], in feed order
   // Per feed: its first row in `logits` (a drafting feed has 1 + drafts rows
