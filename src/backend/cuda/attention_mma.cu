@@ -13,7 +13,9 @@
 //
 // Per split of kSplitPositions (64) positions, for every row r of the tile:
 //   staging  the split's K ([d][position]) and V ([position][d]) by cp.async;
-//            positions no row of the run reads are zeros;
+//            V at positions no row of the run reads is zeros, K there is zeros
+//            or (in an 8-position chunk that holds a read position) whatever
+//            the block holds: it reaches only its own, masked, score column;
 //   scores   s = q_r · k_p by mma over d in 16-wide steps of increasing d, q
 //            split into three bf16 terms (hi = bf16(q), mid = bf16(q − hi),
 //            lo = bf16(q − hi − mid): all 24 bits of q), per step the terms
@@ -31,8 +33,10 @@
 // token (split mode). Every step above reads only row r's own values and the
 // positions' keys and values: mma's rows are independent, its reduction runs
 // in a fixed order, and rows of other tokens in the tile, or a run's other
-// rows, change nothing but which zeros are staged, which masked positions
-// never reach (e = 0 exactly, and staged values are finite).
+// rows, change nothing but what is staged at positions a row does not read,
+// which never reaches it (its score is replaced by −inf whatever the key
+// held, its e is 0 exactly, and staged values are zeros or stored values,
+// finite).
 
 #include <algorithm>
 #include <cstdint>
@@ -260,28 +264,27 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(KvLayout L, 
       const int64_t st_lo = max(lo_u, base), st_hi = min(hi_u, base + kSplitPositions - 1);
       __syncthreads();  // the previous split's readers of k, v, e and red are done
       // K: [d][8 chunks of 8 positions]. A thread's chunk is the same for
-      // every d it stages (tid % 8): its source is found once per split.
+      // every d it stages (tid % 8): its source is found once per split. A
+      // chunk lies in one KV block (blocks hold whole chunks); one that holds
+      // a position the run reads is copied whole, its other positions' keys
+      // being whatever the block holds there: a score column depends only on
+      // its own position's key (mma's columns are independent), and those
+      // columns are masked to −inf before any use. (Copying such a chunk
+      // element by element, one dependent global load each, took most of a
+      // decode launch: every decode step has one.)
       {
         const int c = tid % (kSplitPositions / 8);
         const int64_t p0 = base + 8 * c;
-        const bool whole = p0 >= st_lo && p0 + 7 <= st_hi, none = p0 + 7 < st_lo || p0 > st_hi;
+        const bool none = p0 + 7 < st_lo || p0 > st_hi;
         const uint8_t* chunk = nullptr;  // the chunk's keys at d = 0
-        if (whole) chunk = block_at(blocks, table[p0 / bs]) + int64_t(kvh) * L.k_head_bytes + (p0 % bs) * 2;
+        if (!none) chunk = block_at(blocks, table[p0 / bs]) + int64_t(kvh) * L.k_head_bytes + (p0 % bs) * 2;
         const int64_t d_stride = int64_t(bs) * 2;
         for (int d = tid / (kSplitPositions / 8); d < hd; d += kMmaThreads / (kSplitPositions / 8)) {
           uint16_t* dst = sm.k + int64_t(d) * kPosStride + 8 * c;
-          if (whole) {
-            cp_async_16(dst, chunk + d * d_stride);
-          } else if (none) {
+          if (none) {
             *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
           } else {
-            for (int j = 0; j < 8; ++j) {
-              const int64_t p = p0 + j;
-              dst[j] = p >= st_lo && p <= st_hi
-                           ? *reinterpret_cast<const uint16_t*>(block_at(blocks, table[p / bs]) +
-                                                                int64_t(kvh) * L.k_head_bytes + (int64_t(d) * bs + p % bs) * 2)
-                           : uint16_t(0);
-            }
+            cp_async_16(dst, chunk + d * d_stride);
           }
         }
       }
