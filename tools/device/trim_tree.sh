@@ -6,7 +6,8 @@
 #   tools/device/trim_tree.sh gpu       for scripts/test-cuda.sh 1-4 and 6 and
 #                                       the benchmarks: the llama.cpp GGUF
 #                                       fixtures, the tokenizer fixtures and
-#                                       the two large GGUF files go
+#                                       the Gemma 4 GGUF file go (the CLI
+#                                       tests read the Qwen 3 one)
 #   tools/device/trim_tree.sh server    for stage 5 with .device-node (the SDKs
 #                                       on the GPU): every fixture but
 #                                       tests/fixtures/qwen3/chat, and
@@ -33,8 +34,7 @@ move_out() {
 
 case "${1:-}" in
   gpu)
-    move_out tests/fixtures/gguf/llamacpp tests/tokenizers/fixtures tests/fixtures/gguf/gemma4_bf16.gguf \
-      tests/fixtures/gguf/qwen3_chat_f32.gguf
+    move_out tests/fixtures/gguf/llamacpp tests/tokenizers/fixtures tests/fixtures/gguf/gemma4_bf16.gguf
     ;;
   server)
     mapfile -t fixtures < <(find tests/fixtures -mindepth 1 -maxdepth 1 ! -name qwen3)
