@@ -770,6 +770,78 @@ TEST_F(CudaVsCpu, SplitAttentionIsTheSameAloneAndBatchedAndNearTheCpu) {
   }
 }
 
+// Positions a query does not read never reach it, whatever they hold: the
+// tensor-core kernel stages a K chunk of 8 positions whole when a query reads
+// any of them, the others landing in score columns that are masked before
+// use. Two caches hold the same keys and values except at positions no query
+// reads (past the queries' ends, before a window's start): NaN in one, other
+// values in the other. Every query, all at once (inline mode) and alone
+// (split mode), gets the same bits from both, and finite ones.
+TEST_F(CudaVsCpu, PositionsAQueryDoesNotReadNeverReachIt) {
+  auto tc = make_cuda_backend(0, BackendOptions{});
+  ASSERT_EQ(tc->matmul_precision(), MatmulPrecision::Bf16);
+  struct Case {
+    int head_dim, window, block_size, heads, length, read_to;  // queries at [first_query, read_to]
+  };
+  for (const Case& c : {Case{256, 0, 16, 8, 45, 40}, Case{512, 0, 8, 4, 30, 26}, Case{64, 20, 16, 2, 90, 86}}) {
+    const std::string what = "hd" + std::to_string(c.head_dim) + " w" + std::to_string(c.window) + " B" +
+                             std::to_string(c.block_size);
+    const kv::CacheOptions opt = one_layer("bf16", 1, c.head_dim, c.window, c.block_size);
+    // With a window, the first query's window starts at 5, inside the chunk
+    // of positions 0..7, and no query reads positions 0..4; without one,
+    // every query starts at 0.
+    const int32_t first_query = c.window > 0 ? c.window + 4 : 0;
+    auto unread = [&](int32_t p) { return p > c.read_to || (c.window > 0 && p < 5); };
+    const Tensor k = random({c.length, c.head_dim}, 2.0f), v = random({c.length, c.head_dim}, 2.0f);
+    const Tensor other_k = random({c.length, c.head_dim}, 2.0f), other_v = random({c.length, c.head_dim}, 2.0f);
+    auto copy_of = [](const Tensor& t) {
+      Tensor copy(t.dtype(), t.shape());
+      std::memcpy(copy.raw(), t.raw(), t.nbytes());
+      return copy;
+    };
+    Tensor k_nan = copy_of(k), v_nan = copy_of(v), k_other = copy_of(k), v_other = copy_of(v);
+    for (int32_t p = 0; p < c.length; ++p) {
+      if (!unread(p)) continue;
+      for (int d = 0; d < c.head_dim; ++d) {
+        const int64_t at = int64_t(p) * c.head_dim + d;
+        k_nan.data<float>()[at] = v_nan.data<float>()[at] = std::numeric_limits<float>::quiet_NaN();
+        k_other.data<float>()[at] = other_k.data<float>()[at];
+        v_other.data<float>()[at] = other_v.data<float>()[at];
+      }
+    }
+    const int32_t queries = c.read_to - first_query + 1;
+    const int64_t qwidth = int64_t(c.heads) * c.head_dim;
+    const Tensor q = random({queries, qwidth});
+    const AttentionParams p{c.heads, c.head_dim, c.window, 1.0f / std::sqrt(float(c.head_dim)), 0.0f};
+    // Every query at once, then each alone (first and last rows of the result).
+    auto attend = [&](const Tensor& keys, const Tensor& values) {
+      kv::KvCache cache(opt, *tc);
+      const kv::RowId row = cache.create_row();
+      cache.begin_step(std::vector<kv::RowId>{row}, std::vector<int32_t>{c.length});
+      const std::vector<kv::TokenRun> runs = {{row, 0, c.length}};
+      cache.write(0, runs, tc->upload(keys), tc->upload(values));
+      std::vector<kv::AttentionQuery> all;
+      for (int32_t i = first_query; i <= c.read_to; ++i) all.push_back({row, i});
+      Tensor out = tc->upload(Tensor(DType::F32, {queries, qwidth}));
+      cache.attend(0, all, tc->upload(q), p, out);
+      Tensor result(DType::F32, {2 * int64_t(queries), qwidth});
+      tc->copy_to_host(out, result.raw());
+      for (int32_t i = 0; i < queries; ++i) {
+        Tensor one = tc->upload(Tensor(DType::F32, {1, qwidth}));
+        const std::vector<kv::AttentionQuery> alone = {{row, first_query + i}};
+        cache.attend(0, alone, tc->upload(copy_of(q.rows(i, i + 1))), p, one);
+        tc->copy_to_host(one, result.data<float>() + int64_t(queries + i) * qwidth);
+      }
+      cache.end_step();
+      return result;
+    };
+    const Tensor with_nan = attend(k_nan, v_nan), with_other = attend(k_other, v_other);
+    expect_bitwise(with_nan, with_other, what + ": unread positions reached a query");
+    for (int64_t i = 0; i < with_nan.numel(); ++i)
+      ASSERT_TRUE(std::isfinite(with_nan.data<float>()[i])) << what << ": element " << i << " is not finite";
+  }
+}
+
 // A KV block too large for a thread block's shared memory (512 positions of
 // 512-wide f32 heads: 1 MiB a section) is refused with a message naming the
 // limit, in either precision, before anything is launched.
