@@ -43,6 +43,27 @@ struct VerifyCases {
   }
 };
 
+// Row r's sampling parameters in `round`, of `kind`: 0 greedy, changed by
+// penalties and a logit bias; 1 to 7 a temperature with top-k (1, 5, 40 and
+// all but one), min-p, penalties, a bias, top-p and mixes of them; 8 and up a
+// temperature alone. Every third row asks for raw logprobs, with and without
+// alternatives.
+inline SamplingParams random_sampling_params(std::mt19937& rng, int64_t vocab, int r, int round, int kind,
+                                             uint64_t seed) {
+  std::uniform_int_distribution<int32_t> id(0, int32_t(vocab - 1));
+  SamplingParams p;
+  p.seed = seed;
+  p.temperature = kind == 0 ? 0.0f : std::vector<float>{0.3f, 0.7f, 1.0f, 1.6f}[std::size_t(r % 4)];
+  if (kind == 1 || kind == 5) p.top_k = std::vector<int32_t>{1, 5, 40, int32_t(vocab) - 1}[std::size_t(r % 4)];
+  if (kind == 2 || kind == 5) p.min_p = r % 2 ? 0.05f : 0.3f;
+  if (kind == 3 || kind == 0) p.repetition_penalty = 1.3f, p.presence_penalty = 0.5f, p.frequency_penalty = 0.4f;
+  if (kind == 4 || kind == 0) p.logit_bias[id(rng)] = 6.0f, p.logit_bias[id(rng)] = -4.0f;
+  if (kind == 6 || kind == 7) p.top_p = std::vector<float>{0.5f, 0.9f, 0.95f, 0.9995f}[std::size_t((r + round) % 4)];
+  if (kind == 7) p.top_k = 40, p.min_p = 0.02f;
+  if ((r + round) % 3 == 0) p.logprobs = (r + round) % 2 ? 5 : 0;
+  return p;
+}
+
 // `rows` rows of `vocab` logits with greedy rows that are changed (bias,
 // penalties), temperatures, top-k (ties at the k-th value), top-p, min-p,
 // histories and seeds; drafts that the target keeps (its argmax, a draw
@@ -58,17 +79,7 @@ inline VerifyCases make_verify_cases(std::mt19937& rng, int64_t vocab, int rows,
     std::vector<float> row = random_row(rng, int(vocab), 3.0f, r % 5 == 2 ? 4 : 0);  // ties on some rows
     if (r % 4 == 1) row[std::size_t(id(rng))] = -inf;  // a removed token
     if (r % 7 == 3) row[std::size_t(id(rng))] = 60.0f;  // p all but one-hot
-    SamplingParams p;
-    p.seed = uint64_t(7919 * round + r);
-    const int kind = (round * rows + r) % 9;
-    p.temperature = kind == 0 ? 0.0f : std::vector<float>{0.3f, 0.7f, 1.0f, 1.6f}[std::size_t(r % 4)];
-    if (kind == 1 || kind == 5) p.top_k = std::vector<int32_t>{1, 5, 40, int32_t(vocab) - 1}[std::size_t(r % 4)];
-    if (kind == 2 || kind == 5) p.min_p = r % 2 ? 0.05f : 0.3f;
-    if (kind == 3 || kind == 0) p.repetition_penalty = 1.3f, p.presence_penalty = 0.5f, p.frequency_penalty = 0.4f;
-    if (kind == 4 || kind == 0) p.logit_bias[id(rng)] = 6.0f, p.logit_bias[id(rng)] = -4.0f;
-    if (kind == 6 || kind == 7) p.top_p = std::vector<float>{0.5f, 0.9f, 0.95f, 0.9995f}[std::size_t((r + round) % 4)];
-    if (kind == 7) p.top_k = 40, p.min_p = 0.02f;
-    if ((r + round) % 3 == 0) p.logprobs = (r + round) % 2 ? 5 : 0;
+    const SamplingParams p = random_sampling_params(rng, vocab, r, round, (round * rows + r) % 9, uint64_t(7919 * round + r));
     std::vector<int32_t> prompt;
     for (int j = 0; j < 30; ++j) prompt.push_back(id(rng) % std::max<int32_t>(1, int32_t(vocab) / 3));
     Sampler s(p, vocab, prompt);

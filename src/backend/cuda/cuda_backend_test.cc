@@ -1009,17 +1009,8 @@ TEST_F(CudaVsCpu, RowsSampledOnTheGpuGiveTheHostSamplersTokens) {
         float* row = x.data<float>() + int64_t(r) * V;
         if (r % 4 == 1) row[id(rng)] = -inf;                                   // a removed token
         if (r % 4 == 2) for (int j = 0; j < 6; ++j) row[id(rng)] = 7.5f;        // ties at the top
-        SamplingParams p;
-        p.seed = uint64_t(1000 * round + r);
         const int kind = (round * kRows + r) % 8;
-        p.temperature = kind == 0 ? 0.0f : std::vector<float>{0.3f, 0.7f, 1.0f, 1.6f}[std::size_t(r % 4)];
-        if (kind == 1 || kind == 5) p.top_k = std::vector<int32_t>{1, 5, 40, int32_t(V) - 1}[std::size_t(r % 4)];
-        if (kind == 2 || kind == 5) p.min_p = r % 2 ? 0.05f : 0.3f;
-        if (kind == 3 || kind == 0) p.repetition_penalty = 1.3f, p.presence_penalty = 0.5f, p.frequency_penalty = 0.4f;
-        if (kind == 4 || kind == 0) p.logit_bias[id(rng)] = 6.0f, p.logit_bias[id(rng)] = -4.0f;
-        if (kind == 6 || kind == 7) p.top_p = std::vector<float>{0.5f, 0.9f, 0.95f, 0.9995f}[std::size_t((r + round) % 4)];
-        if (kind == 7) p.top_k = 40, p.min_p = 0.02f;
-        if ((r + round) % 3 == 0) p.logprobs = (r + round) % 2 ? 5 : 0;  // raw logprobs, with and without alternatives
+        const SamplingParams p = sampling::testing::random_sampling_params(rng, V, r, round, kind, uint64_t(1000 * round + r));
         std::vector<int32_t> prompt;
         for (int j = 0; j < 30; ++j) prompt.push_back(id(rng) % std::max<int32_t>(1, int32_t(V) / 3));
         samplers.emplace_back(p, V, prompt);
