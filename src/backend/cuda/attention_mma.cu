@@ -203,12 +203,34 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(KvLayout L, 
     sm.q_src[tid] = tid < nrows ? a.q + out_row(tid) * hd : nullptr;
   }
   __syncthreads();
-  for (int i = tid; i < kTileRows * hd; i += kMmaThreads) {
-    const int r = i / hd, d = i % hd;
-    const float x = r < nrows ? sm.q_src[r][d] : 0.0f;
-    const Bf16Terms terms = split_terms(x);
+  // q's three terms, four features a load (hd is a multiple of 16), the
+  // loads of kQBatch steps issued before their stores: one load and its
+  // stores at a time waited a memory latency per value (the compiler keeps
+  // a global load below a shared store it cannot tell apart from it), which
+  // was most of a launch's instructions and stalls.
+  {
+    constexpr int kQBatch = 4;
+    const int quads = hd / 4, real = nrows * quads;  // a row's float4s; the tile's rows come first
+    for (int i0 = tid; i0 < kTileRows * quads; i0 += kQBatch * kMmaThreads) {
+      float4 x[kQBatch];
 #pragma unroll
-    for (int term = 0; term < kTerms; ++term) sm.q[(term * kTileRows + r) * qs + d] = terms.t[term];
+      for (int j = 0; j < kQBatch; ++j) {
+        const int i = i0 + j * kMmaThreads;
+        x[j] = i < real ? reinterpret_cast<const float4*>(sm.q_src[i / quads])[i % quads] : make_float4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int j = 0; j < kQBatch; ++j) {
+        const int i = i0 + j * kMmaThreads;
+        if (i >= kTileRows * quads) break;
+        const int r = i / quads, d = 4 * (i % quads);
+        const Bf16Terms t[4] = {split_terms(x[j].x), split_terms(x[j].y), split_terms(x[j].z), split_terms(x[j].w)};
+#pragma unroll
+        for (int term = 0; term < kTerms; ++term)
+          *reinterpret_cast<uint2*>(sm.q + (term * kTileRows + r) * qs + d) =
+              make_uint2(uint32_t(t[0].t[term]) | (uint32_t(t[1].t[term]) << 16),
+                         uint32_t(t[2].t[term]) | (uint32_t(t[3].t[term]) << 16));
+      }
+    }
   }
   __syncthreads();
 

@@ -1086,6 +1086,10 @@ class CudaBackend final : public Backend {
     // layout allows (the layout alone decides: a query's bits never depend
     // on the batch), else the scalar split kernel.
     const bool on_tensor_cores = precision_ == MatmulPrecision::Bf16 && cuda::attention_mma_supports(layout);
+    // (It reads q four floats at a time: a contiguous q from GPU memory, or
+    // a range of its rows, always starts on 16 bytes.)
+    ROWLM_REQUIRE(!on_tensor_cores || reinterpret_cast<std::uintptr_t>(q.raw()) % 16 == 0,
+                  "attention: q must start on a 16-byte boundary, got " + describe(q));
     const std::size_t smem = on_tensor_cores                          ? cuda::attention_mma_smem_bytes(layout)
                              : precision_ == MatmulPrecision::Bf16 ? cuda::attention_split_smem_bytes(layout)
                                                                    : cuda::attention_smem_bytes(layout);
