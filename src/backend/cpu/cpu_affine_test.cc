@@ -202,12 +202,13 @@ TEST(CpuAffine, ImpliedBiasesAreDroppedAndGiveTheSameBits) {
     signed_zero.biases = copy_of(symmetric.biases);
     std::memset(signed_zero.scales.raw(), 0, dtype_size(c.params));
     std::memset(signed_zero.biases.raw(), 0, dtype_size(c.params));
-    // Scales at the edges, their biases implied: +0 and −0 (whose zero code
-    // is +0), large (bf16: 15·scale overflows, the products inf, the values
-    // NaN) and subnormal magnitudes, +inf (NaN at code 0).
+    std::vector<const Weight*> cases = {&symmetric, &off_by_a_bit, &signed_zero};
+    // f16 and bf16 scales at the edges, their biases implied: +0 and −0
+    // (whose zero code is +0), large (bf16: products that overflow to inf,
+    // values NaN) and subnormal magnitudes, +inf (NaN at code 0).
     Weight edges = symmetric;
-    edges.scales = copy_of(symmetric.scales);
     if (c.params != DType::F32) {
+      edges.scales = copy_of(symmetric.scales);
       const bool f16 = c.params == DType::F16;
       const std::vector<uint16_t> special = f16 ? std::vector<uint16_t>{0x0000, 0x8000, 0x5bff, 0x0001, 0x7c00, 0xdbff}
                                                 : std::vector<uint16_t>{0x0000, 0x8000, 0x7f7f, 0x0001, 0x7f80, 0xff7f};
@@ -215,10 +216,10 @@ TEST(CpuAffine, ImpliedBiasesAreDroppedAndGiveTheSameBits) {
       const int64_t groups = edges.scales.dim(1);
       for (std::size_t i = 0; i < special.size(); ++i)
         edges.scales.data<uint16_t>()[i < 3 ? int64_t(i) : 7 * groups + int64_t(i) - 3] = special[i];
+      edges = with_symmetric_biases(edges);
+      cases.push_back(&edges);
     }
-    edges = with_symmetric_biases(edges);
-    for (const Weight* w : {&symmetric, static_cast<const Weight*>(&edges), static_cast<const Weight*>(&off_by_a_bit),
-                            static_cast<const Weight*>(&signed_zero)}) {
+    for (const Weight* w : cases) {
       const bool implied = w == &symmetric || w == &edges;
       const auto values = dequantized(*w);
       for (auto& b : backends) {
