@@ -457,16 +457,57 @@ struct AffineTileRows {
       params[n] = (n0 + n) * w.param_ld;
     }
   }
+};
+
+// Up to kLanes consecutive stored scales or biases from entry i as f32 (the
+// exact widenings of affine_param), c of them (the rest 0).
+template <class V>
+__attribute__((always_inline)) inline typename V::R affine_params(const void* p, DType t, int64_t i, int c) {
+  if (t == DType::F32) {
+    const float* f = static_cast<const float*>(p) + i;
+    return c == kLanes ? V::load(f) : V::load_partial(f, c);
+  }
+  const uint16_t* h = static_cast<const uint16_t*>(p) + i;
+  if (t == DType::F16) return c == kLanes ? V::load_f16(h) : V::load_f16_partial(h, c);
+  return c == kLanes ? V::load_bf16(h) : V::load_bf16_partial(h, c);
+}
+
+// A tile's group parameters, widened to f32 kGroups groups at a time, so
+// that a group's step in the tile loop reads each row's scale and bias from
+// here (a broadcast from L1) instead of widening one stored value per row
+// and group there: per 32 4-bit codes that widening cost about as many
+// vector operations as the codes' own lookups and FMAs (docs/perf.md). The
+// values are affine_group_params' (the same exact widenings, the implied
+// bias the same product), so the bits are too.
+template <int NR>
+struct AffineTileParams {
+  static constexpr int kGroups = 64;  // a multiple of kLanes
+  alignas(64) float scale[NR][kGroups];
+  alignas(64) float bias[NR][kGroups];
+  // Groups g0 .. g0 + count (count ≤ kGroups) of the tile's rows.
+  template <class V>
+  __attribute__((always_inline)) void widen(const AffineRows& w, const int64_t (&params)[NR], int64_t g0, int count) {
+    for (int n = 0; n < NR; ++n)
+      for (int i = 0; i < count; i += kLanes) {
+        const int c = count - i < kLanes ? count - i : kLanes;
+        const typename V::R sv = affine_params<V>(w.scales, w.param_dtype, params[n] + g0 + i, c);
+        V::store(&scale[n][i], sv);
+        V::store(&bias[n][i], w.biases ? affine_params<V>(w.biases, w.param_dtype, params[n] + g0 + i, c)
+                                       : V::mul(sv, V::set1(w.bias_per_scale)));
+      }
+  }
+  // Group g's dequantization state per row (of `groups`), widening the
+  // next kGroups groups first where g starts them.
   template <class V, class Dq>
-  void set_group(Dq* dq, const AffineRows& w, int64_t g) const {
+  __attribute__((always_inline)) void set_group(Dq* dq, const AffineRows& w, const int64_t (&params)[NR], int64_t g,
+                                                int64_t groups) {
+    const int64_t gi = g % kGroups;
+    if (gi == 0) widen<V>(w, params, g, int(groups - g < kGroups ? groups - g : kGroups));
 #pragma GCC unroll 16
-    for (int n = 0; n < NR; ++n) {
-      float scale, bias;
-      affine_group_params<V>(w, params[n] + g, scale, bias);
-      dq[n].set(scale, bias);
-    }
+    for (int n = 0; n < NR; ++n) dq[n].set(scale[n][gi], bias[n][gi]);
   }
 };
+
 template <class V, int MR, int NR>
 inline void zero_tile(typename V::R (&acc)[MR][NR]) {
 #pragma GCC unroll 16
@@ -492,11 +533,12 @@ __attribute__((noinline)) void affine_tile_blocks(const float* x, int64_t ldx, c
   using R = typename V::R;
   R acc[MR][NR];
   const AffineTileRows<NR> t(w, n0);
+  AffineTileParams<NR> p;
   zero_tile<V, MR, NR>(acc);
-  const int64_t G = w.group_size;
-  for (int64_t g = 0; g < K / G; ++g) {
+  const int64_t G = w.group_size, groups = K / G;
+  for (int64_t g = 0; g < groups; ++g) {
     GroupDequant<V, 4> dq[NR];
-    t.template set_group<V>(dq, w, g);
+    p.template set_group<V>(dq, w, t.params, g, groups);
     for (int64_t k = g * G; k < (g + 1) * G; k += 2 * kLanes) {
       R xlo[MR], xhi[MR];
 #pragma GCC unroll 16
@@ -530,13 +572,14 @@ inline void affine_tile(const float* x, int64_t ldx, const AffineRows& w, int64_
   using R = typename V::R;
   R acc[MR][NR];
   const AffineTileRows<NR> t(w, n0);
+  AffineTileParams<NR> p;
   zero_tile<V, MR, NR>(acc);
-  const int64_t G = w.group_size;
+  const int64_t G = w.group_size, groups = K / G;
   const typename V::Unpack u = V::unpack(w.bits);
   const int bits = B != 0 ? B : w.bits;
-  for (int64_t g = 0; g < K / G; ++g) {
+  for (int64_t g = 0; g < groups; ++g) {
     GroupDequant<V, B> dq[NR];
-    t.template set_group<V>(dq, w, g);
+    p.template set_group<V>(dq, w, t.params, g, groups);
     for (int64_t k = g * G; k < (g + 1) * G; k += kLanes) {
       R xv[MR];
 #pragma GCC unroll 16
