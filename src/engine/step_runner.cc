@@ -224,7 +224,7 @@ StepLogits StepRunner::forward(const StepPlan& plan, std::span<DraftJob> jobs) {
     f.request->computed += f.tokens;
     if (keep_state && out.state_row[i] >= 0) keep_target_state(*f.request, out.state_row[i]);
   }
-  for (const auto [feed, entry] : sampled_feed) {
+  for (const auto& [feed, entry] : sampled_feed) {
     out.sampled[feed] = picks_.sampled[entry];
     if (!picks_.logprob_stats.empty()) out.logprob_stats[feed] = &picks_.logprob_stats[entry];
   }

@@ -10,7 +10,7 @@
 // AVX-512 copy for baseline code. For the same reason this header calls no
 // std:: templates that could be emitted out of line.
 //
-// V provides: R (16 floats), half_to_float (one f16 widened, inline), codes8
+// V provides: R (16 floats), codes8
 // (16 consecutive 8-bit codes from 4 words, as floats), Unpack with
 // unpack(bits) and codes(unpack, bytes, readable) (16 codes of 1-7 bits from
 // the bit stream at `bytes`, as floats; `readable` bytes from there may be
@@ -349,20 +349,6 @@ double bf16_dot_chains(int64_t iters, float* sink) {
 // ISA and for every M; so is the batched path, which dequantizes a tile into
 // f32 once (dequantize_affine) and runs dot_block over it.
 
-// One stored scale or bias as f32 (the widenings are exact). V's
-// half_to_float, not a call: a call in the tile loops would make every
-// vector register live across it (accumulators, tables) go to the stack.
-template <class V>
-__attribute__((always_inline)) inline float affine_param(const void* p, DType t, int64_t i) {
-  if (t == DType::F32) return static_cast<const float*>(p)[i];
-  const uint16_t h = static_cast<const uint16_t*>(p)[i];
-  if (t == DType::F16) return V::half_to_float(h);
-  const uint32_t u = uint32_t(h) << 16;
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
-}
-
 // Where lane j of 16 codes of `bits` bits (1-8), packed little-end first
 // from a byte p, finds its code: the code starts `shift` bits into byte
 // `byte`, and may run into byte + 1. As VPSHUFB control for the lane's
@@ -435,17 +421,8 @@ struct GroupDequant<V, 4> {
 };
 
 // What the affine tiles share: each weight row's codes and parameter
-// offset, zeroed accumulators, a group's dequantization state per row, and
-// the reduced results.
-// Group g's scale and bias at parameter entry i (row offset + group) as f32:
-// the stored bias, or for implied biases scale · bias_per_scale (exact).
-template <class V>
-__attribute__((always_inline)) inline void affine_group_params(const AffineRows& w, int64_t i, float& scale,
-                                                                float& bias) {
-  scale = affine_param<V>(w.scales, w.param_dtype, i);
-  bias = w.biases ? affine_param<V>(w.biases, w.param_dtype, i) : scale * w.bias_per_scale;
-}
-
+// offset, the rows' group parameters widened ahead (AffineTileParams),
+// zeroed accumulators, and the reduced results.
 template <int NR>
 struct AffineTileRows {
   const uint32_t* rows[NR];
@@ -459,8 +436,8 @@ struct AffineTileRows {
   }
 };
 
-// Up to kLanes consecutive stored scales or biases from entry i as f32 (the
-// exact widenings of affine_param), c of them (the rest 0).
+// Up to kLanes consecutive stored scales or biases from entry i as f32 (f16
+// and bf16 widen exactly), c of them (the rest 0).
 template <class V>
 __attribute__((always_inline)) inline typename V::R affine_params(const void* p, DType t, int64_t i, int c) {
   if (t == DType::F32) {
@@ -477,8 +454,9 @@ __attribute__((always_inline)) inline typename V::R affine_params(const void* p,
 // here (a broadcast from L1) instead of widening one stored value per row
 // and group there: per 32 4-bit codes that widening cost about as many
 // vector operations as the codes' own lookups and FMAs (docs/perf.md). The
-// values are affine_group_params' (the same exact widenings, the implied
-// bias the same product), so the bits are too.
+// values are exact widenings of the stored ones, and an implied bias is
+// scale · bias_per_scale (exact: −2^(bits−1)), so the bits do not depend on
+// where they are widened.
 template <int NR>
 struct AffineTileParams {
   static constexpr int kGroups = 64;  // a multiple of kLanes
@@ -661,15 +639,15 @@ void dot_block_affine(const float* x, int64_t ldx, int64_t M, const AffineRows& 
 
 template <class V, int B>
 void dequantize_affine_typed(const AffineRows& w, int64_t rows, int64_t K, float* out, int64_t ldo) {
-  const int64_t G = w.group_size;
+  const int64_t G = w.group_size, groups = K / G;
   const typename V::Unpack u = V::unpack(w.bits);
+  AffineTileParams<1> p;
   for (int64_t r = 0; r < rows; ++r) {
     const uint32_t* codes = w.codes + r * w.code_ld;
-    for (int64_t g = 0; g < K / G; ++g) {
+    const int64_t params[1] = {r * w.param_ld};
+    for (int64_t g = 0; g < groups; ++g) {
       GroupDequant<V, B> dq;
-      float scale, bias;
-      affine_group_params<V>(w, r * w.param_ld + g, scale, bias);
-      dq.set(scale, bias);
+      p.template set_group<V>(&dq, w, params, g, groups);
       if constexpr (B == 4) {
         if (G % 32 == 0) {
           for (int64_t k = g * G; k < (g + 1) * G; k += 2 * kLanes) {

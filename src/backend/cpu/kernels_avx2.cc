@@ -42,7 +42,6 @@ struct VAvx2 {
     std::memcpy(buf, p, sizeof(uint16_t) * n);
     return load_bf16(buf);
   }
-  static float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
   static R load_f16(const uint16_t* p) {
     return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
             _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};

@@ -53,7 +53,6 @@ struct VAvx512 {
     return {widen_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
   }
   static R load_bf16_partial(const uint16_t* p, int n) { return {widen_bf16(_mm256_maskz_loadu_epi16(first(n), p))}; }
-  static float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
   static R load_f16(const uint16_t* p) {
     return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
   }

@@ -38,7 +38,6 @@ struct VScalar {
   static R load_bf16_partial(const uint16_t* p, int n) {
     return map([&](int i) { return i < n ? bf16_to_f32(p[i]) : 0.0f; });
   }
-  static float half_to_float(uint16_t h) { return f16_to_f32(h); }
   static R load_f16(const uint16_t* p) { return map([&](int i) { return f16_to_f32(p[i]); }); }
   static R load_f16_partial(const uint16_t* p, int n) {
     return map([&](int i) { return i < n ? f16_to_f32(p[i]) : 0.0f; });
