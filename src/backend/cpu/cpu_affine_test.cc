@@ -69,7 +69,8 @@ std::string label(const Weight& w, int64_t M) {
 
 // Every width and group on every ISA and thread count; M from 1 (decode,
 // codes dequantized in registers) past the tile height (batched, tiles
-// dequantized once); N leaving remainders after every tile width.
+// dequantized once); N leaving remainders after every tile width; K of a
+// few groups and of more than a tile's parameter buffer holds.
 TEST(CpuAffine, MatmulIsTheCanonicalOrderOnTheDequantizedWeights) {
   std::mt19937 rng(21);
   auto backends = all_backends();
@@ -82,7 +83,10 @@ TEST(CpuAffine, MatmulIsTheCanonicalOrderOnTheDequantizedWeights) {
                         {8, 64, DType::BF16, 192, 23}, {8, 16, DType::F32, 80, 9},    {8, 128, DType::F16, 256, 5},
                         {2, 32, DType::BF16, 128, 11}, {3, 32, DType::BF16, 96, 10},  {5, 64, DType::F16, 128, 9},
                         {6, 16, DType::F32, 96, 17},   {3, 128, DType::F32, 256, 3},  {4, 16, DType::F32, 48, 31},
-                        {5, 32, DType::BF16, 160, 6},  {6, 128, DType::BF16, 128, 4}, {2, 16, DType::F16, 64, 8}};
+                        {5, 32, DType::BF16, 160, 6},  {6, 128, DType::BF16, 128, 4}, {2, 16, DType::F16, 64, 8},
+                        // Rows of more groups than a tile widens at once (AffineTileParams: 64),
+                        // the last batch partial: 70, 130 and 67 groups.
+                        {4, 32, DType::F16, 2240, 9},  {8, 16, DType::BF16, 2080, 5}, {5, 32, DType::F32, 2144, 3}};
   for (const Case& c : cases) {
     const Weight w = random_affine(c.N, c.K, c.bits, c.group, c.params, rng);
     const auto values = dequantized(w);
