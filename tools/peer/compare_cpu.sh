@@ -17,9 +17,11 @@
 # What runs, with THREADS (default 16) threads on each side:
 #   llama.cpp  llama-bench -m FILE -t THREADS -p 512 -n 128 -o json (pp512, tg128)
 #   rowlm      rowlm bench --device cpu --threads THREADS --model FILE
-#                --concurrency 1 --prompt-tokens 512 --gen-tokens 128
-#              (one request through the engine: its decode tokens/s, and its
-#              prefill as 512 tokens over the time to its first token)
+#                --concurrency 1 --prompt-tokens 1 --gen-tokens 128
+#              (one request through the engine: its decode tokens/s from an
+#              empty context, as llama-bench's tg128 decodes), and the same
+#              with --prompt-tokens 512 --gen-tokens 1 (its prefill: 512
+#              tokens over the time to its first token, as pp512)
 # Environment: PEER_WORK (default /root/peer), PEER_PYTHON (default
 # /opt/torch/.venv/bin/python, for compare_gpu.sh's models stage), THREADS.
 set -euo pipefail
@@ -84,7 +86,9 @@ run() {
     [ -f "$file" ] || { echo "compare_cpu.sh: no $file: run the models stage first" >&2; exit 1; }
     "$llama/build-cpu/bin/llama-bench" -m "$file" -t "$threads" -p 512 -n 128 -o json >"$out/llama-bench-$type.json"
     "$root/build/rowlm" bench --device cpu --threads "$threads" --model "$file" --concurrency 1 \
-      --prompt-tokens 512 --gen-tokens 128 >"$out/rowlm-$type.json"
+      --prompt-tokens 1 --gen-tokens 128 >"$out/rowlm-$type-tg128.json"
+    "$root/build/rowlm" bench --device cpu --threads "$threads" --model "$file" --concurrency 1 \
+      --prompt-tokens 512 --gen-tokens 1 >"$out/rowlm-$type-pp512.json"
   done
   python3 - "$out" "$threads" "${types[@]}" <<'PY'
 import json, sys
@@ -100,12 +104,13 @@ for t in types:
             llama["prefill_tokens_per_s"] = r["avg_ts"]
         elif r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0:
             llama["decode_tokens_per_s"] = r["avg_ts"]
-    text = (out / f"rowlm-{t}.json").read_text()
-    bench = json.loads(text[text.index("{"):])
-    run = bench["runs"][0]
-    ttft = run["time_to_first_token_p50_s"]
-    rowlm = {"decode_tokens_per_s": run["per_request_decode_tokens_per_s_p50"],
-             "prefill_tokens_per_s": bench["prompt_tokens"] / ttft if ttft else None}
+    def bench(kind):
+        text = (out / f"rowlm-{t}-{kind}.json").read_text()
+        return json.loads(text[text.index("{"):])
+    tg, pp = bench("tg128"), bench("pp512")
+    ttft = pp["runs"][0]["time_to_first_token_p50_s"]
+    rowlm = {"decode_tokens_per_s": tg["runs"][0]["per_request_decode_tokens_per_s_p50"],
+             "prefill_tokens_per_s": pp["prompt_tokens"] / ttft if ttft else None}
     result["types"][t] = {"llama.cpp": llama, "rowlm": rowlm,
                           "rowlm_over_llama": {k: ratio(rowlm.get(k), llama.get(k)) for k in rowlm}}
 print(json.dumps(result, indent=1))
