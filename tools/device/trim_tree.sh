@@ -32,6 +32,18 @@ move_out() {
   done
 }
 
+# A second trim over a first would move a folder into its own held copy
+# (held/p/p), where restore cannot find it: restore between trims.
+held_already() {
+  if [ -d "$held" ] && [ -n "$(find "$held" -mindepth 1 -print -quit)" ]; then
+    echo "trim_tree.sh: $held holds an earlier trim; run tools/device/trim_tree.sh restore first" >&2
+    exit 1
+  fi
+}
+
+case "${1:-}" in
+  gpu | server) held_already ;;
+esac
 case "${1:-}" in
   gpu)
     move_out tests/fixtures/gguf/llamacpp tests/tokenizers/fixtures tests/fixtures/gguf/gemma4_bf16.gguf
