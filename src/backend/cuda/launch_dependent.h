@@ -37,4 +37,26 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, std::siz
   cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
 }
 
+// The same, the grid in thread block clusters of cluster_z blocks along z
+// (Hopper on; the caller checks programmatic_launch_supported()).
+template <class... Params, class... Args>
+void launch_dependent_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
+                              cudaStream_t stream, unsigned cluster_z, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attrs[2];
+  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[0].val.programmaticStreamSerializationAllowed = 1;
+  attrs[1].id = cudaLaunchAttributeClusterDimension;
+  attrs[1].val.clusterDim.x = 1;
+  attrs[1].val.clusterDim.y = 1;
+  attrs[1].val.clusterDim.z = cluster_z;
+  config.attrs = attrs;
+  config.numAttrs = 2;
+  cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+
 }  // namespace rowlm::cuda
