@@ -25,6 +25,7 @@ int ThreadPool::hardware_threads() {
 
 ThreadPool::ThreadPool(int threads) {
   if (threads <= 0) threads = hardware_threads();
+  width_ = threads;
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
@@ -51,13 +52,16 @@ void ThreadPool::Job::drain() {
 
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;  // the generation at construction; a job may start before this thread runs
+  bool spin = true;   // whether this worker ran the last job (a narrowed pool's others sleep)
   for (;;) {
     // Spin for a short while, then sleep until the generation changes.
-    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
     uint64_t g = generation_.load(std::memory_order_acquire);
-    while (g == seen && std::chrono::steady_clock::now() < spin_until) {
-      for (int k = 0; k < 32; ++k) cpu_relax();
-      g = generation_.load(std::memory_order_acquire);
+    if (spin) {
+      const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
+      while (g == seen && std::chrono::steady_clock::now() < spin_until) {
+        for (int k = 0; k < 32; ++k) cpu_relax();
+        g = generation_.load(std::memory_order_acquire);
+      }
     }
     if (g == seen) {
       generation_.wait(seen);
@@ -70,29 +74,47 @@ void ThreadPool::worker_loop() {
       std::lock_guard lock(job_mutex_);
       job = job_;
     }
-    if (job) job->drain();
+    spin = job && job->seats.fetch_sub(1, std::memory_order_relaxed) > 0;
+    if (spin) job->drain();
   }
 }
 
 namespace {
 
-// A wait this long for workers means they are not getting a core.
+// A wait this long for workers means one of them is not getting a core.
 constexpr auto kStall = std::chrono::microseconds(500);
-// How long to run on the caller alone after a stall before trying again.
-constexpr auto kSoloPeriod = std::chrono::milliseconds(50);
+// How long a narrowed width runs without a stall before it doubles.
+constexpr auto kWidenAfter = std::chrono::milliseconds(50);
 
 }  // namespace
 
+ThreadPool::Stats ThreadPool::stats() const {
+  return {regions_.load(std::memory_order_relaxed), stalls_.load(std::memory_order_relaxed),
+          narrowed_.load(std::memory_order_relaxed)};
+}
+
 void ThreadPool::run(int64_t n, const std::function<void(int64_t)>& fn) {
   if (n <= 0) return;
+  if (workers_.empty() || n == 1) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
   const auto now = std::chrono::steady_clock::now();
-  if (workers_.empty() || n == 1 || now.time_since_epoch().count() < solo_until_) {
+  const int64_t ticks = now.time_since_epoch().count();
+  if (width_ < size() && ticks - width_changed_ >= std::chrono::steady_clock::duration(kWidenAfter).count()) {
+    width_ = std::min(size(), 2 * width_);
+    width_changed_ = ticks;
+  }
+  regions_.fetch_add(1, std::memory_order_relaxed);
+  if (width_ < size()) narrowed_.fetch_add(1, std::memory_order_relaxed);
+  if (width_ == 1) {
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
   auto job = std::make_shared<Job>();
   job->fn = &fn;
   job->n = n;
+  job->seats.store(width_ - 1, std::memory_order_relaxed);
   {
     std::lock_guard lock(job_mutex_);
     job_ = job;
@@ -113,7 +135,11 @@ void ThreadPool::run(int64_t n, const std::function<void(int64_t)>& fn) {
   // (Long indices end unevenly by themselves: a worker that finishes its
   // 10 ms index 1 ms after the caller is working, not stalled.)
   const auto waited = finished - drained;
-  if (waited > kStall && waited > draining) solo_until_ = (finished + kSoloPeriod).time_since_epoch().count();
+  if (waited > kStall && waited > draining) {
+    stalls_.fetch_add(1, std::memory_order_relaxed);
+    width_ = std::max(1, width_ / 2);
+    width_changed_ = finished.time_since_epoch().count();
+  }
   {
     std::lock_guard lock(job_mutex_);
     if (job_ == job) job_.reset();
