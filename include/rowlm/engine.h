@@ -198,6 +198,12 @@ struct EngineStats {
   // `rowlm bench`'s forward at the same batch.
   int64_t decode_steps = 0;
   double decode_step_seconds = 0, decode_forward_seconds = 0;
+  // The backend's host thread pool (a CPU backend's): parallel regions, the
+  // regions that stalled waiting for a worker that had lost its core, and
+  // the regions run on fewer threads after such stalls. Many narrowed
+  // regions mean other work took the cores; the speed figures then say more
+  // about the machine than about rowlm.
+  int64_t host_pool_regions = 0, host_pool_stalls = 0, host_pool_narrowed = 0;
 };
 
 class QueueFull : public Error {

@@ -28,6 +28,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+
+#include "core/thread_pool.h"
 #include <string>
 #include <string_view>
 #include <vector>
@@ -107,6 +109,10 @@ class Backend {
     int64_t launches = 0;   // launches in all of them
   };
   virtual LaunchStats launch_stats() const { return {}; }
+  // The host thread pool's narrowing (core/thread_pool.h: regions, stalls,
+  // regions run on fewer threads): a benchmark whose regions were often
+  // narrowed had cores taken by something else. Zeros without a pool.
+  virtual ThreadPool::Stats host_pool_stats() const { return {}; }
 
   // --- Profiling ----------------------------------------------------------
   // While on, a backend that can times each operation and sums the time per

@@ -188,7 +188,12 @@ nlohmann::json concurrency_run(Engine& engine, int concurrency, int64_t prompt_t
           {"aggregate_tokens_per_s", double(generated) / wall},
           {"per_request_decode_tokens_per_s_p50", percentile(per_request, 0.5)},
           {"time_to_first_token_p50_s", percentile(ttft, 0.5)},
-          {"time_to_first_token_p95_s", percentile(ttft, 0.95)}};
+          {"time_to_first_token_p95_s", percentile(ttft, 0.95)},
+          // The host pool over this run (core/thread_pool.h): regions that
+          // stalled on a worker without a core, and regions narrowed after.
+          {"host_pool", {{"regions", after.host_pool_regions - before.host_pool_regions},
+                         {"stalls", after.host_pool_stalls - before.host_pool_stalls},
+                         {"narrowed", after.host_pool_narrowed - before.host_pool_narrowed}}}};
   if (profiled_backend) run["profile_per_step"] = profile_summary(*profiled_backend, steps, forward_s);
   return run;
 }
@@ -397,13 +402,18 @@ int run_bench(const std::vector<std::string>& argv) {
     };
     const double first = prefill_once();
     double best = 1e30;
+    const ThreadPool::Stats pool_before = backend->host_pool_stats();
     for (int rep = 0; rep < 2; ++rep) best = std::min(best, prefill_once());
+    const ThreadPool::Stats pool = backend->host_pool_stats();
     // Linear-layer flops: 2 per weight per token (the head only for the last token).
     const double head = double(cfg.vocab_size) * cfg.hidden_size;
     const double linear = streamed_all.elements - head;
     const double flops = 2.0 * linear * double(prefill) + 2.0 * head;
     out["prefill"] = {{"tokens", prefill}, {"seconds", best}, {"first_seconds", first}, {"tokens_per_s", prefill / best},
-                      {"linear_gflop_s", flops / best / 1e9}};
+                      {"linear_gflop_s", flops / best / 1e9},
+                      {"host_pool", {{"regions", pool.regions - pool_before.regions},
+                                     {"stalls", pool.stalls - pool_before.stalls},
+                                     {"narrowed", pool.narrowed - pool_before.narrowed}}}};
     if (peak > 0) out["prefill"][bf16_dot ? "fraction_of_bf16_dot_peak" : "fraction_of_fma_peak"] = flops / best / 1e9 / peak;
     if (profile) out["prefill"]["profile"] = profiled(*backend, 1, prefill_once);
   }
@@ -446,6 +456,7 @@ int run_bench(const std::vector<std::string>& argv) {
     };
     const int64_t rounds = bandwidth > 0 ? std::min<int64_t>(3, steps) : 1;
     const Backend::LaunchStats launches_before = backend->launch_stats();
+    const ThreadPool::Stats pool_before = backend->host_pool_stats();
     double best = 1e30;
     std::vector<double> step_times;  // every step: the median is what a stream of steps sees
     std::vector<double> fractions;
@@ -475,6 +486,11 @@ int run_bench(const std::vector<std::string>& argv) {
     d["launches"] = {{"per_step", double(launches.launches - launches_before.launches) / double(steps)},
                      {"graph_replays", launches.replayed - launches_before.replayed},
                      {"graph_captures", launches.captured - launches_before.captured}};
+    // The host pool over these steps (core/thread_pool.h): many narrowed
+    // regions mean other work took the cores during the measurement.
+    const ThreadPool::Stats pool = backend->host_pool_stats();
+    d["host_pool"] = {{"regions", pool.regions - pool_before.regions}, {"stalls", pool.stalls - pool_before.stalls},
+                      {"narrowed", pool.narrowed - pool_before.narrowed}};
     if (!fractions.empty()) {
       std::sort(fractions.begin(), fractions.end());
       d["fraction_of_bandwidth"] = fractions[fractions.size() / 2];

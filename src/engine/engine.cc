@@ -116,7 +116,7 @@ class EngineImpl final : public Engine {
     if (!tokenizer_) throw Error("engine: " + opt_.model_dir + " has no tokenizer.json");
     return *tokenizer_;
   }
-  EngineStats stats() const override { return stats_.snapshot(); }
+  EngineStats stats() const override;
   void shutdown() override;
 
  private:
@@ -410,6 +410,15 @@ void EngineImpl::update_gauges() {
     s.kv_used_bytes = used;
     s.prefix_cache_bytes = cached;
   });
+}
+
+EngineStats EngineImpl::stats() const {
+  EngineStats s = stats_.snapshot();
+  const ThreadPool::Stats pool = backend_->host_pool_stats();  // atomics: any thread may read them
+  s.host_pool_regions = pool.regions;
+  s.host_pool_stalls = pool.stalls;
+  s.host_pool_narrowed = pool.narrowed;
+  return s;
 }
 
 void EngineImpl::shutdown() {

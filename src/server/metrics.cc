@@ -187,6 +187,13 @@ std::string Metrics::render(const EngineStats& e, const std::string& device) con
   scalar(out, "rowlm_prefix_cache_hit_rate", "gauge",
          "Fraction of admitted prompt tokens served from the prefix cache (0 before any).",
          e.prompt_tokens > 0 ? double(e.cached_prompt_tokens) / double(e.prompt_tokens) : 0.0);
+  scalar(out, "rowlm_host_pool_regions_total", "counter", "Parallel regions of the backend's host thread pool.",
+         double(e.host_pool_regions));
+  scalar(out, "rowlm_host_pool_stalls_total", "counter",
+         "Host pool regions that waited over 0.5 ms for a worker without a core (other work on the cores).",
+         double(e.host_pool_stalls));
+  scalar(out, "rowlm_host_pool_narrowed_regions_total", "counter",
+         "Host pool regions run on fewer threads than configured, after stalls.", double(e.host_pool_narrowed));
   scalar(out, "rowlm_spec_decode_draft_tokens_total", "counter", "Draft tokens proposed by speculative decoding.",
          double(e.draft_proposed));
   scalar(out, "rowlm_spec_decode_accepted_tokens_total", "counter", "Draft tokens accepted by verification.",

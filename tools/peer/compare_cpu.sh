@@ -111,8 +111,12 @@ for t in types:
     ttft = pp["runs"][0]["time_to_first_token_p50_s"]
     rowlm = {"decode_tokens_per_s": tg["runs"][0]["per_request_decode_tokens_per_s_p50"],
              "prefill_tokens_per_s": pp["prompt_tokens"] / ttft if ttft else None}
+    # Regions of rowlm's thread pool that stalled on a worker without a core
+    # (and ran narrowed after): many mean the host's cores were taken.
+    pools = {"decode": tg["runs"][0].get("host_pool"), "prefill": pp["runs"][0].get("host_pool")}
     result["types"][t] = {"llama.cpp": llama, "rowlm": rowlm,
-                          "rowlm_over_llama": {k: ratio(rowlm.get(k), llama.get(k)) for k in rowlm}}
+                          "rowlm_over_llama": {k: ratio(rowlm.get(k), llama.get(k)) for k in rowlm},
+                          "rowlm_host_pool": pools}
 print(json.dumps(result, indent=1))
 PY
 }

@@ -132,6 +132,7 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::host(); }
   MatmulPrecision matmul_precision() const override { return precision_; }
   int host_threads() const override { return pool_.size(); }
+  ThreadPool::Stats host_pool_stats() const override { return pool_.stats(); }
 
   double measure_read_bandwidth(std::size_t bytes, int repeats) override {
     return cpu::measure_read_bandwidth(pool_, bytes, repeats);
