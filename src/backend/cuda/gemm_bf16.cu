@@ -256,15 +256,16 @@ void launch(bool split, const uint16_t* x, const GemmOutputs& outs, int64_t M, i
   const dim3 grid(unsigned(column_tiles<C::BN>(outs)), unsigned((M + C::BM - 1) / C::BM), unsigned(split ? chunks : 1));
   bool aligned = K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   for (int s = 0; s < outs.count; ++s) aligned = aligned && reinterpret_cast<uintptr_t>(outs.w[s]) % 16 == 0;
-  // A small tile's chunks as one cluster (Hopper on; at most 16 blocks, the
-  // non-portable limit): their sums added on chip, the same order and bits.
-  // Per launch 0.6-2 µs faster than the last-block path at M = 1 and 8 on
-  // E2B's q, o and down projections (H100, gemm_bench); the medium tiles'
-  // chunks as clusters measured slower than their second kernel.
-  if (split && C::kSumsInKernel && chunks <= 16 && programmatic_launch_supported()) {
+  // A small tile's chunks as one cluster (Hopper on): their sums added on
+  // chip, the same order and bits. Per launch 0.6-2 µs faster than the
+  // last-block path at M = 1 and 8 on E2B's q and o projections (H100,
+  // gemm_bench); the medium tiles' chunks as clusters measured slower than
+  // their second kernel. Up to 8 chunks (the portable cluster size): the
+  // 9-16 of a non-portable cluster measured faster on E2B's down_proj (12
+  // chunks) but have not yet run against the reference bits.
+  if (split && C::kSumsInKernel && chunks <= 8 && programmatic_launch_supported()) {
     auto kernel = aligned ? gemm_kernel<C, true, true> : gemm_kernel<C, false, true>;
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
-    if (chunks > 8) cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     launch_dependent_cluster(kernel, grid, dim3(C::kThreads), C::kSmemBytes, stream, unsigned(chunks), x, outs,
                              static_cast<float*>(nullptr), arrivals, M, K);
     return;

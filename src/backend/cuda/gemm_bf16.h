@@ -13,7 +13,7 @@
 // Element (m, n) depends only on row m of x and row n of w. The launcher picks
 // tile sizes and whether chunks run in separate blocks (split over K: the
 // chunk sums are added in chunk order by block 0 of a tile's thread block
-// cluster through distributed shared memory (small tiles on Hopper, up to 16
+// cluster through distributed shared memory (small tiles on Hopper, up to 8
 // chunks), by the last block of a tile to finish, or for large tiles by a
 // second kernel) from M, N, K and the SM count: that
 // choice changes the speed, never the bits. So a row's result is the same

@@ -109,7 +109,10 @@ TEST_F(GemmBf16, EveryConfigurationGivesTheSameBitsWithinFloatRoundingOfTheExact
   };
   const std::vector<Shape3> shapes = {{1, 1, 1},      {3, 5, 15},      {17, 33, 16},    {1, 130, 17},
                                       {100, 64, 100}, {300, 130, 257}, {17, 200, 513},  {129, 65, 1030},
-                                      {2, 96, 2560},  {260, 40, 1024}, {33, 257, 1537}, {1, 8, 4096}};
+                                      {2, 96, 2560},  {260, 40, 1024}, {33, 257, 1537}, {1, 8, 4096},
+                                      // 12, 16, 18 and 24 chunks (E2B's down_proj, its double-wide
+                                      // one): past a portable cluster of one block a chunk
+                                      {1, 70, 6144},  {5, 64, 8192},   {3, 65, 9000},   {1, 40, 12288}};
   for (const Shape3& s : shapes) {
     const auto x = random_bf16(rng, s.M * s.K, 1.0f), w = random_bf16(rng, s.N * s.K, 0.5f);
     const std::string what = "M" + std::to_string(s.M) + " N" + std::to_string(s.N) + " K" + std::to_string(s.K);
