@@ -17,11 +17,13 @@
 # What runs, with THREADS (default 16) threads on each side:
 #   llama.cpp  llama-bench -m FILE -t THREADS -p 512 -n 128 -o json (pp512, tg128)
 #   rowlm      rowlm bench --device cpu --threads THREADS --model FILE
-#                --concurrency 1 --prompt-tokens 1 --gen-tokens 128
+#                --concurrency 1,1 --prompt-tokens 1 --gen-tokens 128
 #              (one request through the engine: its decode tokens/s from an
 #              empty context, as llama-bench's tg128 decodes), and the same
 #              with --prompt-tokens 512 --gen-tokens 1 (its prefill: 512
-#              tokens over the time to its first token, as pp512)
+#              tokens over the time to its first token, as pp512); each the
+#              second of two requests on one engine, the first a warm-up as
+#              llama-bench's
 # Environment: PEER_WORK (default /root/peer), PEER_PYTHON (default
 # /opt/torch/.venv/bin/python, for compare_gpu.sh's models stage), THREADS.
 set -euo pipefail
@@ -85,9 +87,9 @@ run() {
     file="$work/$s-$type.gguf"
     [ -f "$file" ] || { echo "compare_cpu.sh: no $file: run the models stage first" >&2; exit 1; }
     "$llama/build-cpu/bin/llama-bench" -m "$file" -t "$threads" -p 512 -n 128 -o json >"$out/llama-bench-$type.json"
-    "$root/build/rowlm" bench --device cpu --threads "$threads" --model "$file" --concurrency 1 \
+    "$root/build/rowlm" bench --device cpu --threads "$threads" --model "$file" --concurrency 1,1 \
       --prompt-tokens 1 --gen-tokens 128 >"$out/rowlm-$type-tg128.json"
-    "$root/build/rowlm" bench --device cpu --threads "$threads" --model "$file" --concurrency 1 \
+    "$root/build/rowlm" bench --device cpu --threads "$threads" --model "$file" --concurrency 1,1 \
       --prompt-tokens 512 --gen-tokens 1 >"$out/rowlm-$type-pp512.json"
   done
   python3 - "$out" "$threads" "${types[@]}" <<'PY'
@@ -107,13 +109,15 @@ for t in types:
     def bench(kind):
         text = (out / f"rowlm-{t}-{kind}.json").read_text()
         return json.loads(text[text.index("{"):])
+    # The second of two runs on one engine: the first is the warm-up (its
+    # workspace grows and its pages fault in), as llama-bench warms up.
     tg, pp = bench("tg128"), bench("pp512")
-    ttft = pp["runs"][0]["time_to_first_token_p50_s"]
-    rowlm = {"decode_tokens_per_s": tg["runs"][0]["per_request_decode_tokens_per_s_p50"],
+    ttft = pp["runs"][-1]["time_to_first_token_p50_s"]
+    rowlm = {"decode_tokens_per_s": tg["runs"][-1]["per_request_decode_tokens_per_s_p50"],
              "prefill_tokens_per_s": pp["prompt_tokens"] / ttft if ttft else None}
     # Regions of rowlm's thread pool that stalled on a worker without a core
     # (and ran narrowed after): many mean the host's cores were taken.
-    pools = {"decode": tg["runs"][0].get("host_pool"), "prefill": pp["runs"][0].get("host_pool")}
+    pools = {"decode": tg["runs"][-1].get("host_pool"), "prefill": pp["runs"][-1].get("host_pool")}
     result["types"][t] = {"llama.cpp": llama, "rowlm": rowlm,
                           "rowlm_over_llama": {k: ratio(rowlm.get(k), llama.get(k)) for k in rowlm},
                           "rowlm_host_pool": pools}
