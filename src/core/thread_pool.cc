@@ -52,7 +52,7 @@ void ThreadPool::Job::drain() {
 
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;  // the generation at construction; a job may start before this thread runs
-  bool spin = true;   // whether this worker ran the last job (a narrowed pool's others sleep)
+  bool spin = true;   // false after a narrowed region left this worker out
   for (;;) {
     // Spin for a short while, then sleep until the generation changes.
     uint64_t g = generation_.load(std::memory_order_acquire);
@@ -74,8 +74,11 @@ void ThreadPool::worker_loop() {
       std::lock_guard lock(job_mutex_);
       job = job_;
     }
-    spin = job && job->seats.fetch_sub(1, std::memory_order_relaxed) > 0;
-    if (spin) job->drain();
+    // A worker left out of a narrowed region sleeps until the next one; one
+    // that came too late for a region (it had ended) keeps spinning, as
+    // the next region is likely near.
+    spin = !job || job->seats.fetch_sub(1, std::memory_order_relaxed) > 0;
+    if (job && spin) job->drain();
   }
 }
 
