@@ -266,8 +266,8 @@ void launch(bool split, const uint16_t* x, const GemmOutputs& outs, int64_t M, i
   if (split && C::kSumsInKernel && chunks <= 8 && programmatic_launch_supported()) {
     auto kernel = aligned ? gemm_kernel<C, true, true> : gemm_kernel<C, false, true>;
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
-    launch_dependent_cluster(kernel, grid, dim3(C::kThreads), C::kSmemBytes, stream, unsigned(chunks), x, outs,
-                             static_cast<float*>(nullptr), arrivals, M, K);
+    launch_dependent_clusters(unsigned(chunks), kernel, grid, dim3(C::kThreads), C::kSmemBytes, stream, x, outs,
+                              static_cast<float*>(nullptr), arrivals, M, K);
     return;
   }
   auto kernel = aligned ? gemm_kernel<C, true> : gemm_kernel<C, false>;

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <utility>
 
 namespace rowlm::cuda {
 
@@ -21,42 +22,37 @@ inline bool programmatic_launch_supported() {
   return major >= 9;
 }
 
+// cluster_z > 0: the grid in thread block clusters of cluster_z blocks
+// along z (Hopper on: the caller checks programmatic_launch_supported()).
 template <class... Params, class... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
-                      Args&&... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute pdl[1];
-  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = pdl;
-  config.numAttrs = programmatic_launch_supported() ? 1 : 0;
-  cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
-}
-
-// The same, the grid in thread block clusters of cluster_z blocks along z
-// (Hopper on; the caller checks programmatic_launch_supported()).
-template <class... Params, class... Args>
-void launch_dependent_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
-                              cudaStream_t stream, unsigned cluster_z, Args&&... args) {
+void launch_dependent_clusters(unsigned cluster_z, void (*kernel)(Params...), dim3 grid, dim3 block,
+                               std::size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   cudaLaunchAttribute attrs[2];
-  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[0].val.programmaticStreamSerializationAllowed = 1;
-  attrs[1].id = cudaLaunchAttributeClusterDimension;
-  attrs[1].val.clusterDim.x = 1;
-  attrs[1].val.clusterDim.y = 1;
-  attrs[1].val.clusterDim.z = cluster_z;
+  unsigned count = 0;
+  if (programmatic_launch_supported()) {
+    attrs[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[count++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_z > 0) {
+    attrs[count].id = cudaLaunchAttributeClusterDimension;
+    attrs[count].val.clusterDim.x = 1;
+    attrs[count].val.clusterDim.y = 1;
+    attrs[count++].val.clusterDim.z = cluster_z;
+  }
   config.attrs = attrs;
-  config.numAttrs = 2;
+  config.numAttrs = count;
   cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+
+template <class... Params, class... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
+                      Args&&... args) {
+  launch_dependent_clusters(0, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace rowlm::cuda
