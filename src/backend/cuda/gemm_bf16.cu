@@ -177,6 +177,7 @@ __global__ void __launch_bounds__(C::kThreads)
   allow_dependents();  // the next kernel may start loading its weights
 
   if constexpr (kCluster) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // Each block's chunk sums into its own shared memory (once every warp is
     // past the last stage), then block 0 of the cluster (chunk 0: the
     // cluster spans z, so a block's rank is its chunk) adds them to 0.0f in
@@ -208,6 +209,9 @@ __global__ void __launch_bounds__(C::kThreads)
     }
     cluster.sync();
     return;
+#else
+    __trap();  // clusters are Hopper's: launch() never sends this variant to an older GPU
+#endif
   }
 
   float* out = split ? partials + int64_t(blockIdx.z) * M * N : y;
