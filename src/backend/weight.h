@@ -32,7 +32,9 @@ enum class WeightFormat : uint8_t {
   //    continuing in the next byte's low bits, e.g. for 3 bits byte 0 holds
   //    q0 | q1 << 3 | (q2 & 3) << 6 and byte 1 q2 >> 2 | q3 << 1 | ...
   //  - scales, biases: [rows, cols/g], both f32, both bf16 or both f16.
-  // The CPU backend runs every combination (bits 4 and 8 on fast paths);
+  // The CPU backend runs every combination (bits 4 and 8 on fast paths,
+  // 6-bit codes widened to one a byte by its prepare_weight to take the
+  // 8-bit path);
   // a matmul with an affine weight equals, bitwise, the dense f32 matmul of
   // the dequantized matrix, with f32 activations, under either precision on
   // the CPU and under f32 precision on the GPU. Under bf16 precision the

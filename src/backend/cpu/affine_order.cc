@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "quant/affine.h"
 
 namespace rowlm::cpu {
 
@@ -28,6 +29,20 @@ Tensor halves32_from_stream(const Tensor& codes, int64_t rows, int64_t cols) {
     // An odd multiple of 16: the last 16 codes keep the stream's bytes.
     std::memcpy(o + blocks * 16, in + blocks * 16, std::size_t(row_bytes - blocks * 16));
   }
+  return out;
+}
+
+Tensor bytes_from_stream(const Tensor& codes, int64_t rows, int64_t cols, int bits, ThreadPool& pool) {
+  ROWLM_CHECK(cols % 4 == 0 && cols * bits % 32 == 0 && codes.dtype() == DType::U32 &&
+                  codes.numel() == rows * quant::packed_words(cols, bits),
+              "bytes_from_stream: codes must be u32 [rows, cols * bits / 32] with cols a multiple of 4");
+  Tensor out(DType::U32, Shape{rows, cols / 4});
+  const int64_t words = quant::packed_words(cols, bits);
+  pool.parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      quant::unpack_codes({static_cast<const uint32_t*>(codes.raw()) + r * words, std::size_t(words)}, bits,
+                          {static_cast<uint8_t*>(out.raw()) + r * cols, std::size_t(cols)});
+  });
   return out;
 }
 

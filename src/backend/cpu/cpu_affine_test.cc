@@ -195,7 +195,8 @@ TEST(CpuAffine, ImpliedBiasesAreDroppedAndGiveTheSameBits) {
     DType params;
   };
   for (const Case c : {Case{4, 32, DType::F16}, Case{6, 16, DType::F32}, Case{8, 32, DType::F16},
-                       Case{5, 32, DType::BF16}, Case{3, 16, DType::F32}, Case{4, 64, DType::BF16}}) {
+                       Case{5, 32, DType::BF16}, Case{3, 16, DType::F32}, Case{4, 64, DType::BF16},
+                       Case{6, 16, DType::F16}, Case{6, 32, DType::BF16}}) {
     const int64_t N = 37, K = 256;
     const Weight symmetric = with_symmetric_biases(random_affine(N, K, c.bits, c.group, c.params, rng));
     Weight off_by_a_bit = symmetric;
@@ -364,6 +365,40 @@ TEST(CpuAffine, Halves32HoldsEachCodeWhereItsDefinitionSays) {
       }
     }
   }
+}
+
+// 6-bit codes come out of prepare_weight one a byte (an 8-bit stream, the
+// zero of an implied bias kept at 32), each byte the code the 6-bit stream
+// holds by weight.h's definition; preparing again changes nothing.
+TEST(CpuAffine, SixBitCodesAreWidenedToOneAByte) {
+  std::mt19937 rng(31);
+  auto backend = make_cpu_backend(3);
+  for (const int64_t cols : {int64_t(16), int64_t(48), int64_t(272)}) {
+    const Weight w = random_affine(5, cols, 6, 16, DType::F32, rng);
+    const Weight p = backend->prepare_weight(w);
+    ASSERT_EQ(p.bits, 8);
+    ASSERT_EQ(p.values.shape(), (Shape{5, cols / 4}));
+    for (int64_t r = 0; r < 5; ++r) {
+      const auto* words = static_cast<const uint32_t*>(w.values.raw()) + r * cols * 6 / 32;
+      const auto* bytes = static_cast<const uint8_t*>(p.values.raw()) + r * cols;
+      for (int64_t c = 0; c < cols; ++c) {
+        int want = 0;
+        for (int b = 0; b < 6; ++b) {
+          const int64_t bit = c * 6 + b;  // bit `bit` of the row's stream: bit bit % 32 of word bit / 32
+          want |= int((words[bit / 32] >> (bit % 32)) & 1u) << b;
+        }
+        ASSERT_EQ(int(bytes[c]), want) << "cols " << cols << " row " << r << " code " << c;
+      }
+    }
+    const Weight again = backend->prepare_weight(p);
+    EXPECT_EQ(again.bits, 8);
+    EXPECT_EQ(std::memcmp(again.values.raw(), p.values.raw(), p.values.nbytes()), 0);
+  }
+  const Weight symmetric = with_symmetric_biases(random_affine(4, 64, 6, 16, DType::F16, rng));
+  const Weight p = backend->prepare_weight(symmetric);
+  EXPECT_EQ(p.bits, 8);
+  EXPECT_EQ(p.implied_zero, 32);
+  EXPECT_EQ(backend->prepare_weight(p).implied_zero, 32);
 }
 
 }  // namespace

@@ -185,6 +185,12 @@ class CpuBackend final : public Backend {
       // computed from the scales instead of read: a bandwidth-bound decode
       // streams 0.5 bits a weight less at Q4_0, 2 at Q6_K.
       Weight out = without_implied_biases(w);
+      if (w.bits == 6) {
+        // One code a byte (affine_order.h): the 8-bit kernels, the same values.
+        out.values = cpu::bytes_from_stream(w.values, w.rows, w.cols, w.bits, pool_);
+        out.bits = 8;
+        return out;
+      }
       if (w.bits != 4 || w.code_order == CodeOrder::Halves32) return out;
       // 4-bit codes in the decode kernel's order (weight.h): a copy, so the
       // checkpoint's mapping is no longer read.
@@ -694,8 +700,12 @@ class CpuBackend final : public Backend {
     ROWLM_REQUIRE(w.code_order == CodeOrder::Stream || (w.bits == 4 && w.code_order == CodeOrder::Halves32),
                   at + ": codes must be in the checkpoint's stream order (or this backend's 4-bit order)");
     const Shape params{w.rows, w.cols / w.group_size};
-    ROWLM_REQUIRE(w.implied_zero == 0 || (w.implied_zero == 1 << (w.bits - 1) && w.biases.empty()),
-                  at + ": implied biases need no biases tensor and a zero of 2^(bits-1)");
+    // (A power of two up to 2^(bits-1): 6-bit codes that prepare_weight
+    // widened to bytes keep their zero of 32.)
+    const bool zero_ok = w.implied_zero > 0 && w.implied_zero <= 1 << (w.bits - 1) &&
+                         (w.implied_zero & (w.implied_zero - 1)) == 0;
+    ROWLM_REQUIRE(w.implied_zero == 0 || (zero_ok && w.biases.empty()),
+                  at + ": implied biases need no biases tensor and a zero that is a power of two up to 2^(bits-1)");
     for (const Tensor* t : {&w.scales, &w.biases})
       ROWLM_REQUIRE((t == &w.biases && w.implied_zero) ||
                         (is_float_storage(t->dtype()) && t->shape() == params && t->dtype() == w.scales.dtype()),
