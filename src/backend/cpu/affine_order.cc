@@ -3,7 +3,6 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "quant/affine.h"
 
 namespace rowlm::cpu {
 
@@ -32,16 +31,24 @@ Tensor halves32_from_stream(const Tensor& codes, int64_t rows, int64_t cols) {
   return out;
 }
 
-Tensor bytes_from_stream(const Tensor& codes, int64_t rows, int64_t cols, int bits, ThreadPool& pool) {
-  ROWLM_CHECK(cols % 4 == 0 && cols * bits % 32 == 0 && codes.dtype() == DType::U32 &&
-                  codes.numel() == rows * quant::packed_words(cols, bits),
-              "bytes_from_stream: codes must be u32 [rows, cols * bits / 32] with cols a multiple of 4");
+Tensor bytes_from_6bit_stream(const Tensor& codes, int64_t rows, int64_t cols, ThreadPool& pool) {
+  ROWLM_CHECK(cols % 16 == 0 && codes.dtype() == DType::U32 && codes.numel() == rows * cols * 6 / 32,
+              "bytes_from_6bit_stream: codes must be u32 [rows, cols * 6 / 32] with cols a multiple of 16");
   Tensor out(DType::U32, Shape{rows, cols / 4});
-  const int64_t words = quant::packed_words(cols, bits);
   pool.parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      quant::unpack_codes({static_cast<const uint32_t*>(codes.raw()) + r * words, std::size_t(words)}, bits,
-                          {static_cast<uint8_t*>(out.raw()) + r * cols, std::size_t(cols)});
+    for (int64_t r = r0; r < r1; ++r) {
+      // Four codes in every three bytes of the stream (little-endian words:
+      // the bytes in stream order), a row being whole such groups.
+      const auto* b = static_cast<const uint8_t*>(codes.raw()) + r * cols * 6 / 8;
+      auto* o = static_cast<uint8_t*>(out.raw()) + r * cols;
+      for (int64_t c = 0; c < cols; c += 4, b += 3) {
+        const uint32_t v = uint32_t(b[0]) | uint32_t(b[1]) << 8 | uint32_t(b[2]) << 16;
+        o[c] = uint8_t(v & 63);
+        o[c + 1] = uint8_t(v >> 6 & 63);
+        o[c + 2] = uint8_t(v >> 12 & 63);
+        o[c + 3] = uint8_t(v >> 18 & 63);
+      }
+    }
   });
   return out;
 }

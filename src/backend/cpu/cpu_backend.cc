@@ -187,7 +187,7 @@ class CpuBackend final : public Backend {
       Weight out = without_implied_biases(w);
       if (w.bits == 6) {
         // One code a byte (affine_order.h): the 8-bit kernels, the same values.
-        out.values = cpu::bytes_from_stream(w.values, w.rows, w.cols, w.bits, pool_);
+        out.values = cpu::bytes_from_6bit_stream(w.values, w.rows, w.cols, pool_);
         out.bits = 8;
         return out;
       }
