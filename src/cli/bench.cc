@@ -132,6 +132,15 @@ nlohmann::json profiled(Backend& backend, int repeats, Run&& run) {
 // With `profiled_backend` (the engine's, in manual mode) the steps run on
 // this thread with its profiling on, and the run reports the operations'
 // time per step.
+// The host pool's regions, stalls and narrowed regions between two readings
+// (core/thread_pool.h): many narrowed regions mean other work took the cores
+// during the measurement.
+nlohmann::json host_pool_json(const ThreadPool::Stats& before, const ThreadPool::Stats& after) {
+  return {{"regions", after.regions - before.regions},
+          {"stalls", after.stalls - before.stalls},
+          {"narrowed", after.narrowed - before.narrowed}};
+}
+
 nlohmann::json concurrency_run(Engine& engine, int concurrency, int64_t prompt_tokens, int64_t gen_tokens,
                                uint32_t& rng, int vocab, float temperature, float top_p,
                                const std::shared_ptr<const constrain::Grammar>& grammar, Backend* profiled_backend) {
@@ -189,11 +198,8 @@ nlohmann::json concurrency_run(Engine& engine, int concurrency, int64_t prompt_t
           {"per_request_decode_tokens_per_s_p50", percentile(per_request, 0.5)},
           {"time_to_first_token_p50_s", percentile(ttft, 0.5)},
           {"time_to_first_token_p95_s", percentile(ttft, 0.95)},
-          // The host pool over this run (core/thread_pool.h): regions that
-          // stalled on a worker without a core, and regions narrowed after.
-          {"host_pool", {{"regions", after.host_pool_regions - before.host_pool_regions},
-                         {"stalls", after.host_pool_stalls - before.host_pool_stalls},
-                         {"narrowed", after.host_pool_narrowed - before.host_pool_narrowed}}}};
+          {"host_pool", host_pool_json({before.host_pool_regions, before.host_pool_stalls, before.host_pool_narrowed},
+                                       {after.host_pool_regions, after.host_pool_stalls, after.host_pool_narrowed})}};
   if (profiled_backend) run["profile_per_step"] = profile_summary(*profiled_backend, steps, forward_s);
   return run;
 }
@@ -411,9 +417,7 @@ int run_bench(const std::vector<std::string>& argv) {
     const double flops = 2.0 * linear * double(prefill) + 2.0 * head;
     out["prefill"] = {{"tokens", prefill}, {"seconds", best}, {"first_seconds", first}, {"tokens_per_s", prefill / best},
                       {"linear_gflop_s", flops / best / 1e9},
-                      {"host_pool", {{"regions", pool.regions - pool_before.regions},
-                                     {"stalls", pool.stalls - pool_before.stalls},
-                                     {"narrowed", pool.narrowed - pool_before.narrowed}}}};
+                      {"host_pool", host_pool_json(pool_before, pool)}};
     if (peak > 0) out["prefill"][bf16_dot ? "fraction_of_bf16_dot_peak" : "fraction_of_fma_peak"] = flops / best / 1e9 / peak;
     if (profile) out["prefill"]["profile"] = profiled(*backend, 1, prefill_once);
   }
@@ -486,11 +490,7 @@ int run_bench(const std::vector<std::string>& argv) {
     d["launches"] = {{"per_step", double(launches.launches - launches_before.launches) / double(steps)},
                      {"graph_replays", launches.replayed - launches_before.replayed},
                      {"graph_captures", launches.captured - launches_before.captured}};
-    // The host pool over these steps (core/thread_pool.h): many narrowed
-    // regions mean other work took the cores during the measurement.
-    const ThreadPool::Stats pool = backend->host_pool_stats();
-    d["host_pool"] = {{"regions", pool.regions - pool_before.regions}, {"stalls", pool.stalls - pool_before.stalls},
-                      {"narrowed", pool.narrowed - pool_before.narrowed}};
+    d["host_pool"] = host_pool_json(pool_before, backend->host_pool_stats());
     if (!fractions.empty()) {
       std::sort(fractions.begin(), fractions.end());
       d["fraction_of_bandwidth"] = fractions[fractions.size() / 2];
