@@ -264,9 +264,10 @@ void launch(bool split, const uint16_t* x, const GemmOutputs& outs, int64_t M, i
   // chip, the same order and bits. Per launch 0.6-2 µs faster than the
   // last-block path at M = 1 and 8 on E2B's q and o projections (H100,
   // gemm_bench); the medium tiles' chunks as clusters measured slower than
-  // their second kernel. Up to 8 chunks (the portable cluster size): the
-  // 9-16 of a non-portable cluster measured faster on E2B's down_proj (12
-  // chunks) but have not yet run against the reference bits.
+  // their second kernel. Up to 8 chunks (the portable cluster size): 9-16
+  // chunks as a non-portable cluster gave the same bits and a faster
+  // down_proj launch (12 chunks) in gemm_bench, but no faster decode step
+  // at batch 1, 8 or 64 (docs/perf.md, session 46).
   if (split && C::kSumsInKernel && chunks <= 8 && programmatic_launch_supported()) {
     auto kernel = aligned ? gemm_kernel<C, true, true> : gemm_kernel<C, false, true>;
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);

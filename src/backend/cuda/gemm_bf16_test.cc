@@ -111,7 +111,7 @@ TEST_F(GemmBf16, EveryConfigurationGivesTheSameBitsWithinFloatRoundingOfTheExact
                                       {100, 64, 100}, {300, 130, 257}, {17, 200, 513},  {129, 65, 1030},
                                       {2, 96, 2560},  {260, 40, 1024}, {33, 257, 1537}, {1, 8, 4096},
                                       // 12, 16, 18 and 24 chunks (E2B's down_proj, its double-wide
-                                      // one): past a portable cluster of one block a chunk
+                                      // one): past a portable cluster, the last-block path
                                       {1, 70, 6144},  {5, 64, 8192},   {3, 65, 9000},   {1, 40, 12288}};
   for (const Shape3& s : shapes) {
     const auto x = random_bf16(rng, s.M * s.K, 1.0f), w = random_bf16(rng, s.N * s.K, 0.5f);
