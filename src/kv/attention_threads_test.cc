@@ -35,7 +35,9 @@ uint64_t output_hash(const std::vector<float>& v) {
 
 // Layer 0 attends to every position, layer 1 to the last kGqaWindow (its range
 // starts mid-block: 300 = 18·16 + 12); the last block is partial (600 = 37·16 + 8).
-// 600 positions of head_dim 512 are several windows of tiles.
+// 600 positions of head_dim 512 are several windows of tiles; layer 1's 300
+// are too few for the backend to split the heads (backend/cpu/attention.cc),
+// so both ways are held to the same bits.
 std::vector<std::vector<float>> decode_gqa8(Backend& backend, const char* codec) {
   KvCache cache(options_for({layer_spec(1, kGqaHeadDim, 0, codec), layer_spec(1, kGqaHeadDim, kGqaWindow, codec)}),
                 backend);

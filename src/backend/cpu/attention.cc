@@ -58,6 +58,10 @@ struct Split {
 // Bounded so that a long row never needs tiles for all its blocks.
 constexpr std::size_t kWindowTileBytes = std::size_t(1) << 20;
 
+// Key positions from which a lone (token, kv head) pair's query heads are
+// split over threads.
+constexpr int64_t kMinSplitPositions = 512;
+
 void one_phase(const Kernels& kernels, ThreadPool& pool, AttentionScratch& scratch, const AttentionLayer& kl,
                std::byte* const* blocks, const AttentionBatch& batch, const float* q, const AttentionParams& params,
                const Split& s, float* out) {
@@ -181,8 +185,17 @@ void attend(const Kernels& kernels, ThreadPool& pool, AttentionScratch& scratch,
   s.hd = layout.head.head_dim;
   // Split each kv head's query heads so that there is work for every thread;
   // the split never changes a result (each head is computed on its own).
+  // Not a lone pair's heads over a short key range: there the parallel
+  // regions and the tiles' traffic cost more than the folds they share out
+  // (a lone row's 8 heads on two Zen 4 threads, unsplit against split:
+  // 10.5 against 15.9 µs at 64 positions, 73 against 86 at 512, 295
+  // against 341 at 2,048; on the 16-core Xeon host the split took 39-53 µs
+  // a layer at 64-72 positions, more with more threads: docs/perf.md,
+  // session 46). From kMinSplitPositions on the split stays, for the 16
+  // cores where it may pay (not measured there).
   s.per_item = s.G;
-  const int64_t want = pool.size() == 1 ? 1 : 2 * int64_t(pool.size());
+  const bool short_lone_pair = s.T * s.kvh == 1 && batch.queries[0].hi - batch.queries[0].lo + 1 < kMinSplitPositions;
+  const int64_t want = pool.size() == 1 || short_lone_pair ? 1 : 2 * int64_t(pool.size());
   while (s.per_item % 2 == 0 && s.T * s.kvh * (s.G / s.per_item) < want) s.per_item /= 2;
   s.splits = s.G / s.per_item;
   // Split heads would each convert every block again in one phase.
