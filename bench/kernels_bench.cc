@@ -9,7 +9,11 @@
 // as in a forward pass.
 //
 //   kernels_bench [--threads N] [--isa scalar|avx2|avx512] [--only gemv|gemm|e2b|batch] [--quick]
-// (--only e2b: the GEMMs of a 256-token prefill of Gemma 4 E2B, layer by layer.)
+//                 [--schedules KB:ITEMS:SPLIT,...]
+// (--only e2b: the GEMMs of a 256-token prefill of Gemma 4 E2B, layer by layer.
+// --schedules: the GEMMs run under each matmul schedule in turn, shape by
+// shape: chunk KiB, items per thread and the rows from which M is split
+// before chunks shrink (cpu::MatmulTuning; 0: never); default 1024:4:0.)
 
 #include <algorithm>
 #include <chrono>
@@ -84,7 +88,8 @@ struct Bench {
   // the weights to exceed the last-level cache several times: a forward
   // pass reads each weight matrix from DRAM, never from cache.
   double seconds_per_matmul(DType dtype, int64_t M, int64_t N, int64_t K, int passes,
-                            MatmulPrecision precision = MatmulPrecision::F32, Route route = Route::Table) {
+                            MatmulPrecision precision = MatmulPrecision::F32, Route route = Route::Table,
+                            const cpu::MatmulTuning& tuning = {}) {
     const double bytes = double(N) * double(K) * double(dtype_size(dtype));
     const int copies = int(std::clamp(std::ceil(256e6 / bytes), 1.0, 16.0));  // 8x the L3
     std::vector<Tensor> ws;
@@ -100,7 +105,7 @@ struct Bench {
                                cpu::MatmulTuning{.amx_vector_rows = 0});
         else
           cpu::matmul(kernels, pool, x.data<float>(), M, K, cpu::WeightRows{w.dtype(), w.raw(), K}, N,
-                      y.data<float>(), precision);
+                      y.data<float>(), precision, tuning);
       }
     };
     pass();  // warm-up
@@ -114,10 +119,34 @@ struct Bench {
   }
 };
 
+// "KB:ITEMS:SPLIT,..." -> one tuning each (chunk KiB, items per thread,
+// rows from which M is split first).
+std::vector<cpu::MatmulTuning> parse_schedules(const std::string& list) {
+  std::vector<cpu::MatmulTuning> out;
+  std::size_t at = 0;
+  while (at <= list.size()) {
+    const std::size_t end = std::min(list.find(',', at), list.size());
+    const std::string item = list.substr(at, end - at);
+    long long kb = 0, items = 0, split = 0;
+    char tail = 0;
+    if (std::sscanf(item.c_str(), "%lld:%lld:%lld%c", &kb, &items, &split, &tail) != 3 || kb < 1 || items < 1 ||
+        split < 0)
+      throw Error("--schedules: '" + item + "' is not KB:ITEMS:SPLIT (KB, ITEMS >= 1, SPLIT >= 0)");
+    cpu::MatmulTuning t;
+    t.chunk_bytes = int64_t(kb) << 10;
+    t.items_per_thread = items;
+    t.split_rows_from = split;
+    out.push_back(t);
+    at = end + 1;
+  }
+  return out;
+}
+
 int run_bench(int argc, char** argv) {
   int threads = 0;
   bool quick = false;
   std::string only;
+  std::vector<cpu::MatmulTuning> schedules;
   cpu::Isa isa = cpu::isa_from_env();
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -125,8 +154,12 @@ int run_bench(int argc, char** argv) {
     else if (arg == "--isa" && i + 1 < argc) isa = cpu::parse_isa(argv[++i]);
     else if (arg == "--quick") quick = true;
     else if (arg == "--only" && i + 1 < argc) only = argv[++i];
-    else throw Error("unknown argument '" + arg + "' (use --threads N, --isa NAME, --only gemv|gemm|e2b|batch, --quick)");
+    else if (arg == "--schedules" && i + 1 < argc) schedules = parse_schedules(argv[++i]);
+    else
+      throw Error("unknown argument '" + arg +
+                  "' (use --threads N, --isa NAME, --only gemv|gemm|e2b|batch, --quick, --schedules KB:ITEMS:SPLIT,...)");
   }
+  if (schedules.empty()) schedules.push_back({});
   if (!only.empty() && only != "gemv" && only != "gemm" && only != "e2b" && only != "batch")
     throw Error("--only must be gemv, gemm, e2b or batch, got '" + only + "'");
   ThreadPool pool(threads);
@@ -170,16 +203,20 @@ int run_bench(int argc, char** argv) {
   const std::vector<DType> gemm_dtypes =
       only == "e2b" ? std::vector<DType>{DType::BF16} : std::vector<DType>{DType::BF16, DType::F16, DType::F32};
   for (DType dt : gemm_dtypes)
-    for (const Gemm& g : gemms) {
-      const double gflops = 2.0 * double(g.M) * double(g.N) * double(g.K) /
-                            bench.seconds_per_matmul(dt, g.M, g.N, g.K, quick ? 1 : 2) / 1e9;
-      std::printf("%s    {\"dtype\": \"%s\", \"M\": %lld, \"N\": %lld, \"K\": %lld, \"gflops\": %.1f, "
-                  "\"pct_fma_peak\": %.1f}",
-                  sep, std::string(dtype_name(dt)).c_str(), (long long)g.M, (long long)g.N, (long long)g.K,
-                  gflops, 100.0 * gflops / peak);
-      sep = ",\n";
-      std::fflush(stdout);
-    }
+    for (const Gemm& g : gemms)
+      for (const cpu::MatmulTuning& t : schedules) {
+        const double gflops = 2.0 * double(g.M) * double(g.N) * double(g.K) /
+                              bench.seconds_per_matmul(dt, g.M, g.N, g.K, quick ? 1 : 2, MatmulPrecision::F32,
+                                                       Route::Table, t) /
+                              1e9;
+        std::printf("%s    {\"dtype\": \"%s\", \"M\": %lld, \"N\": %lld, \"K\": %lld, \"schedule\": \"%lld:%lld:%lld\", "
+                    "\"gflops\": %.1f, \"pct_fma_peak\": %.1f}",
+                    sep, std::string(dtype_name(dt)).c_str(), (long long)g.M, (long long)g.N, (long long)g.K,
+                    (long long)(t.chunk_bytes >> 10), (long long)t.items_per_thread, (long long)t.split_rows_from,
+                    gflops, 100.0 * gflops / peak);
+        sep = ",\n";
+        std::fflush(stdout);
+      }
   std::printf("\n  ],\n");
 
   // Batched decode: a few rows against weights streamed from DRAM, where

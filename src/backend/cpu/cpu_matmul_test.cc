@@ -90,7 +90,9 @@ TEST(CpuMatmul, MisalignedWeightsAreCopiedAlignedWithTheSameResults) {
 }
 
 // Small chunks force the schedule through many weight chunks and, with few
-// chunks per thread, splits of M, on every ISA, dtype and thread count.
+// chunks per thread, splits of M, on every ISA, dtype and thread count; a
+// split_rows_from at or below M splits M first, in parts of whole row
+// groups (37 rows: a part of 24 and one of 13).
 TEST(CpuMatmul, ChunkedScheduleMatchesTheOracleForAnyChunking) {
   std::mt19937 rng(2);
   const int64_t M = 37, K = 131, N = 67;  // above the size where threads join in
@@ -103,14 +105,19 @@ TEST(CpuMatmul, ChunkedScheduleMatchesTheOracleForAnyChunking) {
       const cpu::Kernels& k = cpu::kernels_for(isa);
       for (int threads : {1, 2}) {
         ThreadPool pool(threads);
-        for (int64_t chunk_bytes : {int64_t(1), int64_t(4096), int64_t(1) << 20}) {
-          Tensor y(DType::F32, {M, N});
-          cpu::matmul(k, pool, x.data<float>(), M, K, cpu::WeightRows{dt, w.raw(), K}, N, y.data<float>(), MatmulPrecision::F32,
-                      cpu::MatmulTuning{chunk_bytes});
-          expect_bitwise(y, want,
-                         std::string(cpu::isa_name(isa)) + " " + std::string(dtype_name(dt)) + " threads=" +
-                             std::to_string(threads) + " chunk_bytes=" + std::to_string(chunk_bytes));
-        }
+        for (int64_t chunk_bytes : {int64_t(1), int64_t(4096), int64_t(1) << 20})
+          for (int64_t split_rows_from : {0, 1, 37}) {
+            cpu::MatmulTuning tuning{chunk_bytes};
+            tuning.split_rows_from = split_rows_from;
+            tuning.items_per_thread = split_rows_from ? 3 : 4;
+            Tensor y(DType::F32, {M, N});
+            cpu::matmul(k, pool, x.data<float>(), M, K, cpu::WeightRows{dt, w.raw(), K}, N, y.data<float>(),
+                        MatmulPrecision::F32, tuning);
+            expect_bitwise(y, want,
+                           std::string(cpu::isa_name(isa)) + " " + std::string(dtype_name(dt)) + " threads=" +
+                               std::to_string(threads) + " chunk_bytes=" + std::to_string(chunk_bytes) +
+                               " split_rows_from=" + std::to_string(split_rows_from));
+          }
       }
     }
   }

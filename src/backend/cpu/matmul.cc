@@ -48,10 +48,20 @@ Schedule schedule(int64_t mr, int64_t row_multiple, ThreadPool& pool, int64_t M,
   Schedule s;
   const int64_t depth = std::max<int64_t>(K, 1);
   s.threads = M * N * depth < kMinParallelMacs ? 1 : pool.size();
-  // At least 4 chunks per thread when N allows, so a thread the OS preempts
-  // holds up the call by one chunk at most.
-  int64_t chunk = std::min(ceil_div(std::max<int64_t>(tuning.chunk_bytes, 1), std::max<int64_t>(row_bytes, 1)),
-                           ceil_div(N, 4 * s.threads));
+  const int64_t wanted = std::max<int64_t>(tuning.items_per_thread, 1) * s.threads;
+  const int64_t full_chunk = ceil_div(std::max<int64_t>(tuning.chunk_bytes, 1), std::max<int64_t>(row_bytes, 1));
+  if (tuning.split_rows_from > 0 && M >= tuning.split_rows_from) {
+    // Many rows: whole chunks, M in parts of at least a few row groups.
+    s.chunk = round_up(std::min(full_chunk, N), row_multiple);
+    s.chunks = ceil_div(N, s.chunk);
+    const int64_t min_part = 4 * mr;
+    s.m_part = round_up(std::max(ceil_div(M, ceil_div(wanted, s.chunks)), min_part), mr);
+    s.m_parts = ceil_div(M, s.m_part);
+    if (s.chunks * s.m_parts >= s.threads) return s;
+    // Too few items even so: fall through to the chunk-first split.
+  }
+  // Enough chunks per thread when N allows.
+  int64_t chunk = std::min(full_chunk, ceil_div(N, wanted));
   s.chunk = round_up(std::max<int64_t>(chunk, 1), row_multiple);
   s.chunks = ceil_div(N, s.chunk);
   // Too few chunks for the threads (small N): split the rows of x as well.

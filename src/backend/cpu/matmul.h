@@ -34,6 +34,18 @@ struct MatmulTuning {
   // measured against the tiles on an AMX host (kernels_bench --only batch
   // reports both), so decode keeps the path whose speed is known.
   int64_t amx_vector_rows = 0;
+  // Items (chunk x part of M) per thread wanted at the least, so a thread
+  // the OS preempts holds up the call by a fraction of its share.
+  int64_t items_per_thread = 4;
+  // From this many rows of x on (0: never), the schedule keeps chunks at
+  // chunk_bytes and splits M to reach items_per_thread; below it (and
+  // always when 0) it shrinks the chunks first. A chunk's rows are what
+  // each row of x read from L3 is reused by: at 16 threads, E2B's down
+  // projection in 24-row chunks re-reads the whole of a prefill's x (6 MB)
+  // 64 times. Off by default: on the 16-core Xeon host it sped some of a
+  // prefill's GEMMs and slowed others, within that busy host's noise
+  // (docs/perf.md, session 47); `kernels_bench --schedules` weighs it.
+  int64_t split_rows_from = 0;
 };
 
 // y[m, n] = Σ_k x[m, k] · w[n, k]; x is [M, K] and y is [M, N], both dense.
