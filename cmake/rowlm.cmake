@@ -24,13 +24,14 @@ else()
 endif()
 
 # Per-ISA translation units: a kernel file named *_avx512.cc, *_avx512bf16.cc,
-# *_amx.cc or *_avx2.cc is compiled for that instruction set only; callers pick one at
+# *_avx512vnni.cc, *_amx.cc or *_avx2.cc is compiled for that instruction set only; callers pick one at
 # run time.
 # -ffp-contract=off: with FMA enabled GCC would otherwise fuse a*b+c (even
 # written with intrinsics) where it likes, so ISA paths would round differently
 # from each other and from the portable path; kernels ask for FMA explicitly.
 set(ROWLM_AVX512_FLAGS -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -mbmi2 -ffp-contract=off)
 set(ROWLM_AVX512BF16_FLAGS ${ROWLM_AVX512_FLAGS} -mavx512bf16)
+set(ROWLM_AVX512VNNI_FLAGS ${ROWLM_AVX512_FLAGS} -mavx512vnni)
 set(ROWLM_AVX2_FLAGS -mavx2 -mfma -mf16c -mbmi2 -ffp-contract=off)
 set(ROWLM_AMX_FLAGS ${ROWLM_AVX512_FLAGS} -mamx-tile -mamx-bf16)
 
@@ -50,13 +51,15 @@ function(rowlm_module name)
       list(APPEND sources ${f})
     endif()
     # A per-ISA file keeps its own translation unit (and flags) in unity builds.
-    if(f MATCHES "_(avx512|avx512bf16|amx|avx2)\\.cc$")
+    if(f MATCHES "_(avx512|avx512bf16|avx512vnni|amx|avx2)\\.cc$")
       set_source_files_properties(${f} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
     endif()
     if(f MATCHES "_avx512\\.cc$")
       set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS "${ROWLM_AVX512_FLAGS}")
     elseif(f MATCHES "_avx512bf16\\.cc$")
       set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS "${ROWLM_AVX512BF16_FLAGS}")
+    elseif(f MATCHES "_avx512vnni\\.cc$")
+      set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS "${ROWLM_AVX512VNNI_FLAGS}")
     elseif(f MATCHES "_avx2\\.cc$")
       set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS "${ROWLM_AVX2_FLAGS}")
     elseif(f MATCHES "_amx\\.cc$")

@@ -23,9 +23,17 @@ enum class MatmulPrecision {
   // The backend's own default, resolved when the backend is made: F32 on the
   // CPU, Bf16 on the GPU. Backend::matmul_precision() never returns Auto.
   Auto,
+  // CPU only: activations are quantized to 8 bits per 32 elements where
+  // they meet 4- and 8-bit affine weights (MLX q4/q8, GGUF Q4_0, Q4_1,
+  // Q4_K, Q6_K, Q8_0), multiplied in exact integer sums (VPDPBUSD on CPUs
+  // with AVX512-VNNI), as llama.cpp does: the fastest path for quantized
+  // weights, at about 2^-8 of each block's range in x. Other weights keep
+  // F32. Batch-invariant; bitwise the same on every CPU
+  // (backend/cpu/int8_matmul.h).
+  Int8,
 };
-std::string_view matmul_precision_name(MatmulPrecision p);  // "f32", "bf16", "auto"
-// "f32", "bf16" or "auto"; anything else is an Error naming the value.
+std::string_view matmul_precision_name(MatmulPrecision p);  // "f32", "bf16", "auto", "int8"
+// "f32", "bf16", "auto" or "int8"; anything else is an Error naming the value.
 MatmulPrecision parse_matmul_precision(std::string_view name);
 
 struct BackendOptions {

@@ -371,16 +371,26 @@ int run_bench(const std::vector<std::string>& argv) {
   out["backend"] = backend->name();
   out["decode_logits"] = logits_mode;
   // Prefill is judged against the peak of the arithmetic its matmuls run.
-  const bool bf16_dot = backend->matmul_precision() == MatmulPrecision::Bf16;
+  // Under int8 the quantized matmuls' peak is VPDPBUSD's (where the CPU has
+  // it); the fraction is then of that peak's integer multiply-adds.
+  const MatmulPrecision precision = backend->matmul_precision();
+  std::string peak_name = "fma_peak";
   double bandwidth = 0, peak = 0;
   if (!args.flag_set("no-ceilings")) {
     bandwidth = backend->measure_read_bandwidth();
     const double fma = backend->measure_matmul_peak(MatmulPrecision::F32);
     out["ceilings"] = {{"read_bandwidth_gb_s", bandwidth}, {"fma_peak_gflop_s", fma}};
     peak = fma;
-    if (bf16_dot) {
+    if (precision == MatmulPrecision::Bf16) {
       peak = backend->measure_matmul_peak(MatmulPrecision::Bf16);
+      peak_name = "bf16_dot_peak";
       out["ceilings"]["bf16_dot_peak_gflop_s"] = peak;
+    } else if (precision == MatmulPrecision::Int8 && quantize) {
+      if (const double int8 = backend->measure_matmul_peak(MatmulPrecision::Int8); int8 > 0) {
+        peak = int8;
+        peak_name = "int8_dot_peak";
+        out["ceilings"]["int8_dot_peak_gop_s"] = peak;
+      }
     }
   }
 
@@ -418,7 +428,7 @@ int run_bench(const std::vector<std::string>& argv) {
     out["prefill"] = {{"tokens", prefill}, {"seconds", best}, {"first_seconds", first}, {"tokens_per_s", prefill / best},
                       {"linear_gflop_s", flops / best / 1e9},
                       {"host_pool", host_pool_json(pool_before, pool)}};
-    if (peak > 0) out["prefill"][bf16_dot ? "fraction_of_bf16_dot_peak" : "fraction_of_fma_peak"] = flops / best / 1e9 / peak;
+    if (peak > 0) out["prefill"]["fraction_of_" + peak_name] = flops / best / 1e9 / peak;
     if (profile) out["prefill"]["profile"] = profiled(*backend, 1, prefill_once);
   }
 
@@ -503,7 +513,7 @@ int run_bench(const std::vector<std::string>& argv) {
   if (args.flag_set("table")) {
     std::fprintf(stderr, "%-22s %12s %12s\n", "measurement", "tokens/s", "of ceiling");
     std::fprintf(stderr, "%-22s %12.1f %11.0f%%\n", "prefill", double(out["prefill"]["tokens_per_s"]),
-                 100 * out["prefill"].value(bf16_dot ? "fraction_of_bf16_dot_peak" : "fraction_of_fma_peak", 0.0));
+                 100 * out["prefill"].value("fraction_of_" + peak_name, 0.0));
     for (const auto& d : out["decode"])
       std::fprintf(stderr, "decode batch %-9d %12.1f %11.0f%%\n", int(d["batch"]), double(d["tokens_per_s"]),
                    100 * d.value("fraction_of_bandwidth", 0.0));

@@ -43,8 +43,9 @@ void add_device_option(Args& args) {
 void add_matmul_precision_option(Args& args) {
   args.option("matmul-precision", "P",
               "f32: activations stay f32 in every matmul (faithful; on the GPU, the CPU's bits); bf16: rounded "
-              "to bf16 where they meet bf16 weights (CPU: faster for large batches; GPU: tensor cores); auto: "
-              "f32 on the CPU, bf16 on the GPU",
+              "to bf16 where they meet bf16 weights (CPU: faster for large batches; GPU: tensor cores); int8 (CPU "
+              "only): quantized to 8 bits where they meet 4- and 8-bit quantized weights, as llama.cpp does "
+              "(fastest for quantized weights); auto: f32 on the CPU, bf16 on the GPU",
               "auto");
 }
 

@@ -7,12 +7,16 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <random>
 #include <thread>
 
 #include "core/error.h"
 #include "engine/engine_test_util.h"
+#include "model/mlx_checkpoint.h"
 
 namespace rowlm {
 namespace {
@@ -66,6 +70,39 @@ INSTANTIATE_TEST_SUITE_P(Codecs, EngineDeterminism,
                                            DeterminismCase{"bf16", MatmulPrecision::Bf16},
                                            DeterminismCase{"q4", MatmulPrecision::Bf16}),
                          [](const auto& param_info) { return param_info.param.name(); });
+
+// Under --matmul-precision int8 (8-bit activations against quantized
+// weights) on the bundled model quantized as `rowlm quantize` does (q4/64,
+// the MLP's down projections 8/32): a request's output is still bitwise the
+// same alone and in any schedule, on whichever kernels the CPU runs.
+TEST(EngineInt8, RequestOutputIndependentOfScheduleOnQuantizedWeights) {
+  if (test::test_device() != "cpu") GTEST_SKIP() << "int8 activations are the CPU's precision";
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("rowlm_int8_engine_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  QuantizeOptions q;
+  q.overrides.push_back(parse_quantize_override("mlp.down_proj=8/32"));
+  quantize_checkpoint(test::model_dir(), dir.string(), q);
+  auto options = [&] {
+    EngineOptions o = manual("bf16");
+    o.model_dir = dir.string();
+    o.matmul_precision = MatmulPrecision::Int8;
+    return o;
+  };
+  std::mt19937 rng(808);
+  const auto specs = random_specs(rng, 6);
+  const auto alone = solo(options(), specs);
+  for (int trial = 0; trial < 2; ++trial) {
+    EngineOptions opt = options();
+    opt.max_running = 2 + int(rng() % 4);
+    opt.token_budget = 8 + int(rng() % 40);  // forces chunked prefill
+    opt.prefix_cache = trial == 1;
+    const auto batched = run_schedule(opt, specs);
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      expect_same(batched[i], alone[i], "int8 trial " + std::to_string(trial) + " request " + std::to_string(i));
+  }
+  std::filesystem::remove_all(dir);
+}
 
 // Preemption in randomized schedules, for every KV codec: overcommitted
 // admission under a budget of about three rows' prompts preempts rows as

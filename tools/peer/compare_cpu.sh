@@ -17,20 +17,25 @@
 # What runs, with THREADS (default 16) threads on each side:
 #   llama.cpp  llama-bench -m FILE -t THREADS -p 512 -n 128 -o json (pp512, tg128)
 #   rowlm      rowlm bench --device cpu --threads THREADS --model FILE
-#                --concurrency 1,1 --prompt-tokens 1 --gen-tokens 128
+#                --matmul-precision P --concurrency 1,1 --prompt-tokens 1
+#                --gen-tokens 128
 #              (one request through the engine: its decode tokens/s from an
 #              empty context, as llama-bench's tg128 decodes), and the same
 #              with --prompt-tokens 512 --gen-tokens 1 (its prefill: 512
 #              tokens over the time to its first token, as pp512); each the
 #              second of two requests on one engine, the first a warm-up as
-#              llama-bench's
+#              llama-bench's; all for each P in PRECISIONS (default "f32 int8")
 # Environment: PEER_WORK (default /root/peer), PEER_PYTHON (default
-# /opt/torch/.venv/bin/python, for compare_gpu.sh's models stage), THREADS.
+# /opt/torch/.venv/bin/python, for compare_gpu.sh's models stage), THREADS,
+# PRECISIONS.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 work="${PEER_WORK:-/root/peer}"
 llama="$work/llama.cpp"
 threads="${THREADS:-16}"
+# rowlm's --matmul-precision values to run (int8: 8-bit activations, as
+# llama.cpp multiplies its quantized weights).
+precisions="${PRECISIONS:-f32 int8}"
 stage="${1:-}"
 shape="${2:-}"
 mkdir -p "$work"
@@ -87,15 +92,17 @@ run() {
     file="$work/$s-$type.gguf"
     [ -f "$file" ] || { echo "compare_cpu.sh: no $file: run the models stage first" >&2; exit 1; }
     "$llama/build-cpu/bin/llama-bench" -m "$file" -t "$threads" -p 512 -n 128 -o json >"$out/llama-bench-$type.json"
-    "$root/build/rowlm" bench --device cpu --threads "$threads" --model "$file" --concurrency 1,1 \
-      --prompt-tokens 1 --gen-tokens 128 >"$out/rowlm-$type-tg128.json"
-    "$root/build/rowlm" bench --device cpu --threads "$threads" --model "$file" --concurrency 1,1 \
-      --prompt-tokens 512 --gen-tokens 1 >"$out/rowlm-$type-pp512.json"
+    for p in $precisions; do
+      "$root/build/rowlm" bench --device cpu --threads "$threads" --matmul-precision "$p" --model "$file" \
+        --concurrency 1,1 --prompt-tokens 1 --gen-tokens 128 >"$out/rowlm-$type-$p-tg128.json"
+      "$root/build/rowlm" bench --device cpu --threads "$threads" --matmul-precision "$p" --model "$file" \
+        --concurrency 1,1 --prompt-tokens 512 --gen-tokens 1 >"$out/rowlm-$type-$p-pp512.json"
+    done
   done
-  python3 - "$out" "$threads" "${types[@]}" <<'PY'
+  python3 - "$out" "$threads" "$precisions" "${types[@]}" <<'PY'
 import json, sys
 from pathlib import Path
-out, threads, types = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+out, threads, precisions, types = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split(), sys.argv[4:]
 def ratio(a, b):
     return round(a / b, 3) if a and b else None
 result = {"threads": threads, "types": {}}
@@ -106,21 +113,24 @@ for t in types:
             llama["prefill_tokens_per_s"] = r["avg_ts"]
         elif r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0:
             llama["decode_tokens_per_s"] = r["avg_ts"]
-    def bench(kind):
-        text = (out / f"rowlm-{t}-{kind}.json").read_text()
+    def bench(p, kind):
+        text = (out / f"rowlm-{t}-{p}-{kind}.json").read_text()
         return json.loads(text[text.index("{"):])
-    # The second of two runs on one engine: the first is the warm-up (its
-    # workspace grows and its pages fault in), as llama-bench warms up.
-    tg, pp = bench("tg128"), bench("pp512")
-    ttft = pp["runs"][-1]["time_to_first_token_p50_s"]
-    rowlm = {"decode_tokens_per_s": tg["runs"][-1]["per_request_decode_tokens_per_s_p50"],
-             "prefill_tokens_per_s": pp["prompt_tokens"] / ttft if ttft else None}
-    # Regions of rowlm's thread pool that stalled on a worker without a core
-    # (and ran narrowed after): many mean the host's cores were taken.
-    pools = {"decode": tg["runs"][-1].get("host_pool"), "prefill": pp["runs"][-1].get("host_pool")}
-    result["types"][t] = {"llama.cpp": llama, "rowlm": rowlm,
-                          "rowlm_over_llama": {k: ratio(rowlm.get(k), llama.get(k)) for k in rowlm},
-                          "rowlm_host_pool": pools}
+    entry = {"llama.cpp": llama, "rowlm": {}, "rowlm_over_llama": {}, "rowlm_host_pool": {}}
+    for p in precisions:
+        # The second of two runs on one engine: the first is the warm-up (its
+        # workspace grows and its pages fault in), as llama-bench warms up.
+        tg, pp = bench(p, "tg128"), bench(p, "pp512")
+        ttft = pp["runs"][-1]["time_to_first_token_p50_s"]
+        rowlm = {"decode_tokens_per_s": tg["runs"][-1]["per_request_decode_tokens_per_s_p50"],
+                 "prefill_tokens_per_s": pp["prompt_tokens"] / ttft if ttft else None}
+        entry["rowlm"][p] = rowlm
+        entry["rowlm_over_llama"][p] = {k: ratio(rowlm.get(k), llama.get(k)) for k in rowlm}
+        # Regions of rowlm's thread pool that stalled on a worker without a
+        # core (and ran narrowed after): many mean the host's cores were taken.
+        entry["rowlm_host_pool"][p] = {"decode": tg["runs"][-1].get("host_pool"),
+                                       "prefill": pp["runs"][-1].get("host_pool")}
+    result["types"][t] = entry
 print(json.dumps(result, indent=1))
 PY
 }

@@ -69,6 +69,12 @@ double measure_bf16_dot_peak(ThreadPool& pool, int repeats, int64_t chain_length
                         "measure_bf16_dot_peak");
 }
 
+double measure_int8_dot_peak(ThreadPool& pool, int repeats, int64_t chain_length) {
+  const Kernels& k = kernels_for(best_isa());
+  if (!k.native_int8) throw Error("measure_int8_dot_peak: this CPU has no AVX512-VNNI");
+  return measure_chains(pool, repeats, chain_length, k.int8_dot_chains, "measure_int8_dot_peak");
+}
+
 double measure_amx_bf16_peak(ThreadPool& pool, int repeats, int64_t chain_length) {
   if (!amx_bf16_usable()) throw Error("measure_amx_bf16_peak: this CPU has no AMX-BF16 tiles");
   return measure_chains(pool, repeats, chain_length, &amx_bf16_chains, "measure_amx_bf16_peak");

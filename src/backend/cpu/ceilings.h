@@ -24,6 +24,11 @@ double measure_fma_peak(ThreadPool& pool, int repeats = 3, int64_t chain_length 
 // 2 flops per multiply-add): VDPBF16PS where the CPU has it, else the
 // emulation the matmul would run.
 double measure_bf16_dot_peak(ThreadPool& pool, int repeats = 3, int64_t chain_length = int64_t(1) << 21);
+// The same for 8-bit integer dot products (MatmulPrecision::Int8's inner
+// step: VPDPBUSD, 64 multiply-adds = 128 ops an instruction), where the
+// best ISA's table has them natively (Kernels::native_int8); an Error
+// elsewhere.
+double measure_int8_dot_peak(ThreadPool& pool, int repeats = 3, int64_t chain_length = int64_t(1) << 20);
 // The same for AMX tiles (TDPBF16PS), where amx_bf16_usable(); an Error elsewhere.
 double measure_amx_bf16_peak(ThreadPool& pool, int repeats = 3, int64_t chain_length = int64_t(1) << 16);
 

@@ -13,6 +13,7 @@
 #include "backend/cpu/affine_order.h"
 #include "backend/cpu/amx_bf16.h"
 #include "backend/cpu/amx_bf16_rows.h"
+#include "backend/cpu/int8_matmul.h"
 #include "backend/cpu/attention.h"
 #include "backend/cpu/ceilings.h"
 #include "backend/cpu/cpu_kv_arena.h"
@@ -127,6 +128,8 @@ class CpuBackend final : public Backend {
                                                        : ", bf16 matmul on AMX")
                    : kernels_.native_bf16 ? ", bf16 matmul"
                                           : ", bf16 matmul emulated";
+    if (precision_ == MatmulPrecision::Int8)
+      name += kernels_.native_int8 ? ", int8 activations on VNNI" : ", int8 activations (portable)";
     return name + ")";
   }
   Device device() const override { return Device::host(); }
@@ -140,6 +143,9 @@ class CpuBackend final : public Backend {
   double measure_matmul_peak(MatmulPrecision precision, int repeats) override {
     if (precision == MatmulPrecision::Bf16)
       return amx_ ? cpu::measure_amx_bf16_peak(pool_, repeats) : cpu::measure_bf16_dot_peak(pool_, repeats);
+    // Int8: VPDPBUSD's peak, or 0 where the CPU runs the portable kernels.
+    if (precision == MatmulPrecision::Int8)
+      return kernels_.native_int8 && kernels_.isa == cpu::best_isa() ? cpu::measure_int8_dot_peak(pool_, repeats) : 0;
     return cpu::measure_fma_peak(pool_, repeats);
   }
 
@@ -238,9 +244,12 @@ class CpuBackend final : public Backend {
                   "matmul: y must be f32 [" + std::to_string(M) + ", " + std::to_string(N) + "], got " + describe(y));
     ROWLM_REQUIRE(!overlaps(y, x) && !overlaps(y, w.values) && !overlaps(y, w.scales) && !overlaps(y, w.biases),
                   "matmul: y must not overlap x or w");
-    // Affine weights run with f32 activations under either precision: their
-    // dequantized values are f32, not bf16 (as for dense f32 and f16 weights).
-    if (affine)
+    // Affine weights run with f32 activations under f32 and bf16 precision:
+    // their dequantized values are f32, not bf16 (as for dense f32 and f16
+    // weights). Under int8, 4- and 8-bit codes meet 8-bit activations.
+    if (affine && precision_ == MatmulPrecision::Int8 && cpu::int8_supported(affine_rows(w), K))
+      cpu::matmul_affine_int8(kernels_, pool_, x.data<float>(), M, K, affine_rows(w), N, y.data<float>());
+    else if (affine)
       cpu::matmul_affine(kernels_, pool_, x.data<float>(), M, K, affine_rows(w), N, y.data<float>());
     else if (amx_ && w.values.dtype() == DType::BF16)
       cpu::matmul_amx_bf16(pool_, x.data<float>(), M, K, w.values.data<uint16_t>(), K, N, y.data<float>(),

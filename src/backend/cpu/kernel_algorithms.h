@@ -31,6 +31,7 @@
 
 #include <cstdint>
 
+#include "backend/cpu/int8_matmul.h"
 #include "backend/cpu/kernels.h"
 
 namespace rowlm::cpu {
@@ -964,6 +965,8 @@ Kernels make_kernels(Isa isa, uint64_t (*stream_read)(const void*, std::size_t),
   k.dot_block_bf16 = &dot_block_bf16<V>;
   k.dot_block_affine = &dot_block_affine<V>;
   k.dequantize_affine = &dequantize_affine<V>;
+  k.quantize_int8 = &quantize_int8_portable;  // set_int8_vnni replaces both where it can
+  k.dot_rows_int8 = &dot_rows_int8_portable;
   k.bf16_dot_chains = &bf16_dot_chains<V>;
   k.convert_scale = &convert_scale<V>;
   k.sum_squares = &sum_squares<V>;

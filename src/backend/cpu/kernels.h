@@ -87,6 +87,21 @@ struct Kernels {
   // tile, then met by every row of x) and the embedding lookup.
   void (*dequantize_affine)(const AffineRows& w, int64_t rows, int64_t K, float* out, int64_t ldo);
 
+  // MatmulPrecision::Int8 (int8_matmul.h, which states the order): one row
+  // of K values of x quantized into out (int8_x_row_bytes(K, unit) bytes),
+  // and y[m·ldy + n] for M such rows (ldxq bytes apart) against N rows of
+  // an int8_supported w, with `scratch` int8_scratch_floats(K, unit) floats
+  // of the caller's. Bitwise the same on every ISA; the scalar and AVX2
+  // tables run the portable statement, the AVX-512 table VPDPBUSD where the
+  // CPU has AVX512-VNNI (native_int8).
+  void (*quantize_int8)(const float* x, int64_t K, int unit, uint8_t* out);
+  void (*dot_rows_int8)(const uint8_t* xq, int64_t ldxq, int64_t M, const AffineRows& w, int64_t N, int64_t K,
+                        float* y, int64_t ldy, float* scratch);
+  bool native_int8 = false;
+  // The int8 ceiling probe (independent VPDPBUSD chains; returns their
+  // multiply-adds times 2): only where native_int8.
+  double (*int8_dot_chains)(int64_t iters, float* sink) = nullptr;
+
   // out[i] = float(src[i]) · scale.
   void (*convert_scale)(DType dtype, const void* src, int64_t n, float scale, float* out);
   // Σ x[i]² in the canonical order (each term an FMA).

@@ -1,5 +1,6 @@
 // AVX-512 kernels (the vector type is in kernels_avx512.h).
 
+#include "backend/cpu/int8_matmul.h"
 #include "backend/cpu/kernels_avx512.h"
 
 namespace rowlm::cpu {
@@ -49,6 +50,7 @@ const Kernels& avx512_kernels() {
   static const Kernels k = [] {
     Kernels t = avx512_kernels_emulating_bf16();
     if (__builtin_cpu_supports("avx512bf16")) set_native_bf16(t);
+    if (__builtin_cpu_supports("avx512vnni")) set_int8_vnni(t);
     return t;
   }();
   return k;

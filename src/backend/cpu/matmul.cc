@@ -5,6 +5,8 @@
 
 #include "backend/cpu/amx_bf16.h"
 #include "backend/cpu/amx_bf16_rows.h"
+#include "backend/cpu/int8_matmul.h"
+#include "core/buffer.h"
 #include "core/dtype.h"
 
 namespace rowlm::cpu {
@@ -27,6 +29,11 @@ constexpr int64_t kPanelBytes = int64_t(1) << 20;
 // Dequantized f32 weight rows per tile of the batched affine matmul: they
 // stay in L2 while the rows of x pass over them.
 constexpr int64_t kDequantizedTileBytes = int64_t(256) << 10;
+
+// The 8-bit-activation kernels' rows of x per pass (int8_matmul_avx512vnni.cc)
+// and the quantized rows of x each weight tile meets per call.
+constexpr int64_t kInt8RowsPerTile = 4;
+constexpr int64_t kInt8PanelBytes = int64_t(512) << 10;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
@@ -197,6 +204,33 @@ void matmul_affine(const Kernels& kernels, ThreadPool& pool, const float* x, int
         kernels.dot_block(x + m0 * K, K, rows_of_x, tile_rows, rows_of_w, K, y + m0 * N + n, N);
       }
     }
+  });
+}
+
+void matmul_affine_int8(const Kernels& kernels, ThreadPool& pool, const float* x, int64_t M, int64_t K,
+                        const AffineRows& w, int64_t N, float* y, const MatmulTuning& tuning) {
+  if (M <= 0 || N <= 0) return;
+  const int unit = int8_unit(w.bits);
+  const int64_t ldq = int8_x_row_bytes(K, unit);
+  // x quantized once per call, row by row over the threads.
+  AlignedBuffer xq = AlignedBuffer::uninitialized(std::size_t(M * ldq));  // every byte written
+  auto* q = xq.as<uint8_t>();
+  pool.parallel_for(M, std::max<int64_t>(1, kConvertGrain / std::max<int64_t>(K, 1)), [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) kernels.quantize_int8(x + m * K, K, unit, q + m * ldq);
+  });
+  const int64_t row_bytes = w.code_ld * 4 + 2 * w.param_ld * int64_t(dtype_size(w.param_dtype));
+  const Schedule s = schedule(kInt8RowsPerTile, kChunkRowMultiple, pool, M, K, N, row_bytes, tuning);
+  // Rows of x per kernel call: each weight tile of the chunk meets them all
+  // from L2 before the next tile is read.
+  const int64_t panel = std::max<int64_t>(kInt8RowsPerTile, kInt8PanelBytes / ldq / kInt8RowsPerTile * kInt8RowsPerTile);
+  run_items(pool, s, [&](int64_t item) {
+    const int64_t n0 = s.n0(item), n_count = std::min(s.chunk, N - n0);
+    const int64_t m_begin = s.m_begin(item), m_end = std::min(M, m_begin + s.m_part);
+    std::vector<float> scratch(std::size_t(int8_scratch_floats(K, unit)));
+    const AffineRows rows = affine_rows_from(w, n0);
+    for (int64_t m0 = m_begin; m0 < m_end; m0 += panel)
+      kernels.dot_rows_int8(q + m0 * ldq, ldq, std::min(panel, m_end - m0), rows, n_count, K, y + m0 * N + n0, N,
+                            scratch.data());
   });
 }
 

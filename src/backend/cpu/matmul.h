@@ -82,6 +82,13 @@ void matmul_amx_bf16_rows(ThreadPool& pool, const float* x, int64_t M, int64_t K
 void matmul_affine(const Kernels& kernels, ThreadPool& pool, const float* x, int64_t M, int64_t K,
                    const AffineRows& w, int64_t N, float* y, const MatmulTuning& tuning = {});
 
+// The same under MatmulPrecision::Int8 for an int8_supported w
+// (int8_matmul.h): x quantized to 8 bits per 32 elements once per call,
+// integer dot products, the header's float epilogue. Each output depends on
+// its row of x and row of w alone: not on M, the threads or the chunking.
+void matmul_affine_int8(const Kernels& kernels, ThreadPool& pool, const float* x, int64_t M, int64_t K,
+                        const AffineRows& w, int64_t N, float* y, const MatmulTuning& tuning = {});
+
 // w's rows from `first_row` on.
 AffineRows affine_rows_from(const AffineRows& w, int64_t first_row);
 

@@ -1494,6 +1494,9 @@ std::unique_ptr<Backend> make_cuda_backend(int index, const BackendOptions& opti
     throw Error("device 'cuda:" + std::to_string(index) + "': " +
                 (count == 0 ? std::string("no CUDA device (or driver) is available")
                             : "only " + std::to_string(count) + " CUDA device(s) are present"));
+  if (options.matmul_precision == MatmulPrecision::Int8)
+    throw Error("device 'cuda:" + std::to_string(index) +
+                "': matmul precision int8 runs on the CPU only (--device cpu); the GPU takes f32, bf16 or auto");
   return std::make_unique<CudaBackend>(index, options);
 }
 
