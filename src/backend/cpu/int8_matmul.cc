@@ -4,6 +4,7 @@
 
 #include "backend/cpu/int8_matmul.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -58,8 +59,9 @@ int64_t int8_steps(int64_t K, int unit) { return ceil_div(K, 4 * int64_t(unit));
 
 int64_t int8_x_row_bytes(int64_t K, int unit) { return int8_steps(K, unit) * (4 * unit + kInt8StepFloatBytes); }
 
-// Whole chunks of 4 steps (16 units): the kernels widen parameters so.
-int64_t int8_scratch_floats(int64_t K, int unit) { return ceil_div(int8_steps(K, unit), 4) * 4 * 32; }
+// Four steps' parameters for the decode tiles; for the prefill tiles 16
+// rows' codes unpacked to bytes and their parameters (32 floats a unit).
+int64_t int8_scratch_floats(int64_t K, int unit) { return std::max<int64_t>(128, K * 16 / 4 + K / unit * 32); }
 
 void quantize_int8_portable(const float* x, int64_t K, int unit, uint8_t* out) {
   const int64_t step_bytes = 4 * unit + kInt8StepFloatBytes;

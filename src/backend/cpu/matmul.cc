@@ -30,10 +30,10 @@ constexpr int64_t kPanelBytes = int64_t(1) << 20;
 // stay in L2 while the rows of x pass over them.
 constexpr int64_t kDequantizedTileBytes = int64_t(256) << 10;
 
-// The 8-bit-activation kernels' rows of x per pass (int8_matmul_avx512vnni.cc)
-// and the quantized rows of x each weight tile meets per call.
+// The 8-bit-activation kernels' rows of x per pass, and chunks in whole
+// tiles of 16 weight rows (int8_matmul_avx512vnni.cc).
 constexpr int64_t kInt8RowsPerTile = 4;
-constexpr int64_t kInt8PanelBytes = int64_t(512) << 10;
+constexpr int64_t kInt8ChunkRowMultiple = 48;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
@@ -219,18 +219,15 @@ void matmul_affine_int8(const Kernels& kernels, ThreadPool& pool, const float* x
     for (int64_t m = m0; m < m1; ++m) kernels.quantize_int8(x + m * K, K, unit, q + m * ldq);
   });
   const int64_t row_bytes = w.code_ld * 4 + 2 * w.param_ld * int64_t(dtype_size(w.param_dtype));
-  const Schedule s = schedule(kInt8RowsPerTile, kChunkRowMultiple, pool, M, K, N, row_bytes, tuning);
-  // Rows of x per kernel call: each weight tile of the chunk meets them all
-  // from L2 before the next tile is read.
-  const int64_t panel = std::max<int64_t>(kInt8RowsPerTile, kInt8PanelBytes / ldq / kInt8RowsPerTile * kInt8RowsPerTile);
+  const Schedule s = schedule(kInt8RowsPerTile, kInt8ChunkRowMultiple, pool, M, K, N, row_bytes, tuning);
   run_items(pool, s, [&](int64_t item) {
     const int64_t n0 = s.n0(item), n_count = std::min(s.chunk, N - n0);
     const int64_t m_begin = s.m_begin(item), m_end = std::min(M, m_begin + s.m_part);
+    // Each tile of w meets every row of the item's x: the prefill tiles read
+    // x at an eighth of a byte a multiply-add, from L2 or L3.
     std::vector<float> scratch(std::size_t(int8_scratch_floats(K, unit)));
-    const AffineRows rows = affine_rows_from(w, n0);
-    for (int64_t m0 = m_begin; m0 < m_end; m0 += panel)
-      kernels.dot_rows_int8(q + m0 * ldq, ldq, std::min(panel, m_end - m0), rows, n_count, K, y + m0 * N + n0, N,
-                            scratch.data());
+    kernels.dot_rows_int8(q + m_begin * ldq, ldq, m_end - m_begin, affine_rows_from(w, n0), n_count, K,
+                          y + m_begin * N + n0, N, scratch.data());
   });
 }
 
