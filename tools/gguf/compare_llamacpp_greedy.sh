@@ -4,10 +4,13 @@
 # tests/.cache/node-llama-cpp on first use (a test asset; rowlm itself uses none of it).
 # Prints one line per file and prompt; exits 1 if any continuation differs.
 #   tools/gguf/compare_llamacpp_greedy.sh [build/rowlm] [N]
+# ROWLM_FLAGS adds flags to rowlm's command (e.g. "--matmul-precision int8",
+# llama.cpp's own way of multiplying quantized weights).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 rowlm="${1:-$root/build/rowlm}"
 n="${2:-24}"
+read -r -a flags <<<"${ROWLM_FLAGS:-}"
 cache="$root/tests/.cache/node-llama-cpp"
 if [ ! -d "$cache/node_modules/node-llama-cpp" ]; then
   mkdir -p "$cache"
@@ -21,7 +24,7 @@ for f in "${files[@]}"; do
   for ids in 174,91,255,211,130,127 5,17,9,200,33,101,7 100,3,250,64; do
     theirs=$(node "$cache/llamacpp_greedy.mjs" "$f" "$ids" "$n" 2>/dev/null |
              python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])')
-    ours=$("$rowlm" generate "$f" --ids "$ids" --max-tokens "$n" --ignore-eos --json --device cpu 2>/dev/null |
+    ours=$("$rowlm" generate "$f" --ids "$ids" --max-tokens "$n" --ignore-eos --json --device cpu "${flags[@]}" 2>/dev/null |
            python3 -c 'import json,sys; print(json.load(sys.stdin)["token_ids"])')
     if [ "$theirs" = "$ours" ]; then verdict=equal; else verdict=DIFFERENT; status=1; fi
     echo "$verdict  ${f#$root/}  prompt $ids  llama.cpp $theirs  rowlm $ours"

@@ -17,7 +17,7 @@ namespace {
 constexpr int64_t kXBlock = 32;
 constexpr float kTinyAmax = 0x1p-96f;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t whole_steps(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 float param_at(const void* p, DType t, int64_t i) {
   if (t == DType::F32) return static_cast<const float*>(p)[i];
@@ -55,13 +55,15 @@ bool int8_supported(const AffineRows& w, int64_t K) {
 
 int int8_unit(int bits) { return bits == 4 ? 32 : 16; }
 
-int64_t int8_steps(int64_t K, int unit) { return ceil_div(K, 4 * int64_t(unit)); }
+int64_t int8_steps(int64_t K, int unit) { return whole_steps(K, 4 * int64_t(unit)); }
 
 int64_t int8_x_row_bytes(int64_t K, int unit) { return int8_steps(K, unit) * (4 * unit + kInt8StepFloatBytes); }
 
 // Four steps' parameters for the decode tiles; for the prefill tiles 16
 // rows' codes unpacked to bytes and their parameters (32 floats a unit).
-int64_t int8_scratch_floats(int64_t K, int unit) { return std::max<int64_t>(128, K * 16 / 4 + K / unit * 32); }
+int64_t int8_scratch_floats(int64_t K, int unit, int64_t M) {
+  return M < kInt8WideMinRows ? kInt8SmallScratchFloats : std::max<int64_t>(128, K * 16 / 4 + K / unit * 32);
+}
 
 void quantize_int8_portable(const float* x, int64_t K, int unit, uint8_t* out) {
   const int64_t step_bytes = 4 * unit + kInt8StepFloatBytes;

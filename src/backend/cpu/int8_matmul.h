@@ -58,8 +58,13 @@ int int8_unit(int bits);
 inline constexpr int64_t kInt8StepFloatBytes = 128;
 int64_t int8_steps(int64_t K, int unit);
 int64_t int8_x_row_bytes(int64_t K, int unit);  // a multiple of 64
-// Floats of the per-tile scratch a dot_rows_int8 call needs.
-int64_t int8_scratch_floats(int64_t K, int unit);
+// Rows of x from which the VNNI kernels unpack w once per call.
+inline constexpr int64_t kInt8WideMinRows = 32;
+// Scratch below that: four steps' parameters.
+inline constexpr int64_t kInt8SmallScratchFloats = 128;
+// Floats of scratch a dot_rows_int8 call of M rows needs (at least M: a
+// call of fewer rows needs no more).
+int64_t int8_scratch_floats(int64_t K, int unit, int64_t M);
 
 // The portable statement of both kernels (kernels.h: quantize_int8,
 // dot_rows_int8), which the scalar and AVX2 tables run.

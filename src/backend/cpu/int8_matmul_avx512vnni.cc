@@ -255,10 +255,10 @@ void tile_rows(const uint8_t* xq, int64_t ldxq, int64_t M, const uint8_t* const 
 // (acc[u % 4]), so the bits are those of the decode tiles.
 
 constexpr int kWideRows = 16;
-// Rows of x from which unpacking w pays: it costs about as much as 30 rows'
-// passes over the codes save on the wide tiles (per code: ~0.5 operations
-// to unpack, 0.026 a row of x there against 0.043 on the decode tiles).
-constexpr int64_t kWideMinRows = 32;
+// kInt8WideMinRows: from there unpacking w pays. It costs about as much as
+// 30 rows' passes over the codes save on the wide tiles (per code: ~0.5
+// operations to unpack, 0.026 a row of x there against 0.043 on the decode
+// tiles).
 
 // Rows r of w from row n0 (count of them; the rest repeat row n0) unpacked
 // as above into `codes` (units · U · 16 bytes), and their parameters as
@@ -385,7 +385,7 @@ void dot_rows(const uint8_t* xq, int64_t ldxq, int64_t M, const AffineRows& w, i
               int64_t ldy, float* scratch) {
   const int unit = int8_unit(w.bits);
   const int64_t row_bytes = K * w.bits / 8, code_ld_bytes = w.code_ld * 4;
-  if (M >= kWideMinRows) {
+  if (M >= kInt8WideMinRows) {
     // Prefill: 16 rows of w unpacked once per call, met by every row of x.
     const int64_t units = K / unit;
     auto* codes = reinterpret_cast<uint8_t*>(scratch);

@@ -90,7 +90,7 @@ struct Kernels {
   // MatmulPrecision::Int8 (int8_matmul.h, which states the order): one row
   // of K values of x quantized into out (int8_x_row_bytes(K, unit) bytes),
   // and y[m·ldy + n] for M such rows (ldxq bytes apart) against N rows of
-  // an int8_supported w, with `scratch` int8_scratch_floats(K, unit) floats
+  // an int8_supported w, with `scratch` int8_scratch_floats(K, unit, M) floats
   // of the caller's. Bitwise the same on every ISA; the scalar and AVX2
   // tables run the portable statement, the AVX-512 table VPDPBUSD where the
   // CPU has AVX512-VNNI (native_int8).

@@ -220,14 +220,23 @@ void matmul_affine_int8(const Kernels& kernels, ThreadPool& pool, const float* x
   });
   const int64_t row_bytes = w.code_ld * 4 + 2 * w.param_ld * int64_t(dtype_size(w.param_dtype));
   const Schedule s = schedule(kInt8RowsPerTile, kInt8ChunkRowMultiple, pool, M, K, N, row_bytes, tuning);
+  // Scratch: a few KB on the stack for decode's items; for a prefill's, one
+  // allocation per call, a share per item (not one per item: above glibc's
+  // mmap threshold each would map and unmap pages, and every unmap
+  // interrupts all the pool's threads).
+  const int64_t wide_floats = int8_scratch_floats(K, unit, s.m_part);
+  AlignedBuffer wide = s.m_part >= kInt8WideMinRows
+                           ? AlignedBuffer::uninitialized(std::size_t(s.items() * wide_floats) * sizeof(float))
+                           : AlignedBuffer();
   run_items(pool, s, [&](int64_t item) {
     const int64_t n0 = s.n0(item), n_count = std::min(s.chunk, N - n0);
     const int64_t m_begin = s.m_begin(item), m_end = std::min(M, m_begin + s.m_part);
+    alignas(64) float small[kInt8SmallScratchFloats];
+    const bool wide_item = m_end - m_begin >= kInt8WideMinRows;
     // Each tile of w meets every row of the item's x: the prefill tiles read
     // x at an eighth of a byte a multiply-add, from L2 or L3.
-    std::vector<float> scratch(std::size_t(int8_scratch_floats(K, unit)));
     kernels.dot_rows_int8(q + m_begin * ldq, ldq, m_end - m_begin, affine_rows_from(w, n0), n_count, K,
-                          y + m_begin * N + n0, N, scratch.data());
+                          y + m_begin * N + n0, N, wide_item ? wide.as<float>() + item * wide_floats : small);
   });
 }
 
