@@ -38,28 +38,30 @@ struct DeterminismCase {
   }
 };
 
-class EngineDeterminism : public ::testing::TestWithParam<DeterminismCase> {};
-
-TEST_P(EngineDeterminism, RequestOutputIndependentOfSchedule) {
-  const std::string codec = GetParam().codec;
-  auto options = [&] {
-    EngineOptions o = manual(codec);
-    o.matmul_precision = GetParam().precision;
-    return o;
-  };
-  std::mt19937 rng(1234);
+// Six random requests, each alone and then together in two random
+// schedules (chunked prefill; the second with prefix reuse): the same
+// tokens and log-probabilities, bit for bit.
+void expect_independent_of_schedule(const EngineOptions& options, uint32_t seed, const std::string& what) {
+  std::mt19937 rng(seed);
   const auto specs = random_specs(rng, 6);
-  const auto alone = solo(options(), specs);
+  const auto alone = solo(options, specs);
   for (int trial = 0; trial < 2; ++trial) {
-    EngineOptions opt = options();
+    EngineOptions opt = options;
     opt.max_running = 2 + int(rng() % 4);
     opt.token_budget = 8 + int(rng() % 40);  // forces chunked prefill
     opt.prefix_cache = trial == 1;
     const auto batched = run_schedule(opt, specs);
     for (std::size_t i = 0; i < specs.size(); ++i)
-      expect_same(batched[i], alone[i],
-                  GetParam().name() + " trial " + std::to_string(trial) + " request " + std::to_string(i));
+      expect_same(batched[i], alone[i], what + " trial " + std::to_string(trial) + " request " + std::to_string(i));
   }
+}
+
+class EngineDeterminism : public ::testing::TestWithParam<DeterminismCase> {};
+
+TEST_P(EngineDeterminism, RequestOutputIndependentOfSchedule) {
+  EngineOptions o = manual(GetParam().codec);
+  o.matmul_precision = GetParam().precision;
+  expect_independent_of_schedule(o, 1234, GetParam().name());
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, EngineDeterminism,
@@ -83,24 +85,10 @@ TEST(EngineInt8, RequestOutputIndependentOfScheduleOnQuantizedWeights) {
   QuantizeOptions q;
   q.overrides.push_back(parse_quantize_override("mlp.down_proj=8/32"));
   quantize_checkpoint(test::model_dir(), dir.string(), q);
-  auto options = [&] {
-    EngineOptions o = manual("bf16");
-    o.model_dir = dir.string();
-    o.matmul_precision = MatmulPrecision::Int8;
-    return o;
-  };
-  std::mt19937 rng(808);
-  const auto specs = random_specs(rng, 6);
-  const auto alone = solo(options(), specs);
-  for (int trial = 0; trial < 2; ++trial) {
-    EngineOptions opt = options();
-    opt.max_running = 2 + int(rng() % 4);
-    opt.token_budget = 8 + int(rng() % 40);  // forces chunked prefill
-    opt.prefix_cache = trial == 1;
-    const auto batched = run_schedule(opt, specs);
-    for (std::size_t i = 0; i < specs.size(); ++i)
-      expect_same(batched[i], alone[i], "int8 trial " + std::to_string(trial) + " request " + std::to_string(i));
-  }
+  EngineOptions o = manual("bf16");
+  o.model_dir = dir.string();
+  o.matmul_precision = MatmulPrecision::Int8;
+  expect_independent_of_schedule(o, 808, "int8");
   std::filesystem::remove_all(dir);
 }
 
