@@ -15,7 +15,6 @@ namespace rowlm::cpu {
 namespace {
 
 constexpr int64_t kXBlock = 32;
-constexpr float kTinyAmax = 0x1p-96f;
 
 int64_t whole_steps(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -80,7 +79,7 @@ void quantize_int8_portable(const float* x, int64_t K, int unit, uint8_t* out) {
     float dx = 0.0f;
     if (!finite) {
       dx = std::numeric_limits<float>::quiet_NaN();
-    } else if (amax >= kTinyAmax) {
+    } else if (amax >= kInt8TinyAmax) {
       dx = amax / 127.0f;
       const float id = 127.0f / amax;
       for (int64_t i = 0; i < n; ++i) q[i] = int8_t(std::nearbyint(x[b0 + i] * id));

@@ -43,6 +43,10 @@ namespace rowlm::cpu {
 // under the precision.
 bool int8_supported(const AffineRows& w, int64_t K);
 
+// Blocks of x whose amax is below this quantize to 0 (dx = 0): 127 / amax
+// then stays finite and dx normal.
+inline constexpr float kInt8TinyAmax = 0x1p-96f;
+
 // U for w's code width: 32 for 4-bit codes, 16 for 8-bit.
 int int8_unit(int bits);
 

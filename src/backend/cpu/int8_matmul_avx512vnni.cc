@@ -25,7 +25,6 @@ namespace rowlm::cpu {
 namespace {
 
 constexpr int kTileRows = 4;
-constexpr float kTinyAmax = 0x1p-96f;  // int8_matmul.cc's
 constexpr int kStepCodeBytes = 64;
 
 // ------------------------------------------------------------ quantize --
@@ -56,7 +55,7 @@ void quantize(const float* x, int64_t K, int unit, uint8_t* out) {
     float dx = 0.0f;
     if (!finite) {
       dx = __builtin_nanf("");
-    } else if (amax >= kTinyAmax) {
+    } else if (amax >= kInt8TinyAmax) {
       dx = amax / 127.0f;
       const __m512 id = _mm512_set1_ps(127.0f / amax);
       // To nearest even, as MXCSR rounds by default (nearbyint's mode).
@@ -282,13 +281,11 @@ void pack_wide(const AffineRows& w, int64_t n0, int count, int unit, int64_t uni
       }
     }
   }
-  const int64_t bytes = int64_t(dtype_size(w.param_dtype));
   const auto widen1 = [&](const void* p, int64_t i) {
     if (w.param_dtype == DType::F32) return static_cast<const float*>(p)[i];
     const uint16_t h = static_cast<const uint16_t*>(p)[i];
     return w.param_dtype == DType::F16 ? _cvtsh_ss(h) : __builtin_bit_cast(float, uint32_t(h) << 16);
   };
-  (void)bytes;
   for (int64_t u = 0; u < units; ++u)
     for (int r = 0; r < kWideRows; ++r) {
       float s = 0, b = 0;
