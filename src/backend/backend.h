@@ -87,7 +87,9 @@ class Backend {
   // Ceilings, measured now on this backend's device (for benchmarks that
   // judge a kernel against the hardware in the same run; each takes about a
   // second): read bandwidth in GB/s streaming `bytes`, and the multiply-add
-  // peak in GFLOP/s of the arithmetic a matmul runs at `precision`.
+  // peak in GFLOP/s of the arithmetic a matmul runs at `precision` (for
+  // Int8, integer Gop/s, or 0 where the backend has no native integer dot
+  // product and runs its portable kernels).
   virtual double measure_read_bandwidth(std::size_t bytes = std::size_t(1) << 30, int repeats = 3) = 0;
   virtual double measure_matmul_peak(MatmulPrecision precision, int repeats = 3) = 0;
 

@@ -247,11 +247,13 @@ class CpuBackend final : public Backend {
     // Affine weights run with f32 activations under f32 and bf16 precision:
     // their dequantized values are f32, not bf16 (as for dense f32 and f16
     // weights). Under int8, 4- and 8-bit codes meet 8-bit activations.
-    if (affine && precision_ == MatmulPrecision::Int8 && cpu::int8_supported(affine_rows(w), K))
-      cpu::matmul_affine_int8(kernels_, pool_, x.data<float>(), M, K, affine_rows(w), N, y.data<float>());
-    else if (affine)
-      cpu::matmul_affine(kernels_, pool_, x.data<float>(), M, K, affine_rows(w), N, y.data<float>());
-    else if (amx_ && w.values.dtype() == DType::BF16)
+    if (affine) {
+      const cpu::AffineRows rows = affine_rows(w);
+      if (precision_ == MatmulPrecision::Int8 && cpu::int8_supported(rows, K))
+        cpu::matmul_affine_int8(kernels_, pool_, x.data<float>(), M, K, rows, N, y.data<float>());
+      else
+        cpu::matmul_affine(kernels_, pool_, x.data<float>(), M, K, rows, N, y.data<float>());
+    } else if (amx_ && w.values.dtype() == DType::BF16)
       cpu::matmul_amx_bf16(pool_, x.data<float>(), M, K, w.values.data<uint16_t>(), K, N, y.data<float>(),
                            amx_tuning_);
     else

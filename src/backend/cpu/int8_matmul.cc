@@ -18,12 +18,6 @@ constexpr int64_t kXBlock = 32;
 
 int64_t whole_steps(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-float param_at(const void* p, DType t, int64_t i) {
-  if (t == DType::F32) return static_cast<const float*>(p)[i];
-  const uint16_t h = static_cast<const uint16_t*>(p)[i];
-  return t == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
-}
-
 // Code k of a weight row: 4-bit in Halves32 order (K a multiple of 32), or
 // 8-bit in stream order.
 int code_at(const uint32_t* row, int bits, int64_t k) {
@@ -41,6 +35,12 @@ int64_t code_slot(int unit, int L, int e) {
 }
 
 }  // namespace
+
+float widened_param(const void* p, DType t, int64_t i) {
+  if (t == DType::F32) return static_cast<const float*>(p)[i];
+  const uint16_t h = static_cast<const uint16_t*>(p)[i];
+  return t == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
+}
 
 bool int8_supported(const AffineRows& w, int64_t K) {
   if (w.bits != 4 && w.bits != 8) return false;
@@ -124,8 +124,8 @@ void dot_rows_int8_portable(const uint8_t* xq, int64_t ldxq, int64_t M, const Af
           int32_t isum = 0;
           if (u < units) {
             const int64_t g = u * unit / w.group_size;
-            scale = param_at(w.scales, w.param_dtype, params + g);
-            bias = w.biases ? param_at(w.biases, w.param_dtype, params + g) : scale * w.bias_per_scale;
+            scale = widened_param(w.scales, w.param_dtype, params + g);
+            bias = w.biases ? widened_param(w.biases, w.param_dtype, params + g) : scale * w.bias_per_scale;
             for (int e = 0; e < unit; ++e)
               isum += code_at(row, w.bits, u * unit + e) * int32_t(int8_t(step[code_slot(unit, L, e)]));
           }

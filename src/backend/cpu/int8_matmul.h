@@ -70,6 +70,10 @@ inline constexpr int64_t kInt8SmallScratchFloats = 128;
 // call of fewer rows needs no more).
 int64_t int8_scratch_floats(int64_t K, int unit, int64_t M);
 
+// Entry i of scales or biases stored as t, widened to f32 (exactly). Out of
+// line, so that the ISA files call the one definition.
+float widened_param(const void* p, DType t, int64_t i);
+
 // The portable statement of both kernels (kernels.h: quantize_int8,
 // dot_rows_int8), which the scalar and AVX2 tables run.
 void quantize_int8_portable(const float* x, int64_t K, int unit, uint8_t* out);

@@ -281,18 +281,13 @@ void pack_wide(const AffineRows& w, int64_t n0, int count, int unit, int64_t uni
       }
     }
   }
-  const auto widen1 = [&](const void* p, int64_t i) {
-    if (w.param_dtype == DType::F32) return static_cast<const float*>(p)[i];
-    const uint16_t h = static_cast<const uint16_t*>(p)[i];
-    return w.param_dtype == DType::F16 ? _cvtsh_ss(h) : __builtin_bit_cast(float, uint32_t(h) << 16);
-  };
   for (int64_t u = 0; u < units; ++u)
     for (int r = 0; r < kWideRows; ++r) {
       float s = 0, b = 0;
       if (r < count) {
         const int64_t g = (n0 + r) * w.param_ld + u / per_group;
-        s = widen1(w.scales, g);
-        b = w.biases ? widen1(w.biases, g) : s * w.bias_per_scale;
+        s = widened_param(w.scales, w.param_dtype, g);
+        b = w.biases ? widened_param(w.biases, w.param_dtype, g) : s * w.bias_per_scale;
       }
       params[u * 32 + r] = s;
       params[u * 32 + 16 + r] = b;
